@@ -1,0 +1,28 @@
+# SCOUT experiment pipeline. The toy world runs by default:
+#   snakemake --cores 2
+# The paper grid on a Slurm cluster:
+#   snakemake --configfile config/paper.yaml --profile profiles/slurm
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# The toy world is the default; --configfile config/paper.yaml replaces it (not merged into it).
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/toy.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        summary_files(),

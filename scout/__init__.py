@@ -1,0 +1,3 @@
+"""SCOUT experiment pipeline: config -> grid -> train -> evaluate -> aggregate."""
+
+__version__ = "0.1.0"

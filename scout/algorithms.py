@@ -1,0 +1,241 @@
+"""The paper's algorithms as small pure functions over tensors.
+
+Every training backend (the embedded one here, verl on a cluster) calls these, so the numerics
+of a method live in exactly one place and are tested against hand-worked values.
+
+Shapes: ``[B, T]`` tensors hold one value per response token; ``mask`` is 1 on real response
+tokens and 0 on padding (or on tokens a method excludes from the loss).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# --------------------------------------------------------------------------------------------
+# Shared policy-gradient pieces
+# --------------------------------------------------------------------------------------------
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-mean over the whole batch (the paper's loss aggregation)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def clipped_pg_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate, -mean_t min(r A, clip(r) A); returns (loss, clip fraction)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    loss = masked_mean(-torch.minimum(unclipped, clipped), mask)
+    clipfrac = masked_mean((clipped < unclipped).to(logp.dtype), mask)
+    return loss, clipfrac
+
+
+def k1_advantage(teacher_logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """OPD's per-token advantage sg[log pi_T - log pi_old] (single-sample reverse-KL estimator)."""
+    return (teacher_logp - old_logp).detach()
+
+
+def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """Group-normalised outcome advantages; consecutive ``group_size`` samples form a group.
+
+    The std is the unbiased one (as verl's GRPO estimator uses); a group of one gets advantage 0.
+    """
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    groups = rewards.to(torch.float32).view(-1, group_size)
+    mean = groups.mean(dim=1, keepdim=True)
+    if group_size == 1:
+        return torch.zeros_like(groups).view(-1)
+    std = groups.std(dim=1, keepdim=True)
+    return ((groups - mean) / (std + eps)).view(-1)
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) with the low-variance k3 estimator (verl's ``low_var_kl``)."""
+    log_ratio = (ref_logp - logp).clamp(-20.0, 20.0)
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the next-token distribution at every position."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# SCOUT: prefix curriculum and teacher-phase masks
+# --------------------------------------------------------------------------------------------
+
+
+def prefix_ratio(step: int, total_steps: int, start: float, end: float) -> float:
+    """Linear curriculum over training: ``start`` at step 0, ``end`` at the last step."""
+    if total_steps <= 1:
+        return start
+    frac = min(max(step / (total_steps - 1), 0.0), 1.0)
+    return start + (end - start) * frac
+
+
+def split_points(lengths: torch.Tensor, ratio: float) -> torch.Tensor:
+    """k = floor(ratio * |y|) per trajectory; ratio 0 gives the bare prompt (the control)."""
+    return torch.floor(lengths.to(torch.float64) * ratio + 1e-9).to(torch.long)
+
+
+def continuation_mask(prefix_lengths: torch.Tensor, total_lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """1 on teacher-generated positions [k, |y|) of each response, 0 on the student prefix."""
+    pos = torch.arange(width).unsqueeze(0)
+    return ((pos >= prefix_lengths.unsqueeze(1)) & (pos < total_lengths.unsqueeze(1))).to(torch.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# ESR
+# --------------------------------------------------------------------------------------------
+
+
+def esr_mask(mask: torch.Tensor, max_tokens: int) -> torch.Tensor:
+    """Keep only the first ``max_tokens`` response tokens in the loss."""
+    pos = torch.arange(mask.shape[1]).unsqueeze(0)
+    return mask * (pos < max_tokens).to(mask.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Prune-OPD
+# --------------------------------------------------------------------------------------------
+
+
+def topk_overlap(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int) -> torch.Tensor:
+    """|topk_S ∩ topk_T| / k at every position."""
+    k = min(k, student_logits.shape[-1])
+    s_top = student_logits.topk(k, dim=-1).indices
+    t_top = teacher_logits.topk(k, dim=-1).indices
+    hits = (s_top.unsqueeze(-1) == t_top.unsqueeze(-2)).any(dim=-1).sum(dim=-1)
+    return hits.to(torch.float32) / k
+
+
+def prune_weights(
+    overlap: torch.Tensor, mask: torch.Tensor, tau: float, w_drop: float
+) -> torch.Tensor:
+    """w_t = clamp(1 - w_drop * #(bad positions up to t), 0, 1), bad meaning overlap < tau."""
+    bad = ((overlap < tau) & (mask > 0)).to(torch.float32)
+    return torch.clamp(1.0 - w_drop * torch.cumsum(bad, dim=1), 0.0, 1.0) * mask
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """Prune-OPD's adaptive response budget L and its count of consecutive misses."""
+
+    length: int
+    misses: int = 0
+
+
+def update_budget(
+    state: BudgetState,
+    effective_lengths: list[int],
+    *,
+    hit_fraction: float,
+    margin: int,
+    step: int,
+    min_length: int,
+    max_length: int,
+    patience: int,
+) -> BudgetState:
+    """Grow L when enough samples use it up; shrink it after ``patience`` misses in a row."""
+    reach = sum(1 for n in effective_lengths if n >= state.length - margin)
+    if effective_lengths and reach / len(effective_lengths) >= hit_fraction:
+        return BudgetState(min(state.length + step, max_length), 0)
+    misses = state.misses + 1
+    if misses >= patience:
+        return BudgetState(max(state.length - step, min_length), 0)
+    return BudgetState(state.length, misses)
+
+
+# --------------------------------------------------------------------------------------------
+# Relay-OPD
+# --------------------------------------------------------------------------------------------
+
+REFLECTION_WORDS = ("Wait", "But", "Hmm", "Actually", "However", "Alternatively", "Hold")
+
+
+def reflection_variants(words: tuple[str, ...] = REFLECTION_WORDS) -> set[str]:
+    """The trigger vocabulary with case and leading-space variants."""
+    out: set[str] = set()
+    for w in words:
+        for v in (w, w.lower(), w.upper(), w.capitalize()):
+            out.update({v, " " + v})
+    return out
+
+
+def relay_trigger(
+    teacher_argmax: torch.Tensor,
+    student_token: torch.Tensor,
+    student_topk: torch.Tensor,
+    is_reflection: torch.Tensor,
+) -> torch.Tensor:
+    """Teacher takes over where its argmax is a reflection token the student neither sampled
+    nor ranks in its top-k (the paper: top-5). ``is_reflection`` is a bool table over the vocab."""
+    in_topk = (student_topk == teacher_argmax.unsqueeze(-1)).any(dim=-1)
+    return is_reflection[teacher_argmax] & (teacher_argmax != student_token) & ~in_topk
+
+
+def relay_leg_done(paragraphs: int, leg_tokens: int, max_paragraphs: int = 3, max_tokens: int = 256) -> bool:
+    """A teacher leg ends after ``max_paragraphs`` blank-line breaks or ``max_tokens`` tokens."""
+    return paragraphs >= max_paragraphs or leg_tokens >= max_tokens
+
+
+# --------------------------------------------------------------------------------------------
+# OPTR (trust-region OPD)
+# --------------------------------------------------------------------------------------------
+
+
+def optr_trust(teacher_logp: torch.Tensor, student_logp: torch.Tensor) -> torch.Tensor:
+    """P_trust = min(pi_T(y_t) / pi_S(y_t), 1)."""
+    return torch.exp(torch.clamp(teacher_logp - student_logp, max=0.0))
+
+
+def optr_mask(p_trust: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Tokens inside the trust region (P_trust >= threshold) keep the K1 OPD term."""
+    return mask * (p_trust >= threshold).to(mask.dtype)
+
+
+def topk_forward_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int) -> torch.Tensor:
+    """sum over the teacher's top-k tokens of p_T (log p_T - log p_S), per position."""
+    t_logp = torch.log_softmax(teacher_logits.float(), dim=-1)
+    s_logp = torch.log_softmax(student_logits.float(), dim=-1)
+    top = t_logp.topk(min(k, t_logp.shape[-1]), dim=-1)
+    s_at = s_logp.gather(-1, top.indices)
+    return (top.values.exp() * (top.values - s_at)).sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Update-interval sweep
+# --------------------------------------------------------------------------------------------
+
+
+def scaled_teacher_lr(base_lr: float, interval: int, reference_interval: int = 10) -> float:
+    """The paper scales the teacher LR by f/10 for f below 10 and keeps it above."""
+    return base_lr * min(1.0, interval / reference_interval)
+
+
+def is_teacher_step(step: int, interval: int) -> bool:
+    """The teacher updates after every ``interval``-th student step (1-based count)."""
+    return interval > 0 and (step + 1) % interval == 0
+
+
+def sem(values: list[float]) -> float:
+    """Standard error of the mean over repeats: sd (ddof=1) / sqrt(k); 0 for one repeat."""
+    k = len(values)
+    if k < 2:
+        return 0.0
+    mean = sum(values) / k
+    var = sum((v - mean) ** 2 for v in values) / (k - 1)
+    return math.sqrt(var / k)

@@ -1,0 +1,35 @@
+"""Training backends behind one small interface: ``train(spec, out_dir, log)``.
+
+``embedded`` runs in-process with torch + transformers (the toy world, CPU or one GPU);
+``verl`` is the cluster engine for the paper grid.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+
+def _embedded():
+    from scout.embedded.trainer import train
+
+    return SimpleNamespace(train=lambda spec, out, log=print: train(spec, out, log=log))
+
+
+def _verl():
+    try:
+        from scout.verl import trainer  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(
+            "the 'verl' training backend needs the GPU extra (pip install '.[gpu]') and the verl "
+            f"integration module scout.verl: {exc}"
+        ) from exc
+    return trainer
+
+
+BACKENDS = {"embedded": _embedded, "verl": _verl}
+
+
+def get_backend(name: str):
+    if name not in BACKENDS:
+        raise SystemExit(f"unknown training backend {name!r}; expected one of {sorted(BACKENDS)}")
+    return BACKENDS[name]()

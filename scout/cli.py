@@ -1,0 +1,122 @@
+"""The ``scout`` command: one subcommand per workflow stage. Rules call these with a JSON spec
+resolved by ``scout.grid``, so every job's full configuration is visible in its params."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _spec(text: str) -> dict:
+    """A JSON object, given inline or as @file."""
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"scout: --spec is not valid JSON: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise SystemExit("scout: --spec must be a JSON object")
+    return spec
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_check_config(args) -> int:
+    from scout import config, grid
+
+    cfg = config.load(args.config)
+    cells = grid.cells(cfg)
+    units = grid.eval_units(cfg)
+    print(f"{args.config}: valid ({cfg['world']} world): {len(cells)} training cells, {len(units)} evaluations")
+    return 0
+
+
+def cmd_toy_data(args) -> int:
+    from scout.toy.world import build_data
+
+    counts = build_data(_spec(args.spec), args.out)
+    _log(", ".join(f"{k}: {v} rows" for k, v in counts.items()))
+    return 0
+
+
+def cmd_toy_tokenizer(args) -> int:
+    from scout.toy.world import build_tokenizer_files
+
+    _log(f"toy tokenizer: {build_tokenizer_files(args.out)} tokens -> {args.out}")
+    return 0
+
+
+def cmd_toy_pretrain(args) -> int:
+    from scout.toy.world import pretrain
+
+    spec = _spec(args.spec)
+    info = pretrain(spec["arch"], spec["tokenizer"], spec["data"], args.out, spec.get("seed", 0), log=_log)
+    _log(json.dumps(info))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from scout.backends import get_backend
+
+    spec = _spec(args.spec)
+    get_backend(spec["backend"]).train(spec, args.out, log=_log)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from scout.evaluate import evaluate
+
+    evaluate(_spec(args.spec), args.out, engine=args.engine, log=_log)
+    return 0
+
+
+def cmd_aggregate(args) -> int:
+    from scout.aggregate import summarize
+
+    runs, methods = summarize(args.records, args.out)
+    _log(f"{len(runs)} run rows, {len(methods)} method rows -> {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scout", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("check-config", help="validate a config file and count its grid")
+    s.add_argument("config")
+    s.set_defaults(func=cmd_check_config)
+    for name, func, help_ in [
+        ("toy-data", cmd_toy_data, "write the toy train splits and benchmarks"),
+        ("toy-pretrain", cmd_toy_pretrain, "train a tiny model from scratch on worked solutions"),
+        ("train", cmd_train, "train one cell (or prepare a teacher)"),
+        ("evaluate", cmd_evaluate, "evaluate one checkpoint on its domain's benchmarks"),
+    ]:
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--spec", required=True, help="JSON object or @file")
+        s.add_argument("--out", required=True)
+        if name == "evaluate":
+            s.add_argument("--engine", default="transformers")
+        s.set_defaults(func=func)
+    s = sub.add_parser("toy-tokenizer", help="write the toy tokenizer")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_toy_tokenizer)
+    s = sub.add_parser("aggregate", help="summarise evaluation records into CSV tables")
+    s.add_argument("--out", required=True)
+    s.add_argument("records", nargs="+")
+    s.set_defaults(func=cmd_aggregate)
+    args = p.parse_args(argv)
+    from scout.config import ConfigError
+
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"scout: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

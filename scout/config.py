@@ -1,0 +1,108 @@
+"""Load and validate the pipeline configuration: the JSON schema first, then cross-references.
+
+Every problem is reported in one message naming the offending key and what was expected, before
+any job starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from scout.methods import METHODS
+
+SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message says where and what was expected."""
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _schema_errors(config: dict) -> list[str]:
+    schema = yaml.safe_load(SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    out = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        if err.validator == "additionalProperties":
+            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
+            out.append(f"{_where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}")
+        elif err.validator == "oneOf" and isinstance(err.instance, dict):
+            sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
+            out.append(f"{_where(err.absolute_path)}: {sub.message if sub else err.message}")
+        else:
+            out.append(f"{_where(err.absolute_path)}: {err.message}")
+    return out
+
+
+def _reference_errors(config: dict) -> list[str]:
+    errs = []
+    models, settings, benches = config["models"], config["settings"], config["benchmarks"]
+    data = set(config.get("datasets", {})) | set(config.get("toy", {}).get("splits", {}))
+    for name, spec in models.items():
+        kinds = [k for k in ("hub", "toy", "prepare") if k in spec]
+        if len(kinds) != 1:
+            errs.append(f"models.{name}: needs exactly one of hub, toy, prepare (got {kinds or 'none'})")
+        if "prepare" in spec:
+            if spec["prepare"]["base"] not in models:
+                errs.append(f"models.{name}.prepare.base: unknown model {spec['prepare']['base']!r}")
+            if spec["prepare"]["data"] not in data:
+                errs.append(f"models.{name}.prepare.data: unknown dataset {spec['prepare']['data']!r}")
+    for name, s in settings.items():
+        for role in ("teacher", "student"):
+            if s[role] not in models:
+                errs.append(f"settings.{name}.{role}: unknown model {s[role]!r}; expected one of {sorted(models)}")
+        if s["train_data"] not in data:
+            errs.append(f"settings.{name}.train_data: unknown dataset {s['train_data']!r}; expected one of {sorted(data)}")
+        if not any(b["domain"] == s["domain"] for b in benches.values()):
+            errs.append(f"settings.{name}.domain: no benchmark of domain {s['domain']!r}")
+        for m in s.get("overrides", {}):
+            if m not in config["methods"]:
+                errs.append(f"settings.{name}.overrides.{m}: unknown method section; expected one of {sorted(config['methods'])}")
+    for exp, e in config["experiments"].items():
+        for i, s in enumerate(e["settings"]):
+            if s not in settings:
+                errs.append(f"experiments.{exp}.settings[{i}]: unknown setting {s!r}; expected one of {sorted(settings)}")
+        for i, m in enumerate(e["methods"]):
+            mid = m if isinstance(m, str) else m["method"]
+            if mid not in METHODS:
+                errs.append(f"experiments.{exp}.methods[{i}]: unknown method {mid!r}; expected one of {sorted(METHODS)}")
+            elif isinstance(m, dict) and "interval" in m and not METHODS[mid].trains_teacher:
+                errs.append(f"experiments.{exp}.methods[{i}].interval: method {mid!r} has no teacher updates")
+    if config["world"] == "toy":
+        if "toy" not in config:
+            errs.append("toy: required when world is 'toy'")
+        for name, b in benches.items():
+            if "toy" not in b:
+                errs.append(f"benchmarks.{name}.toy: required when world is 'toy' (generator settings)")
+        if config["backend"] != "embedded":
+            errs.append("backend: the toy world trains with the 'embedded' backend")
+    return errs
+
+
+def validate(config: dict) -> dict:
+    """Raise ConfigError listing every problem; return the config unchanged when it is valid."""
+    if not isinstance(config, dict):
+        raise ConfigError("configuration: expected a mapping at the top level")
+    errs = _schema_errors(config)
+    if not errs:
+        errs = _reference_errors(config)
+    if errs:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+    return config
+
+
+def load(path: str | Path) -> dict:
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return validate(config)

@@ -1,0 +1,244 @@
+"""Causal-LM plumbing for the embedded backend: loading, incremental sampling, Relay rollouts and
+per-token log-probs. Plain torch + transformers, so it runs on the CPU or one GPU alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from scout import algorithms as alg
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def load_model(path: str | Path, device: torch.device) -> torch.nn.Module:
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return model.to(device)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict]) -> list[int]:
+    """Token ids of a prompt rendered with the model's own chat template."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+class Decoder:
+    """Incremental decoding with a KV cache over a left-padded batch of prompts."""
+
+    def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int):
+        self.model = model
+        device = next(model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, device=device)
+            mask[i, width - len(p) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        self.mask, self.cache = mask, out.past_key_values
+        self.next_pos = pos[:, -1] + 1
+        self.logits = out.logits[:, -1].float()
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.mask,
+            position_ids=self.next_pos.unsqueeze(1),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + 1
+        self.logits = out.logits[:, -1].float()
+        return self.logits
+
+
+def sample_from_logits(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+) -> torch.Tensor:
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+
+
+@dataclass
+class Sampling:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+    max_new_tokens: list[int] | None = None,
+) -> list[list[int]]:
+    """Sample one response per prompt; a response ends with EOS or at its token budget
+    (``max_new_tokens`` per prompt overrides the common budget, as SCOUT continuations need)."""
+    budgets = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
+    out: list[list[int]] = [[] for _ in prompts]
+    done = [b <= 0 for b in budgets]
+    if all(done):
+        return out
+    dec = Decoder(model, prompts, pad_id)
+    for _ in range(max(budgets)):
+        tok = sample_from_logits(dec.logits, sampling.temperature, sampling.top_p, generator)
+        for i, t in enumerate(tok.tolist()):
+            if not done[i]:
+                out[i].append(t)
+                done[i] = t == eos_id or len(out[i]) >= budgets[i]
+        if all(done):
+            break
+        dec.step(torch.where(torch.tensor(done, device=tok.device), torch.full_like(tok, pad_id), tok))
+    return out
+
+
+@dataclass
+class RelayConfig:
+    max_legs: int = 2
+    max_paragraphs: int = 3
+    max_leg_tokens: int = 256
+    student_topk: int = 5
+
+
+@dataclass
+class RelayResult:
+    responses: list[list[int]]
+    teacher_owned: list[list[int]] = field(default_factory=list)
+    triggers: int = 0
+
+
+def vocab_flags(tokenizer: PreTrainedTokenizerBase, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token tables: is it a reflection word, does it contain a blank line."""
+    words = alg.reflection_variants()
+    reflect = torch.zeros(size, dtype=torch.bool)
+    blank = torch.zeros(size, dtype=torch.bool)
+    for i in range(min(size, len(tokenizer))):
+        text = tokenizer.decode([i])
+        reflect[i] = text in words
+        blank[i] = "\n\n" in text
+    return reflect, blank
+
+
+@torch.no_grad()
+def relay_sample(
+    student: torch.nn.Module,
+    teacher: torch.nn.Module,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    cfg: RelayConfig,
+    reflect: torch.Tensor,
+    blank: torch.Tensor,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> RelayResult:
+    """Student rollout in which the teacher takes over at reflection points (Relay-OPD)."""
+    n = len(prompts)
+    sdec, tdec = Decoder(student, prompts, pad_id), Decoder(teacher, prompts, pad_id)
+    res = RelayResult([[] for _ in range(n)], [[] for _ in range(n)])
+    done = [False] * n
+    teacher_mode, legs, leg_tokens, paragraphs = [False] * n, [0] * n, [0] * n, [0] * n
+    for _ in range(sampling.max_new_tokens):
+        s_tok = sample_from_logits(sdec.logits, sampling.temperature, sampling.top_p, generator).cpu()
+        t_tok = sample_from_logits(tdec.logits, sampling.temperature, sampling.top_p, generator).cpu()
+        t_arg = tdec.logits.argmax(-1).cpu()
+        s_top = sdec.logits.topk(min(cfg.student_topk, sdec.logits.shape[-1]), dim=-1).indices.cpu()
+        fire = alg.relay_trigger(t_arg, s_tok, s_top, reflect)
+        emitted = []
+        for i in range(n):
+            if done[i]:
+                emitted.append(pad_id)
+                continue
+            if teacher_mode[i]:
+                tok, owned = int(t_tok[i]), 1
+            elif bool(fire[i]) and legs[i] < cfg.max_legs:
+                tok, owned = int(t_arg[i]), 1
+                teacher_mode[i], leg_tokens[i], paragraphs[i] = True, 0, 0
+                res.triggers += 1
+            else:
+                tok, owned = int(s_tok[i]), 0
+            res.responses[i].append(tok)
+            res.teacher_owned[i].append(owned)
+            if teacher_mode[i]:
+                leg_tokens[i] += 1
+                paragraphs[i] += int(blank[tok])
+                if alg.relay_leg_done(paragraphs[i], leg_tokens[i], cfg.max_paragraphs, cfg.max_leg_tokens):
+                    teacher_mode[i] = False
+                    legs[i] += 1
+                    if legs[i] >= cfg.max_legs:
+                        done[i] = True
+            if tok == eos_id:
+                done[i] = True
+            emitted.append(tok)
+        if all(done):
+            break
+        step = torch.tensor(emitted, device=sdec.logits.device)
+        sdec.step(step)
+        tdec.step(step)
+    return res
+
+
+def pad_batch(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Right-padded prompt+response ids, attention mask, response mask [B, T] and the response
+    offset: response token j of row i sits at input position len(prompt_i) + j."""
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    t_max = max(1, max(len(r) for r in responses))
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    rmask = torch.zeros((len(prompts), t_max))
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        seq = p + r
+        ids[i, : len(seq)] = torch.tensor(seq)
+        att[i, : len(seq)] = 1
+        rmask[i, : len(r)] = 1
+    return ids.to(device), att.to(device), rmask.to(device), t_max
+
+
+def response_logits(
+    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Logits predicting each response token [B, T, V], the tokens [B, T] and the mask [B, T]."""
+    device = next(model.parameters()).device
+    ids, att, rmask, t_max = pad_batch(prompts, responses, pad_id, device)
+    logits = model(input_ids=ids, attention_mask=att).logits.float()
+    idx = torch.stack(
+        [torch.arange(len(p) - 1, len(p) - 1 + t_max, device=device).clamp(max=ids.shape[1] - 1) for p in prompts]
+    )
+    gathered = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    tokens = torch.zeros((len(prompts), t_max), dtype=torch.long, device=device)
+    for i, r in enumerate(responses):
+        if r:
+            tokens[i, : len(r)] = torch.tensor(r, device=device)
+    return gathered, tokens, rmask
+
+
+def token_logp(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

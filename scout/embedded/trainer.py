@@ -1,0 +1,365 @@
+"""The embedded training backend: every method of ``scout.methods`` in one process.
+
+A step is rollout -> scoring -> one clipped policy-gradient update (the paper's PPO mini-batch
+equals its global batch and it runs one PPO epoch, so old log-probs equal the current ones at the
+update). SCOUT adds a teacher phase every ``interval`` steps. Randomness is drawn from a generator
+seeded by (seed, step), and checkpoints hold model and optimizer states, so a resumed run repeats
+an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from scout import algorithms as alg
+from scout.embedded import lm
+from scout.grading import Grader
+from scout.methods import METHODS, Method
+
+STATE_FILE = "trainer_state.pt"
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@dataclass
+class Models:
+    """The trainable student, its frozen reference, and (for distillation) the teacher."""
+
+    student: torch.nn.Module
+    student_opt: torch.optim.Optimizer
+    ref: torch.nn.Module | None = None
+    teacher: torch.nn.Module | None = None
+    teacher_opt: torch.optim.Optimizer | None = None
+    teacher_ref: torch.nn.Module | None = None
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    budget: alg.BudgetState | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _frozen(model: torch.nn.Module) -> torch.nn.Module:
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.0)
+
+
+class Trainer:
+    def __init__(self, spec: dict, out_dir: str | Path, device: str = "auto"):
+        self.spec, self.out = spec, Path(out_dir)
+        self.method: Method = METHODS[spec["method"]]
+        torch.set_num_threads(spec.get("threads", 1))
+        self.device = lm.pick_device(device)
+        self.tok = lm.load_tokenizer(spec["student"])
+        self.eos, self.pad = self.tok.eos_token_id, self.tok.pad_token_id
+        self.rows = read_jsonl(spec["train_data"])
+        if not self.rows:
+            raise ValueError(f"{spec['train_data']}: no training rows")
+        torch.manual_seed(spec["seed"])
+        student = lm.load_model(spec["student"], self.device).train()
+        self.models = Models(student, _adamw(student, spec["lr"]))
+        if spec["kl_beta"] > 0:
+            self.models.ref = _frozen(student)
+        if self.method.needs_teacher:
+            teacher = lm.load_model(spec["teacher"], self.device)
+            if self.method.trains_teacher:
+                self.models.teacher = teacher.train()
+                self.models.teacher_opt = _adamw(teacher, spec["method_cfg"]["scout"]["teacher_lr"])
+                self.models.teacher_ref = _frozen(teacher)
+            else:
+                self.models.teacher = _frozen(teacher)
+        self.progress = Progress()
+        if self.method.budget == "prune":
+            self.progress.budget = alg.BudgetState(spec["method_cfg"]["prune_opd"]["budget"]["initial"])
+        if self.method.rollout == "relay":
+            size = student.get_output_embeddings().weight.shape[0]
+            self.reflect, self.blank = lm.vocab_flags(self.tok, size)
+        self.grader = Grader()
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # -- data --------------------------------------------------------------------------------------
+
+    def batch_rows(self, step: int) -> list[dict]:
+        """Rows of a step: epoch-wise permutations of the data, seeded by (seed, epoch)."""
+        bs, per_epoch = self.spec["batch_size"], self.spec["steps_per_epoch"]
+        epoch, offset = divmod(step, per_epoch)
+        order = list(range(len(self.rows)))
+        random.Random(f"{self.spec['seed']}:{epoch}").shuffle(order)
+        start = (offset * bs) % len(order)
+        idx = [order[(start + i) % len(order)] for i in range(bs)]
+        return [self.rows[i] for i in idx]
+
+    def prompt_ids(self, row: dict) -> list[int]:
+        key = row["id"]
+        if key not in self._prompt_cache:
+            ids = lm.prompt_ids(self.tok, row["prompt"])
+            self._prompt_cache[key] = ids[-self.spec["max_prompt_length"] :]
+        return self._prompt_cache[key]
+
+    def generator(self, step: int, phase: int = 0) -> torch.Generator:
+        return torch.Generator().manual_seed(self.spec["seed"] * 1_000_003 + step * 7 + phase)
+
+    def sampling(self, max_new: int | None = None) -> lm.Sampling:
+        return lm.Sampling(max_new or self.spec["max_response_length"], self.spec["temperature"], self.spec["top_p"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode([t for t in ids if t != self.eos], skip_special_tokens=False)
+
+    # -- one student step ----------------------------------------------------------------------------
+
+    def student_step(self, step: int) -> dict:
+        m, spec, models = self.method, self.spec, self.models
+        rows = self.batch_rows(step)
+        n = spec["n"]
+        prompts = [self.prompt_ids(r) for r in rows for _ in range(n)]
+        prow = [r for r in rows for _ in range(n)]
+        g = self.generator(step)
+        budget = spec["max_response_length"]
+        if m.budget == "esr":
+            budget = spec["method_cfg"]["esr"]["max_tokens"]
+        elif m.budget == "prune":
+            budget = self.progress.budget.length
+        metrics: dict = {"response_budget": budget}
+        models.student.eval()
+        if m.rollout == "relay":
+            rc = spec["method_cfg"]["relay_opd"]
+            relay = lm.relay_sample(
+                models.student, models.teacher, prompts, self.sampling(budget),
+                lm.RelayConfig(rc["max_legs"], rc["max_paragraphs"], rc["max_leg_tokens"], rc["student_topk"]),
+                self.reflect, self.blank, self.eos, self.pad, g,
+            )
+            responses = relay.responses
+            owned = sum(map(sum, relay.teacher_owned))
+            metrics.update(relay_triggers=relay.triggers, teacher_token_frac=owned / max(1, sum(map(len, responses))))
+        else:
+            responses = lm.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
+        models.student.train()
+        texts = [self.decode(r) for r in responses]
+        rewards = self.grader.grade(texts, prow)
+        metrics["reward"] = sum(rewards) / len(rewards)
+        metrics["response_length"] = sum(map(len, responses)) / len(responses)
+
+        logits, tokens, mask = lm.response_logits(models.student, prompts, responses, self.pad)
+        logp = lm.token_logp(logits, tokens)
+        old_logp = logp.detach()
+        metrics["entropy"] = float(alg.masked_mean(alg.token_entropy(logits.detach()), mask))
+        extra_loss = torch.zeros(())
+        if m.student_loss == "grpo":
+            adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), n).to(self.device)
+            adv = adv.unsqueeze(1).expand_as(logp)
+        else:
+            with torch.no_grad():
+                t_logits, _, _ = lm.response_logits(models.teacher, prompts, responses, self.pad)
+            t_logp = lm.token_logp(t_logits, tokens)
+            adv = alg.k1_advantage(t_logp, old_logp)
+            metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
+            if m.budget == "prune":
+                adv, mask = self._prune(adv, mask, logits.detach(), t_logits, metrics)
+            if m.student_loss == "optr":
+                oc = spec["method_cfg"]["optr"]
+                trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
+                outliers = mask - trusted
+                metrics["optr_trusted_frac"] = float(trusted.sum() / mask.sum().clamp_min(1))
+                adv = adv * trusted
+                if oc["outlier"] == "topk_fkl":
+                    fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
+                    extra_loss = (fkl * outliers).sum() / mask.sum().clamp_min(1)
+        loss, clipfrac = alg.clipped_pg_loss(logp, old_logp, adv, mask, spec["clip"])
+        loss = loss + extra_loss
+        if models.ref is not None:
+            with torch.no_grad():
+                r_logits, _, _ = lm.response_logits(models.ref, prompts, responses, self.pad)
+            kl = alg.masked_mean(alg.kl_penalty(logp, lm.token_logp(r_logits, tokens)), mask)
+            loss = loss + spec["kl_beta"] * kl
+            metrics["kl"] = float(kl)
+        models.student_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(models.student.parameters(), 1.0))
+        models.student_opt.step()
+        metrics.update(loss=float(loss), clipfrac=float(clipfrac))
+        if m.trains_teacher and alg.is_teacher_step(step, spec["method_cfg"]["scout"]["interval"]):
+            metrics.update(self.teacher_step(step, rows, prompts[::n], responses[::n]))
+        return metrics
+
+    def _prune(self, adv, mask, s_logits, t_logits, metrics):
+        pc = self.spec["method_cfg"]["prune_opd"]
+        overlap = alg.topk_overlap(s_logits, t_logits, pc["topk"])
+        w = alg.prune_weights(overlap, mask, pc["tau"], pc["w_drop"])
+        effective = (w > 0).sum(dim=1).tolist()
+        b = pc["budget"]
+        self.progress.budget = alg.update_budget(
+            self.progress.budget, effective, hit_fraction=pc["hit_fraction"], margin=b["margin"],
+            step=b["step"], min_length=b["min"], max_length=b["max"], patience=b["patience"],
+        )
+        metrics["prune_overlap"] = float(alg.masked_mean(overlap, mask))
+        return adv * (w + pc["w_base"]) * mask, mask
+
+    # -- SCOUT's teacher phase -------------------------------------------------------------------------
+
+    def teacher_step(self, step: int, rows: list[dict], prompts: list[list[int]], responses: list[list[int]]) -> dict:
+        """GRPO on teacher continuations of student prefixes; loss on continuation tokens only."""
+        sc, models = self.spec["method_cfg"]["scout"], self.models
+        ratio = 0.0 if sc["prefix_zero"] else alg.prefix_ratio(step, self.spec["total_steps"], *sc["prefix_ratio"])
+        body = [r[:-1] if r and r[-1] == self.eos else r for r in responses]
+        ks = alg.split_points(torch.tensor([len(r) for r in body]), ratio).tolist()
+        k_cont = sc["k"]
+        cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks) for _ in range(k_cont)]
+        budgets = [self.spec["max_response_length"] - k for k in ks for _ in range(k_cont)]
+        models.teacher.eval()
+        conts = lm.sample(models.teacher, cont_prompts, self.sampling(), self.eos, self.pad, self.generator(step, 1), budgets)
+        models.teacher.train()
+        full = [body[i // k_cont][: ks[i // k_cont]] + conts[i] for i in range(len(conts))]
+        grp_rows = [r for r in rows for _ in range(k_cont)]
+        rewards = self.grader.grade([self.decode(f) for f in full], grp_rows)
+        adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), k_cont).to(self.device)
+        batch = teacher_batch(prompts, ks, full, k_cont)
+        logits, tokens, _ = lm.response_logits(models.teacher, batch["prompts"], batch["responses"], self.pad)
+        mask = batch["mask"][:, : tokens.shape[1]].to(self.device)
+        logp = lm.token_logp(logits, tokens)
+        adv_t = adv.unsqueeze(1).expand_as(logp)
+        loss, _ = alg.clipped_pg_loss(logp, logp.detach(), adv_t, mask, self.spec["clip"])
+        with torch.no_grad():
+            r_logits, _, _ = lm.response_logits(models.teacher_ref, batch["prompts"], batch["responses"], self.pad)
+        kl = alg.masked_mean(alg.kl_penalty(logp, lm.token_logp(r_logits, tokens)), mask)
+        loss = loss + sc["kl_beta"] * kl
+        models.teacher_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(models.teacher.parameters(), 1.0)
+        models.teacher_opt.step()
+        return {
+            "teacher_update": 1,
+            "teacher_prefix_ratio": ratio,
+            "teacher_reward": sum(rewards) / len(rewards),
+            "teacher_loss": float(loss),
+            "teacher_kl": float(kl),
+            "teacher_cont_length": sum(map(len, conts)) / max(1, len(conts)),
+        }
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> None:
+        step = self.progress.step
+        ck = self.out / "checkpoints"
+        tmp = ck / f"step_{step}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        m = self.models
+        state = {
+            "progress": {"step": step, "budget": asdict(self.progress.budget) if self.progress.budget else None},
+            "student": m.student.state_dict(),
+            "student_opt": m.student_opt.state_dict(),
+        }
+        if m.teacher_opt is not None:
+            state["teacher"] = m.teacher.state_dict()
+            state["teacher_opt"] = m.teacher_opt.state_dict()
+        torch.save(state, tmp / STATE_FILE)
+        tmp.rename(ck / f"step_{step}")
+        for old in sorted(ck.glob("step_*"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))[:-1]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def try_resume(self) -> bool:
+        done = sorted((self.out / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name.split("_")[1]))
+        if not done:
+            return False
+        state = torch.load(done[-1] / STATE_FILE, weights_only=False)
+        m = self.models
+        m.student.load_state_dict(state["student"])
+        m.student_opt.load_state_dict(state["student_opt"])
+        if "teacher" in state:
+            m.teacher.load_state_dict(state["teacher"])
+            m.teacher_opt.load_state_dict(state["teacher_opt"])
+        p = state["progress"]
+        self.progress.step = p["step"]
+        if p["budget"]:
+            self.progress.budget = alg.BudgetState(**p["budget"])
+        return True
+
+    def export(self, name: str) -> None:
+        """Save the student (and a trained teacher) in Hugging Face format for evaluation."""
+        for who, model in (("", self.models.student), ("-teacher", self.models.teacher if self.method.trains_teacher else None)):
+            if model is None:
+                continue
+            target = self.out / "model" / f"{name}{who}"
+            model.save_pretrained(str(target))
+            self.tok.save_pretrained(str(target))
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def run(self, log=print) -> dict:
+        self.out.mkdir(parents=True, exist_ok=True)
+        metrics_path = self.out / "metrics.jsonl"
+        resumed = self.try_resume()
+        start = self.progress.step
+        lines = read_jsonl(metrics_path) if metrics_path.exists() else []
+        with open(metrics_path, "w") as fh:
+            for line in lines:
+                if line["step"] < start:
+                    fh.write(json.dumps(line) + "\n")
+        if resumed:
+            log(f"resumed from step {start}")
+        total, every = self.spec["total_steps"], self.spec.get("eval_every")
+        t0 = time.perf_counter()
+        try:
+            for step in range(start, total):
+                ts = time.perf_counter()
+                metrics = {"step": step + 1, **self.student_step(step)}
+                metrics["step_seconds"] = time.perf_counter() - ts
+                self.progress.step = step + 1
+                with open(metrics_path, "a") as fh:
+                    fh.write(json.dumps(metrics) + "\n")
+                if every and (step + 1) % every == 0 and step + 1 < total:
+                    self.export(f"step{step + 1}")
+                if (step + 1) % self.spec["save_every"] == 0 or step + 1 == total:
+                    self.save_checkpoint()
+                log(
+                    f"[{self.spec['setting']}/{self.spec['variant']}/s{self.spec['seed']}] step {step + 1}/{total} "
+                    f"loss {metrics['loss']:+.4f} reward {metrics['reward']:.3f} ({metrics['step_seconds']:.2f}s)"
+                )
+        finally:
+            self.grader.close()
+        self.export("final")
+        summary = {
+            "spec": self.spec,
+            "steps": total,
+            "resumed_from": start if resumed else None,
+            "seconds": time.perf_counter() - t0,
+            "device": str(self.device),
+        }
+        (self.out / "train.json").write_text(json.dumps(summary, indent=1))
+        return summary
+
+
+def teacher_batch(prompts: list[list[int]], ks: list[int], full: list[list[int]], group: int) -> dict:
+    """Teacher-phase batch in the layout verl uses: response = student prefix + continuation,
+    with a loss mask that is 1 on continuation tokens only."""
+    rep_prompts = [p for p in prompts for _ in range(group)]
+    rep_k = torch.tensor([k for k in ks for _ in range(group)])
+    lengths = torch.tensor([len(f) for f in full])
+    width = max(1, int(lengths.max()))
+    return {
+        "prompts": rep_prompts,
+        "responses": full,
+        "mask": alg.continuation_mask(rep_k, lengths, width),
+    }
+
+
+def train(spec: dict, out_dir: str | Path, device: str = "auto", log=print) -> dict:
+    return Trainer(spec, out_dir, device).run(log=log)

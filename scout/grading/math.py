@@ -1,0 +1,98 @@
+"""Math grading on math-verify: gold parsed first, the last boxed answer of the response wins.
+
+math-verify's own timeouts use signals, which only work in a process's main thread, so items are
+graded in worker processes; a worker that overruns its per-item deadline anyway is killed and the
+item counts as wrong, so one pathological answer never stalls or stops a job.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Sequence
+
+THINK_END = "</think>"
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none."""
+    best = None
+    for macro in ("\\boxed", "\\fbox"):
+        start = text.rfind(macro + "{")
+        if start < 0 or (best is not None and start < best[0]):
+            continue
+        depth, i = 0, start + len(macro)
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    best = (start, text[i + 1 : j])
+                    break
+    return None if best is None else best[1]
+
+
+def grade_one(response: str, gold: str, timeout: int = 5) -> bool:
+    """True when the last boxed answer of ``response`` equals ``gold`` by math-verify."""
+    from math_verify import parse, verify
+
+    if THINK_END in response:
+        response = response.split(THINK_END)[-1]
+    answer = last_boxed(response)
+    if answer is None or not answer.strip():
+        return False
+    gold_parsed = parse(f"${gold}$", parsing_timeout=timeout)
+    if not gold_parsed:
+        gold_parsed = parse(gold, parsing_timeout=timeout)
+    pred = parse(f"$\\boxed{{{answer}}}$", parsing_timeout=timeout)
+    if not gold_parsed or not pred:
+        return False
+    return bool(verify(gold_parsed, pred, timeout_seconds=timeout))
+
+
+def _grade_item(item: tuple[str, str, int]) -> bool:
+    try:
+        return grade_one(*item)
+    except Exception:  # noqa: BLE001 - any failure of the verifier is a wrong answer, not a crash
+        return False
+
+
+class MathGrader:
+    """A small pool of grading processes with a hard per-item deadline."""
+
+    def __init__(self, workers: int = 1, item_timeout: int = 5, deadline: float = 20.0):
+        self.workers, self.item_timeout, self.deadline = workers, item_timeout, deadline
+        self._ctx = mp.get_context("fork")
+        self._pool = None
+
+    def _start(self):
+        import math_verify  # noqa: F401 - imported before forking so workers start warm
+
+        self._pool = self._ctx.Pool(self.workers)
+
+    def grade(self, responses: Sequence[str], golds: Sequence[str]) -> list[bool]:
+        items = [(r, g, self.item_timeout) for r, g in zip(responses, golds, strict=True)]
+        verdicts: list[bool] = []
+        while len(verdicts) < len(items):
+            if self._pool is None:
+                self._start()
+            it = self._pool.imap(_grade_item, items[len(verdicts) :])
+            try:
+                for _ in range(len(items) - len(verdicts)):
+                    verdicts.append(bool(it.next(timeout=self.deadline)))
+            except mp.TimeoutError:
+                verdicts.append(False)
+                self.close()
+        return verdicts
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> MathGrader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,270 @@
+"""Config -> the list of experiment cells, their resolved specs, and where their outputs live.
+
+The Snakefile's targets, the workflow rules and the aggregation all read this one module, so a
+cell exists in exactly one place.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+from scout.algorithms import scaled_teacher_lr
+from scout.config import ConfigError
+from scout.methods import METHODS
+
+BASE_VARIANTS = ("base-student", "base-teacher")
+_OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run: setting x variant (a method with overrides) x seed."""
+
+    setting: str
+    variant: str
+    method: str
+    seed: int
+    overrides: tuple[tuple[str, object], ...] = ()
+    experiments: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.setting}/{self.variant}/s{self.seed}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Paths (relative to the working directory; `results` is the config's output folder)
+# ------------------------------------------------------------------------------------------------
+
+
+def train_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
+    return f"{config.get('results', 'results')}/train/{setting}/{variant}/s{seed}"
+
+
+def eval_dir(config: dict, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
+    return f"{config.get('results', 'results')}/eval/{setting}/{variant}/s{seed}/{ckpt}"
+
+
+def data_path(config: dict, name: str) -> str:
+    folder = "toy/data" if config["world"] == "toy" else "data"
+    return f"{config.get('results', 'results')}/{folder}/{name}.jsonl"
+
+
+def model_path(config: dict, model_id: str) -> str:
+    """Where a model is loaded from: a hub id, a toy model folder, or a prepared teacher."""
+    spec = config["models"][model_id]
+    res = config.get("results", "results")
+    if "hub" in spec:
+        return spec["hub"]
+    if "toy" in spec:
+        return f"{res}/toy/models/{model_id}"
+    return f"{res}/teachers/{model_id}/model/final"
+
+
+def model_inputs(config: dict, model_id: str) -> list[str]:
+    """Files the DAG must build before a model can be used (none for hub models)."""
+    spec = config["models"][model_id]
+    res = config.get("results", "results")
+    if "toy" in spec:
+        return [f"{res}/toy/models/{model_id}/model.safetensors"]
+    if "prepare" in spec:
+        return [f"{res}/teachers/{model_id}/train.json"]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------
+# Cells
+# ------------------------------------------------------------------------------------------------
+
+
+def cells(config: dict) -> list[Cell]:
+    """Every training cell of every experiment; a cell named by two experiments appears once
+    (and must be defined identically in both)."""
+    found: dict[tuple[str, str, int], Cell] = {}
+    for exp_name, exp in config["experiments"].items():
+        for entry in exp["methods"]:
+            if isinstance(entry, str):
+                entry = {"name": entry, "method": entry}
+            overrides = tuple(sorted((k, entry[k]) for k in _OVERRIDE_KEYS if k in entry))
+            for setting in exp["settings"]:
+                for seed in entry.get("seeds", exp["seeds"]):
+                    cell = Cell(setting, entry["name"], entry["method"], seed, overrides, (exp_name,))
+                    key = (setting, entry["name"], seed)
+                    if key in found:
+                        old = found[key]
+                        if (old.method, old.overrides) != (cell.method, cell.overrides):
+                            raise ConfigError(
+                                f"experiments.{exp_name}: variant {entry['name']!r} of setting {setting!r} is "
+                                f"defined differently in experiments {old.experiments[0]!r} and {exp_name!r}"
+                            )
+                        cell = Cell(**{**old.__dict__, "experiments": old.experiments + (exp_name,)})
+                    found[key] = cell
+    return list(found.values())
+
+
+def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
+    for c in cells(config):
+        if (c.setting, c.variant, c.seed) == (setting, variant, int(seed)):
+            return c
+    raise ConfigError(f"no cell {setting}/{variant}/s{seed} in the configured experiments")
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _steps_per_epoch(config: dict, data: str, batch: int) -> int:
+    if "steps" in config["training"]:
+        return config["training"]["steps"]
+    rows = config.get("datasets", {}).get(data, {}).get("rows") or config["toy"]["splits"][data]["rows"]
+    return math.ceil(rows / batch)
+
+
+def cell_spec(config: dict, cell: Cell) -> dict:
+    """Everything a backend needs to train one cell, fully resolved (no further config lookups)."""
+    setting = config["settings"][cell.setting]
+    method = METHODS[cell.method]
+    tr = config["training"]
+    over = dict(cell.overrides)
+    epochs = over.get("epochs", setting.get("epochs", 1))
+    steps_per_epoch = _steps_per_epoch(config, setting["train_data"], tr["batch_size"])
+    grpo = method.student_loss == "grpo"
+    spec = {
+        "kind": "train",
+        "world": config["world"],
+        "backend": config["backend"],
+        "setting": cell.setting,
+        "variant": cell.variant,
+        "method": cell.method,
+        "seed": cell.seed,
+        "domain": setting["domain"],
+        "student": model_path(config, setting["student"]),
+        "teacher": model_path(config, setting["teacher"]) if method.needs_teacher else None,
+        "train_data": data_path(config, setting["train_data"]),
+        "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "total_steps": epochs * steps_per_epoch,
+        "batch_size": tr["batch_size"],
+        "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
+        "ppo_epochs": tr.get("ppo_epochs", 1),
+        "n": tr["grpo"]["n"] if grpo else tr.get("n", 1),
+        "lr": over.get("student_lr", tr["grpo"]["lr"] if grpo else setting["student_lr"]),
+        "kl_beta": tr["grpo"]["kl_beta"] if grpo else 0.0,
+        "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
+        "max_response_length": tr["max_response_length"],
+        "temperature": tr["temperature"],
+        "top_p": tr["top_p"],
+        "clip": tr["clip"],
+        "save_every": tr["save_every"],
+        "eval_every": over.get("eval_every"),
+        "threads": tr.get("threads", 1),
+        "method_cfg": {},
+    }
+    sections = {"esr": "esr", "prune": "prune_opd"}
+    wanted = [sections[method.budget]] if method.budget in sections else []
+    wanted += ["relay_opd"] if method.rollout == "relay" else []
+    wanted += ["optr"] if method.student_loss == "optr" else []
+    wanted += ["scout"] if method.trains_teacher else []
+    for name in wanted:
+        sec = _deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
+        spec["method_cfg"][name] = sec
+    if method.trains_teacher:
+        sc = spec["method_cfg"]["scout"]
+        sc["interval"] = over.get("interval", sc["interval"])
+        sc["prefix_zero"] = method.teacher_phase == "prefix0"
+        sc["teacher_lr"] = over.get("teacher_lr", scaled_teacher_lr(setting["teacher_lr"], sc["interval"]))
+    return spec
+
+
+def teacher_prep_spec(config: dict, model_id: str) -> dict:
+    """The GRPO run that prepares a teacher (Qwen3-8B-DAPO, or its toy mirror)."""
+    prep = config["models"][model_id]["prepare"]
+    tr = config["training"]
+    steps = prep.get("steps") or _steps_per_epoch({**config, "training": {}}, prep["data"], prep["batch"])
+    return {
+        "kind": "teacher_prep",
+        "world": config["world"],
+        "backend": config["backend"],
+        "setting": model_id,
+        "variant": "prepare",
+        "method": "grpo",
+        "seed": 1,
+        "domain": (config.get("datasets", {}).get(prep["data"]) or config["toy"]["splits"][prep["data"]])["domain"],
+        "student": model_path(config, prep["base"]),
+        "teacher": None,
+        "train_data": data_path(config, prep["data"]),
+        "epochs": prep["epochs"],
+        "steps_per_epoch": steps,
+        "total_steps": prep["epochs"] * steps,
+        "batch_size": prep["batch"],
+        "mini_batch_size": prep.get("mini_batch", prep["batch"]),
+        "ppo_epochs": 1,
+        "n": prep["n"],
+        "lr": prep["lr"],
+        "kl_beta": tr["grpo"]["kl_beta"],
+        "max_prompt_length": tr["max_prompt_length"],
+        "max_response_length": tr["max_response_length"],
+        "temperature": prep.get("temperature", tr["temperature"]),
+        "top_p": tr["top_p"],
+        "clip": tr["clip"],
+        "save_every": tr["save_every"],
+        "eval_every": None,
+        "threads": tr.get("threads", 1),
+        "method_cfg": {},
+    }
+
+
+def checkpoints(spec: dict) -> list[str]:
+    """Checkpoints that get evaluated: every ``eval_every`` steps (compute-matched runs) and final."""
+    every = spec.get("eval_every")
+    steps = range(every, spec["total_steps"], every) if every else []
+    return [f"step{s}" for s in steps] + ["final"]
+
+
+def benchmarks_for(config: dict, domain: str) -> list[str]:
+    return [b for b, spec in config["benchmarks"].items() if spec["domain"] == domain]
+
+
+def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """(setting, variant, seed, checkpoint) of every evaluation: trained cells and base rows."""
+    units = []
+    for setting in config["settings"]:
+        units += [(setting, v, "0", "final") for v in BASE_VARIANTS]
+    for cell in cells(config):
+        spec = cell_spec(config, cell)
+        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
+    return units
+
+
+def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
+    """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
+    s = config["settings"][setting]
+    if variant == "base-student":
+        model = model_path(config, s["student"])
+    elif variant == "base-teacher":
+        model = model_path(config, s["teacher"])
+    else:
+        model = f"{train_dir(config, setting, variant, seed)}/model/{ckpt}"
+    method = variant
+    if variant not in BASE_VARIANTS:
+        method = next(c.method for c in cells(config) if (c.setting, c.variant, str(c.seed)) == (setting, variant, str(seed)))
+    return {
+        "world": config["world"],
+        "setting": setting,
+        "variant": variant,
+        "method": method,
+        "seed": int(seed),
+        "checkpoint": ckpt,
+        "model": model,
+        "domain": s["domain"],
+        "benchmarks": {
+            b: {**config["benchmarks"][b], "path": data_path(config, b)} for b in benchmarks_for(config, s["domain"])
+        },
+        "sampling": dict(config["evaluation"]),
+        "threads": config["training"].get("threads", 1),
+    }

@@ -1,0 +1,107 @@
+"""Build the toy world: data files, the tokenizer, and tiny Qwen3 models trained from scratch."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from scout.embedded import lm
+from scout.toy.tasks import Split, generate_split
+from scout.toy.tokenizer import build_tokenizer
+
+
+def write_jsonl(path: str | Path, rows: list[dict]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    tmp.rename(path)
+
+
+def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
+    """Every train split and benchmark of the toy config; benchmarks exclude train prompts."""
+    seed = config["toy"]["seed"]
+    counts: dict[str, int] = {}
+    train_prompts: set[str] = set()
+    for name, s in config["toy"]["splits"].items():
+        rows = generate_split(Split(name, s["domain"], s["rows"], s["min_ops"], s["max_ops"]), seed)
+        train_prompts |= {r["prompt"] for r in rows}
+        write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
+        counts[name] = len(rows)
+    for name, b in config["benchmarks"].items():
+        split = Split(name, b["domain"], b["rows"], b["toy"]["min_ops"], b["toy"]["max_ops"], b["repeats"])
+        rows = generate_split(split, seed, exclude=train_prompts)
+        write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
+        counts[name] = len(rows)
+    return counts
+
+
+def build_model(arch: dict, tokenizer_dir: str | Path, seed: int) -> tuple[Qwen3ForCausalLM, object]:
+    tok = lm.load_tokenizer(tokenizer_dir)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=arch["hidden_size"],
+        num_hidden_layers=arch["layers"],
+        num_attention_heads=arch["heads"],
+        num_key_value_heads=arch["kv_heads"],
+        head_dim=arch["hidden_size"] // arch["heads"],
+        intermediate_size=arch["intermediate_size"],
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(cfg), tok
+
+
+def pretrain(
+    arch: dict, tokenizer_dir: str | Path, data_files: list[str], out_dir: str | Path, seed: int = 0, log=print
+) -> dict:
+    """Supervised training on worked solutions (loss on solution tokens only)."""
+    torch.set_num_threads(1)
+    model, tok = build_model(arch, tokenizer_dir, seed)
+    rows = [json.loads(line) for f in data_files for line in open(f)]
+    examples = []
+    for r in rows:
+        p = lm.prompt_ids(tok, r["prompt"])
+        examples.append((p, tok.encode(r["solution"], add_special_tokens=False) + [tok.eos_token_id]))
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=arch["lr"], weight_decay=0.01)
+    steps = arch["steps"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / steps))
+    model.train()
+    t0, losses = time.perf_counter(), []
+    for step in range(steps):
+        batch = [examples[rng.randrange(len(examples))] for _ in range(arch["batch"])]
+        logits, tokens, mask = lm.response_logits(model, [b[0] for b in batch], [b[1] for b in batch], tok.pad_token_id)
+        loss = -(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+        if (step + 1) % 50 == 0 or step + 1 == steps:
+            log(f"pretrain step {step + 1}/{steps} loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    model.save_pretrained(str(out_dir))
+    tok.save_pretrained(str(out_dir))
+    info = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": steps,
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "seconds": time.perf_counter() - t0,
+    }
+    (Path(out_dir) / "pretrain.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def build_tokenizer_files(out_dir: str | Path) -> int:
+    return len(build_tokenizer(out_dir))

@@ -1,0 +1,186 @@
+"""Every algorithm function against values worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from scout import algorithms as alg
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def test_masked_mean_is_token_mean_over_batch():
+    # (1 + 2 + 4) / 3 tokens; the padded 100 is ignored
+    assert alg.masked_mean(t([[1, 2], [4, 100]]), t([[1, 1], [1, 0]])).item() == pytest.approx(7 / 3)
+
+
+def test_k1_advantage_is_detached_log_ratio():
+    s = t([-1.0, -2.0]).requires_grad_()
+    adv = alg.k1_advantage(t([-0.5, -3.0]), s)
+    assert adv.tolist() == pytest.approx([0.5, -1.0])
+    assert not adv.requires_grad
+
+
+def test_clipped_pg_loss_by_hand():
+    # token 1: r = e^0.5 = 1.6487, A = +1 -> min(1.6487, 1.2) = 1.2
+    # token 2: r = e^-0.5 = 0.6065, A = -1 -> min(-0.6065, -0.8) = -0.8
+    # token 3: r = 1, A = 2 -> 2 ; loss = -(1.2 - 0.8 + 2) / 3 = -0.8
+    logp = t([[0.5, -0.5, 0.0]])
+    old = t([[0.0, 0.0, 0.0]])
+    loss, clipfrac = alg.clipped_pg_loss(logp, old, t([[1.0, -1.0, 2.0]]), t([[1, 1, 1]]), clip=0.2)
+    assert loss.item() == pytest.approx(-0.8, abs=1e-5)
+    assert clipfrac.item() == pytest.approx(2 / 3)
+
+
+def test_clipped_pg_loss_gradient_at_ratio_one_is_minus_advantage():
+    logp = t([[0.0, 0.0]]).requires_grad_()
+    loss, _ = alg.clipped_pg_loss(logp, logp.detach(), t([[3.0, -1.0]]), t([[1, 1]]))
+    loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.5, 0.5])
+
+
+def test_grpo_advantages_by_hand():
+    # group [1, 0, 1, 0]: mean .5, unbiased std sqrt(1/3)=0.57735 -> +-0.866
+    # group [1, 1, 1, 1]: std 0 -> all zero
+    adv = alg.grpo_advantages(t([1, 0, 1, 0, 1, 1, 1, 1]), group_size=4)
+    assert adv[:4].tolist() == pytest.approx([0.8660, -0.8660, 0.8660, -0.8660], abs=1e-3)
+    assert adv[4:].tolist() == pytest.approx([0, 0, 0, 0])
+
+
+def test_grpo_advantages_rejects_ragged_groups():
+    with pytest.raises(ValueError):
+        alg.grpo_advantages(t([1, 0, 1]), group_size=2)
+
+
+def test_kl_penalty_k3_by_hand():
+    # log(ref/pi) = -1: e^-1 - (-1) - 1 = 0.36788 ; equal policies give 0
+    kl = alg.kl_penalty(t([0.0, -0.3]), t([-1.0, -0.3]))
+    assert kl.tolist() == pytest.approx([math.exp(-1), 0.0], abs=1e-6)
+
+
+def test_prefix_ratio_linear_schedule():
+    assert alg.prefix_ratio(0, 11, 0.1, 0.9) == pytest.approx(0.1)
+    assert alg.prefix_ratio(5, 11, 0.1, 0.9) == pytest.approx(0.5)
+    assert alg.prefix_ratio(10, 11, 0.1, 0.9) == pytest.approx(0.9)
+    assert alg.prefix_ratio(0, 1, 0.2, 0.9) == pytest.approx(0.2)
+
+
+def test_split_points_floor():
+    # floor(0.5 * [10, 7, 1, 0]) = [5, 3, 0, 0]; ratio 0 is the prefix-0 control
+    assert alg.split_points(torch.tensor([10, 7, 1, 0]), 0.5).tolist() == [5, 3, 0, 0]
+    assert alg.split_points(torch.tensor([10, 7]), 0.0).tolist() == [0, 0]
+    assert alg.split_points(torch.tensor([10]), 0.3).tolist() == [3]
+
+
+def test_continuation_mask_covers_only_teacher_tokens():
+    m = alg.continuation_mask(torch.tensor([2, 0]), torch.tensor([4, 3]), width=5)
+    assert m.tolist() == [[0, 0, 1, 1, 0], [1, 1, 1, 0, 0]]
+
+
+def test_esr_mask_keeps_first_n():
+    assert alg.esr_mask(t([[1, 1, 1, 1], [1, 1, 0, 0]]), 3).tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
+
+
+def test_topk_overlap_by_hand():
+    s = t([[[5, 4, 3, 0, 0]]])  # top-3 = {0, 1, 2}
+    te = t([[[0, 9, 8, 7, 0]]])  # top-3 = {1, 2, 3}
+    assert alg.topk_overlap(s, te, 3).item() == pytest.approx(2 / 3)
+
+
+def test_prune_weights_by_hand():
+    # bad where overlap < 0.7: positions 1 and 3 -> cumulative [0,1,1,2,2]
+    overlap = t([[0.9, 0.5, 0.8, 0.1, 1.0]])
+    w = alg.prune_weights(overlap, t([[1, 1, 1, 1, 1]]), tau=0.7, w_drop=0.4)
+    assert w.tolist()[0] == pytest.approx([1.0, 0.6, 0.6, 0.2, 0.2])
+    # clamps at 0 and zeroes padding
+    w = alg.prune_weights(t([[0.0, 0.0, 0.0]]), t([[1, 1, 0]]), tau=0.7, w_drop=0.6)
+    assert w.tolist()[0] == pytest.approx([0.4, 0.0, 0.0])
+
+
+def test_budget_grows_when_enough_samples_reach_it():
+    s = alg.BudgetState(1024)
+    kw = dict(hit_fraction=0.1, margin=100, step=100, min_length=1024, max_length=1200, patience=3)
+    # 1 of 10 samples reaches 1024 - 100 = 924 -> fraction 0.1 >= h -> grow
+    s = alg.update_budget(s, [924] + [10] * 9, **kw)
+    assert s == alg.BudgetState(1124, 0)
+    s = alg.update_budget(s, [1100], **kw)  # grows, capped at max
+    assert s == alg.BudgetState(1200, 0)
+
+
+def test_budget_shrinks_after_patience_misses():
+    kw = dict(hit_fraction=0.5, margin=0, step=10, min_length=30, max_length=100, patience=3)
+    s = alg.BudgetState(50)
+    s = alg.update_budget(s, [10, 10], **kw)
+    assert s == alg.BudgetState(50, 1)
+    s = alg.update_budget(s, [10, 10], **kw)
+    assert s == alg.BudgetState(50, 2)
+    s = alg.update_budget(s, [10, 10], **kw)
+    assert s == alg.BudgetState(40, 0)
+    for _ in range(6):
+        s = alg.update_budget(s, [0], **kw)
+    assert s.length == 30  # floor at min
+
+
+def test_relay_trigger_rule():
+    reflect = torch.tensor([False, True, False, True, False, False, False, False])
+    # sample 0: teacher argmax 1 (reflection), student sampled 2, top-2 {2, 4} -> fires
+    # sample 1: teacher argmax 1 but student sampled 1 -> no
+    # sample 2: teacher argmax 3 in student top-2 -> no
+    # sample 3: teacher argmax 5 not a reflection word -> no
+    fire = alg.relay_trigger(
+        torch.tensor([1, 1, 3, 5]),
+        torch.tensor([2, 1, 0, 0]),
+        torch.tensor([[2, 4], [1, 0], [3, 0], [0, 2]]),
+        reflect,
+    )
+    assert fire.tolist() == [True, False, False, False]
+
+
+def test_relay_leg_done():
+    assert not alg.relay_leg_done(2, 100)
+    assert alg.relay_leg_done(3, 10)
+    assert alg.relay_leg_done(0, 256)
+
+
+def test_reflection_variants_include_case_and_space():
+    v = alg.reflection_variants(("Wait",))
+    assert {"Wait", " Wait", "wait", " wait", "WAIT", " WAIT"} <= v
+
+
+def test_optr_trust_and_mask():
+    p = alg.optr_trust(t([math.log(0.1), math.log(0.5), math.log(0.9)]), t([math.log(0.5)] * 3))
+    assert p.tolist() == pytest.approx([0.2, 1.0, 1.0], abs=1e-6)
+    assert alg.optr_mask(p, t([1, 1, 0]), threshold=0.25).tolist() == [0, 1, 0]
+
+
+def test_topk_forward_kl_by_hand():
+    te = torch.log(t([[0.7, 0.2, 0.1]]))
+    st = torch.log(t([[0.5, 0.25, 0.25]]))
+    # top-2 of teacher: 0.7*ln(0.7/0.5) + 0.2*ln(0.2/0.25)
+    want = 0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.25)
+    assert alg.topk_forward_kl(st, te, 2).item() == pytest.approx(want, abs=1e-5)
+
+
+def test_teacher_lr_scales_below_interval_ten():
+    assert alg.scaled_teacher_lr(5e-6, 5) == pytest.approx(2.5e-6)
+    assert alg.scaled_teacher_lr(5e-6, 1) == pytest.approx(5e-7)
+    assert alg.scaled_teacher_lr(5e-6, 10) == pytest.approx(5e-6)
+    assert alg.scaled_teacher_lr(5e-6, 20) == pytest.approx(5e-6)
+
+
+def test_teacher_step_every_f_student_steps():
+    assert [s for s in range(30) if alg.is_teacher_step(s, 10)] == [9, 19, 29]
+    assert [s for s in range(3) if alg.is_teacher_step(s, 1)] == [0, 1, 2]
+
+
+def test_sem_over_repeats():
+    # values 0.5, 0.7: sd = 0.141421, sem = 0.1
+    assert alg.sem([0.5, 0.7]) == pytest.approx(0.1)
+    assert alg.sem([0.4]) == 0.0
+
+
+def test_token_entropy_uniform():
+    assert alg.token_entropy(torch.zeros(1, 4)).item() == pytest.approx(math.log(4))

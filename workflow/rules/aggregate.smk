@@ -1,0 +1,14 @@
+# Aggregation: every evaluation record into per-run and per-method summary tables.
+
+
+rule aggregate:
+    input:
+        eval_records(),
+    output:
+        summary_files(),
+    params:
+        out=f"{RES}/summary",
+    log:
+        f"{RES}/logs/aggregate.log",
+    shell:
+        "scout aggregate --out {params.out} {input} > {log} 2>&1"

@@ -1,0 +1,91 @@
+# Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
+import json
+import re
+
+from scout import config as scout_config
+from scout import grid
+
+scout_config.validate(config)
+
+RES = config.get("results", "results")
+CELLS = grid.cells(config)
+TOY = config["world"] == "toy"
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or "(?!)"
+
+
+def settings_of(domain):
+    return [s for s, spec in config["settings"].items() if spec["domain"] == domain]
+
+
+wildcard_constraints:
+    setting=_alternatives(config["settings"]),
+    variant=_alternatives({c.variant for c in CELLS} | set(grid.BASE_VARIANTS)),
+    seed=r"\d+",
+    ckpt=r"final|step\d+",
+    model=_alternatives(config["models"]),
+    dataset=r"[A-Za-z0-9_.-]+",
+
+
+def as_json(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+def train_spec(wc):
+    return as_json(grid.cell_spec(config, grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))))
+
+
+def train_inputs(wc):
+    s = config["settings"][wc.setting]
+    return [grid.data_path(config, s["train_data"])] + grid.model_inputs(config, s["student"]) + grid.model_inputs(
+        config, s["teacher"]
+    )
+
+
+def teacher_spec(wc):
+    return as_json(grid.teacher_prep_spec(config, wc.model))
+
+
+def teacher_inputs(wc):
+    prep = config["models"][wc.model]["prepare"]
+    return [grid.data_path(config, prep["data"])] + grid.model_inputs(config, prep["base"])
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+
+
+def eval_spec(wc):
+    return as_json(grid.eval_spec(config, wc.setting, wc.variant, wc.seed, wc.ckpt))
+
+
+def eval_inputs(wc):
+    s = config["settings"][wc.setting]
+    data = [grid.data_path(config, b) for b in grid.benchmarks_for(config, s["domain"])]
+    if wc.variant == "base-student":
+        return data + grid.model_inputs(config, s["student"])
+    if wc.variant == "base-teacher":
+        return data + grid.model_inputs(config, s["teacher"])
+    return data + [f"{grid.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+
+
+def eval_outputs(domain):
+    return [
+        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in grid.benchmarks_for(config, domain)
+    ]
+
+
+def eval_records():
+    out = []
+    for setting, variant, seed, ckpt in grid.eval_units(config):
+        domain = config["settings"][setting]["domain"]
+        out += [f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{b}.json" for b in grid.benchmarks_for(config, domain)]
+    return out
+
+
+def summary_files():
+    return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv"]

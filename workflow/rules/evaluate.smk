@@ -1,0 +1,35 @@
+# Evaluation: one job per checkpoint, covering every benchmark of the setting's domain.
+if settings_of("math"):
+
+    rule evaluate_math:
+        input:
+            eval_inputs,
+        output:
+            eval_outputs("math"),
+        wildcard_constraints:
+            setting=_alternatives(settings_of("math")),
+        params:
+            spec=eval_spec,
+            out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
+        log:
+            f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        shell:
+            "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+
+
+if settings_of("code"):
+
+    rule evaluate_code:
+        input:
+            eval_inputs,
+        output:
+            eval_outputs("code"),
+        wildcard_constraints:
+            setting=_alternatives(settings_of("code")),
+        params:
+            spec=eval_spec,
+            out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
+        log:
+            f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        shell:
+            "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"

@@ -1,0 +1,44 @@
+# The embedded toy world: synthetic data, a tokenizer, and tiny models trained from scratch.
+if TOY:
+
+    rule toy_data:
+        output:
+            expand(f"{RES}/toy/data/{{name}}.jsonl", name=[*config["toy"]["splits"], *config["benchmarks"]]),
+        params:
+            spec=as_json({"toy": config["toy"], "benchmarks": config["benchmarks"]}),
+            out=f"{RES}/toy/data",
+        log:
+            f"{RES}/logs/toy/data.log",
+        shell:
+            "scout toy-data --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+
+    rule toy_tokenizer:
+        output:
+            f"{RES}/toy/tokenizer/tokenizer.json",
+        params:
+            out=f"{RES}/toy/tokenizer",
+        log:
+            f"{RES}/logs/toy/tokenizer.log",
+        shell:
+            "scout toy-tokenizer --out {params.out} > {log} 2>&1"
+
+    rule toy_pretrain:
+        input:
+            tokenizer=f"{RES}/toy/tokenizer/tokenizer.json",
+            data=[grid.data_path(config, s) for s in config["toy"]["pretrain_mix"]],
+        output:
+            f"{RES}/toy/models/{{model}}/model.safetensors",
+        params:
+            spec=lambda wc, input: as_json(
+                {
+                    "arch": config["models"][wc.model]["toy"],
+                    "tokenizer": f"{RES}/toy/tokenizer",
+                    "data": list(input.data),
+                    "seed": config["toy"]["seed"],
+                }
+            ),
+            out=f"{RES}/toy/models/{{model}}",
+        log:
+            f"{RES}/logs/toy/pretrain-{{model}}.log",
+        shell:
+            "scout toy-pretrain --spec {params.spec:q} --out {params.out} > {log} 2>&1"
