@@ -311,7 +311,7 @@ class Trainer:
         lines = read_jsonl(metrics_path) if metrics_path.exists() else []
         with open(metrics_path, "w") as fh:
             for line in lines:
-                if line["step"] < start:
+                if line["step"] <= start:
                     fh.write(json.dumps(line) + "\n")
         if resumed:
             log(f"resumed from step {start}")

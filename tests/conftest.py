@@ -1,0 +1,102 @@
+"""Shared fixtures: a miniature toy world (data, tokenizer, tiny random models) built in a temp dir."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from scout.toy.world import build_data, build_model, build_tokenizer_files
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {"hidden_size": 32, "layers": 1, "heads": 2, "kv_heads": 1, "intermediate_size": 64, "steps": 20, "lr": 3e-3, "batch": 8}
+
+
+def toy_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def mini_config(results: str) -> dict:
+    """The toy config shrunk to seconds: tiny models, few rows, few steps, every method once."""
+    cfg = toy_config()
+    cfg["results"] = results
+    for s in cfg["toy"]["splits"].values():
+        s["rows"] = 64
+    for name, m in cfg["models"].items():
+        if "toy" in m:
+            m["toy"] = {**TINY, "hidden_size": 48 if name == "toy-large" else 32}
+    cfg["models"]["toy-medium-grpo"]["prepare"].update(steps=2, batch=4, n=2)
+    for b in cfg["benchmarks"].values():
+        b.update(rows=4, repeats=2)
+    cfg["training"].update(steps=4, batch_size=4, save_every=2, max_response_length=24)
+    cfg["training"]["grpo"]["n"] = 2
+    cfg["evaluation"]["max_new_tokens"] = 24
+    cfg["methods"]["scout"].update(interval=2, k=2)
+    cfg["methods"]["esr"]["max_tokens"] = 8
+    cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=24, step=4, margin=2)
+    cfg["experiments"] = {
+        "main": {
+            "settings": ["toy-l-s-math"],
+            "methods": ["grpo", "opd", "esr", "prune_opd", "relay_opd", "scout"],
+            "seeds": [1],
+        },
+        "prefix0": {"settings": ["toy-l-s-code"], "methods": ["opd_teacher_grpo"], "seeds": [1]},
+        "optr": {"settings": ["toy-mg-s-math"], "methods": ["optr", "optr_scout"], "seeds": [1]},
+        "interval": {
+            "settings": ["toy-l-s-math"],
+            "methods": [{"name": "scout-f1", "method": "scout", "interval": 1}],
+            "seeds": [2],
+        },
+        "compute_matched": {
+            "settings": ["toy-l-s-math"],
+            "methods": [{"name": "opd-2ep", "method": "opd", "epochs": 2, "eval_every": 2}],
+            "seeds": [1],
+        },
+    }
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory) -> dict:
+    """Data, tokenizer and two tiny untrained models (teacher larger than student)."""
+    root = tmp_path_factory.mktemp("toyworld")
+    cfg = mini_config(str(root / "results"))
+    data = root / "results" / "toy" / "data"
+    build_data(cfg, data)
+    tok_dir = root / "tokenizer"
+    build_tokenizer_files(tok_dir)
+    models = {}
+    for name, hidden in (("student", 32), ("teacher", 48)):
+        model, tok = build_model({**TINY, "hidden_size": hidden}, tok_dir, seed=hidden)
+        out = root / name
+        model.save_pretrained(str(out))
+        tok.save_pretrained(str(out))
+        models[name] = str(out)
+    return {"root": root, "config": cfg, "data": data, **models}
+
+
+@pytest.fixture
+def spec_for(world):
+    """Build a resolved training spec for a method on the mini world."""
+    from scout import grid
+
+    def make(method: str, **over) -> dict:
+        cfg = copy.deepcopy(world["config"])
+        cell = grid.Cell("toy-l-s-math", method, method, 1)
+        spec = grid.cell_spec(cfg, cell)
+        spec.update(student=world["student"], teacher=world["teacher"], train_data=str(world["data"] / "math-train.jsonl"))
+        for k, v in over.items():
+            if isinstance(v, dict) and isinstance(spec.get(k), dict):
+                spec[k] = {**spec[k], **v}
+            else:
+                spec[k] = v
+        return spec
+
+    return make
+
+
+def params_vector(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().clone() for p in model.parameters()])
