@@ -122,9 +122,7 @@ def topk_overlap(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: 
     return hits.to(torch.float32) / k
 
 
-def prune_weights(
-    overlap: torch.Tensor, mask: torch.Tensor, tau: float, w_drop: float
-) -> torch.Tensor:
+def prune_weights(overlap: torch.Tensor, mask: torch.Tensor, tau: float, w_drop: float) -> torch.Tensor:
     """w_t = clamp(1 - w_drop * #(bad positions up to t), 0, 1), bad meaning overlap < tau."""
     bad = ((overlap < tau) & (mask > 0)).to(torch.float32)
     return torch.clamp(1.0 - w_drop * torch.cumsum(bad, dim=1), 0.0, 1.0) * mask

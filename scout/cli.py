@@ -75,6 +75,15 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_prepare_data(args) -> int:
+    spec = _spec(args.spec)
+    raise SystemExit(
+        f"scout prepare-data: downloading and converting {spec.get('name')} ({spec.get('hub')}) into the "
+        "common schema is not implemented yet; place a JSONL file in the common schema at "
+        f"{args.out} to use it meanwhile"
+    )
+
+
 def cmd_aggregate(args) -> int:
     from scout.aggregate import summarize
 
@@ -94,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         ("toy-pretrain", cmd_toy_pretrain, "train a tiny model from scratch on worked solutions"),
         ("train", cmd_train, "train one cell (or prepare a teacher)"),
         ("evaluate", cmd_evaluate, "evaluate one checkpoint on its domain's benchmarks"),
+        ("prepare-data", cmd_prepare_data, "turn a hub dataset into local JSONL (paper world)"),
     ]:
         s = sub.add_parser(name, help=help_)
         s.add_argument("--spec", required=True, help="JSON object or @file")

@@ -59,20 +59,28 @@ def _reference_errors(config: dict) -> list[str]:
             if s[role] not in models:
                 errs.append(f"settings.{name}.{role}: unknown model {s[role]!r}; expected one of {sorted(models)}")
         if s["train_data"] not in data:
-            errs.append(f"settings.{name}.train_data: unknown dataset {s['train_data']!r}; expected one of {sorted(data)}")
+            errs.append(
+                f"settings.{name}.train_data: unknown dataset {s['train_data']!r}; expected one of {sorted(data)}"
+            )
         if not any(b["domain"] == s["domain"] for b in benches.values()):
             errs.append(f"settings.{name}.domain: no benchmark of domain {s['domain']!r}")
         for m in s.get("overrides", {}):
             if m not in config["methods"]:
-                errs.append(f"settings.{name}.overrides.{m}: unknown method section; expected one of {sorted(config['methods'])}")
+                errs.append(
+                    f"settings.{name}.overrides.{m}: unknown method section; expected one of {sorted(config['methods'])}"
+                )
     for exp, e in config["experiments"].items():
         for i, s in enumerate(e["settings"]):
             if s not in settings:
-                errs.append(f"experiments.{exp}.settings[{i}]: unknown setting {s!r}; expected one of {sorted(settings)}")
+                errs.append(
+                    f"experiments.{exp}.settings[{i}]: unknown setting {s!r}; expected one of {sorted(settings)}"
+                )
         for i, m in enumerate(e["methods"]):
             mid = m if isinstance(m, str) else m["method"]
             if mid not in METHODS:
-                errs.append(f"experiments.{exp}.methods[{i}]: unknown method {mid!r}; expected one of {sorted(METHODS)}")
+                errs.append(
+                    f"experiments.{exp}.methods[{i}]: unknown method {mid!r}; expected one of {sorted(METHODS)}"
+                )
             elif isinstance(m, dict) and "interval" in m and not METHODS[mid].trains_teacher:
                 errs.append(f"experiments.{exp}.methods[{i}].interval: method {mid!r} has no teacher updates")
     if config["world"] == "toy":

@@ -252,7 +252,9 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         model = f"{train_dir(config, setting, variant, seed)}/model/{ckpt}"
     method = variant
     if variant not in BASE_VARIANTS:
-        method = next(c.method for c in cells(config) if (c.setting, c.variant, str(c.seed)) == (setting, variant, str(seed)))
+        method = next(
+            c.method for c in cells(config) if (c.setting, c.variant, str(c.seed)) == (setting, variant, str(seed))
+        )
     return {
         "world": config["world"],
         "setting": setting,

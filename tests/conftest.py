@@ -12,7 +12,16 @@ import yaml
 from scout.toy.world import build_data, build_model, build_tokenizer_files
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"hidden_size": 32, "layers": 1, "heads": 2, "kv_heads": 1, "intermediate_size": 64, "steps": 20, "lr": 3e-3, "batch": 8}
+TINY = {
+    "hidden_size": 32,
+    "layers": 1,
+    "heads": 2,
+    "kv_heads": 1,
+    "intermediate_size": 64,
+    "steps": 20,
+    "lr": 3e-3,
+    "batch": 8,
+}
 
 
 def toy_config() -> dict:
@@ -87,7 +96,9 @@ def spec_for(world):
         cfg = copy.deepcopy(world["config"])
         cell = grid.Cell("toy-l-s-math", method, method, 1)
         spec = grid.cell_spec(cfg, cell)
-        spec.update(student=world["student"], teacher=world["teacher"], train_data=str(world["data"] / "math-train.jsonl"))
+        spec.update(
+            student=world["student"], teacher=world["teacher"], train_data=str(world["data"] / "math-train.jsonl")
+        )
         for k, v in over.items():
             if isinstance(v, dict) and isinstance(spec.get(k), dict):
                 spec[k] = {**spec[k], **v}

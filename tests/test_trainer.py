@@ -64,7 +64,9 @@ def test_scout_teacher_changes_only_on_teacher_steps_and_feeds_next_student_step
     # an untrained teacher never solves a task, so every GRPO group would be all-zero reward (no
     # update at all); alternate verdicts so the teacher phase has a signal to learn from
     tr.grader.close()
-    tr.grader = type("Alternating", (), {"grade": lambda self, t, r: [i % 2 == 0 for i in range(len(t))], "close": lambda self: None})()
+    tr.grader = type(
+        "Alternating", (), {"grade": lambda self, t, r: [i % 2 == 0 for i in range(len(t))], "close": lambda self: None}
+    )()
     initial = params_vector(tr.models.teacher)
     seen = []
     real = lm.response_logits
@@ -117,6 +119,10 @@ def test_scout_teacher_loss_ignores_prefix_tokens(spec_for, tmp_path, monkeypatc
     assert (grad[mask == 0] == 0).all()
 
 
+def _metrics_without_time(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(x).items() if k != "step_seconds"} for x in path.read_text().splitlines()]
+
+
 def _final_weights(out: Path) -> dict:
     return load_file(str(out / "model" / "final" / "model.safetensors"))
 
@@ -127,8 +133,7 @@ def test_same_seed_same_result(spec_for, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     Trainer(spec, a, device="cpu").run(log=lambda _: None)
     Trainer(spec, b, device="cpu").run(log=lambda _: None)
-    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "step_seconds"} for x in p.read_text().splitlines()]  # noqa: E731
-    assert strip(a / "metrics.jsonl") == strip(b / "metrics.jsonl")
+    assert _metrics_without_time(a / "metrics.jsonl") == _metrics_without_time(b / "metrics.jsonl")
     wa, wb = _final_weights(a), _final_weights(b)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -157,8 +162,7 @@ def test_killed_run_resumes_to_the_same_result(spec_for, tmp_path):
     assert "resumed from step 2" in rerun.stdout
     wa, wb = _final_weights(ref), _final_weights(out)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "step_seconds"} for x in p.read_text().splitlines()]  # noqa: E731
-    assert strip(ref / "metrics.jsonl") == strip(out / "metrics.jsonl")
+    assert _metrics_without_time(ref / "metrics.jsonl") == _metrics_without_time(out / "metrics.jsonl")
 
 
 def test_prune_budget_adapts_during_training(spec_for, tmp_path):
@@ -192,8 +196,16 @@ def test_relay_rollout_hands_over_to_teacher_on_reflection(world):
     reflect, blanks = lm.vocab_flags(tok, emb.weight.shape[0])
     cfg = lm.RelayConfig(max_legs=2, max_paragraphs=1, max_leg_tokens=5, student_topk=5)
     res = lm.relay_sample(
-        student, teacher, [lm.prompt_ids(tok, "Compute 1+2.")], lm.Sampling(30), cfg,
-        reflect, blanks, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0),
+        student,
+        teacher,
+        [lm.prompt_ids(tok, "Compute 1+2.")],
+        lm.Sampling(30),
+        cfg,
+        reflect,
+        blanks,
+        tok.eos_token_id,
+        tok.pad_token_id,
+        torch.Generator().manual_seed(0),
     )
     r, owned = res.responses[0], res.teacher_owned[0]
     assert res.triggers == 2  # two legs, then the rollout stops

@@ -209,12 +209,12 @@ def pad_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Right-padded prompt+response ids, attention mask, response mask [B, T] and the response
     offset: response token j of row i sits at input position len(prompt_i) + j."""
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
     t_max = max(1, max(len(r) for r in responses))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     att = torch.zeros_like(ids)
     rmask = torch.zeros((len(prompts), t_max))
-    for i, (p, r) in enumerate(zip(prompts, responses)):
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         seq = p + r
         ids[i, : len(seq)] = torch.tensor(seq)
         att[i, : len(seq)] = 1

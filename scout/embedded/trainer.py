@@ -142,9 +142,16 @@ class Trainer:
         if m.rollout == "relay":
             rc = spec["method_cfg"]["relay_opd"]
             relay = lm.relay_sample(
-                models.student, models.teacher, prompts, self.sampling(budget),
+                models.student,
+                models.teacher,
+                prompts,
+                self.sampling(budget),
                 lm.RelayConfig(rc["max_legs"], rc["max_paragraphs"], rc["max_leg_tokens"], rc["student_topk"]),
-                self.reflect, self.blank, self.eos, self.pad, g,
+                self.reflect,
+                self.blank,
+                self.eos,
+                self.pad,
+                g,
             )
             responses = relay.responses
             owned = sum(map(sum, relay.teacher_owned))
@@ -206,8 +213,14 @@ class Trainer:
         effective = (w > 0).sum(dim=1).tolist()
         b = pc["budget"]
         self.progress.budget = alg.update_budget(
-            self.progress.budget, effective, hit_fraction=pc["hit_fraction"], margin=b["margin"],
-            step=b["step"], min_length=b["min"], max_length=b["max"], patience=b["patience"],
+            self.progress.budget,
+            effective,
+            hit_fraction=pc["hit_fraction"],
+            margin=b["margin"],
+            step=b["step"],
+            min_length=b["min"],
+            max_length=b["max"],
+            patience=b["patience"],
         )
         metrics["prune_overlap"] = float(alg.masked_mean(overlap, mask))
         return adv * (w + pc["w_base"]) * mask, mask
@@ -221,10 +234,12 @@ class Trainer:
         body = [r[:-1] if r and r[-1] == self.eos else r for r in responses]
         ks = alg.split_points(torch.tensor([len(r) for r in body]), ratio).tolist()
         k_cont = sc["k"]
-        cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks) for _ in range(k_cont)]
+        cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks, strict=True) for _ in range(k_cont)]
         budgets = [self.spec["max_response_length"] - k for k in ks for _ in range(k_cont)]
         models.teacher.eval()
-        conts = lm.sample(models.teacher, cont_prompts, self.sampling(), self.eos, self.pad, self.generator(step, 1), budgets)
+        conts = lm.sample(
+            models.teacher, cont_prompts, self.sampling(), self.eos, self.pad, self.generator(step, 1), budgets
+        )
         models.teacher.train()
         full = [body[i // k_cont][: ks[i // k_cont]] + conts[i] for i in range(len(conts))]
         grp_rows = [r for r in rows for _ in range(k_cont)]
@@ -294,7 +309,10 @@ class Trainer:
 
     def export(self, name: str) -> None:
         """Save the student (and a trained teacher) in Hugging Face format for evaluation."""
-        for who, model in (("", self.models.student), ("-teacher", self.models.teacher if self.method.trains_teacher else None)):
+        for who, model in (
+            ("", self.models.student),
+            ("-teacher", self.models.teacher if self.method.trains_teacher else None),
+        ):
             if model is None:
                 continue
             target = self.out / "model" / f"{name}{who}"

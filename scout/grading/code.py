@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,14 +20,18 @@ def extract_code(response: str) -> str:
     return blocks[-1] if blocks else response
 
 
-def assert_program(code: str, tests: dict) -> str:
-    return "\n".join([tests.get("setup", ""), code, "", *tests["asserts"], ""])
+def assert_program(code: str, tests: dict, nonce: str) -> str:
+    """Setup, the candidate code, the asserts, then a secret the program cannot know in advance:
+    exiting early with status 0 never counts as passing."""
+    return "\n".join([tests.get("setup", ""), code, "", *tests["asserts"], f"print({nonce!r})", ""])
 
 
 def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
     if tests.get("type") != "assert":
         raise ValueError(f"unsupported test type {tests.get('type')!r}")
-    return run_program(assert_program(extract_code(response), tests), limits=limits).ok
+    nonce = "tests-passed-" + secrets.token_hex(8)
+    out = run_program(assert_program(extract_code(response), tests, nonce), limits=limits)
+    return out.ok and out.stdout.rstrip().endswith(nonce)
 
 
 def grade_many(

@@ -8,28 +8,24 @@ item counts as wrong, so one pathological answer never stalls or stops a job.
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 from collections.abc import Sequence
 
 THINK_END = "</think>"
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none."""
-    best = None
-    for macro in ("\\boxed", "\\fbox"):
-        start = text.rfind(macro + "{")
-        if start < 0 or (best is not None and start < best[0]):
-            continue
-        depth, i = 0, start + len(macro)
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    best = (start, text[i + 1 : j])
-                    break
-    return None if best is None else best[1]
+    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none.
+    A box left unclosed by truncation does not count."""
+    found = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth = 1
+        for j in range(m.end(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                found = text[m.end() : j]
+                break
+    return found
 
 
 def grade_one(response: str, gold: str, timeout: int = 5) -> bool:

@@ -17,9 +17,7 @@ from scout.toy.tasks import sample_corpus_texts
 
 SPECIAL = ["<pad>", "<eos>", "<unk>", "<bos>"]
 PATTERN = r"\n\n|\n|    |```python|```| ?[A-Za-z]+|\\[a-z]+|\d|."
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
-)
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
 def _pieces(text: str, pre: pre_tokenizers.PreTokenizer) -> list[str]:

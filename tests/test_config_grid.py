@@ -1,0 +1,199 @@
+"""Config validation messages and the grid the paper's config expands into."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+
+from scout import config as C
+from scout import grid
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return C.load(REPO / "config" / "paper.yaml")
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return C.load(REPO / "config" / "config.yaml")
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda c: c["training"].update(batchsize=3), "training.batchsize: unknown key; expected one of: batch_size"),
+        (lambda c: c["training"].update(batch_size="many"), "training.batch_size: 'many' is not of type 'integer'"),
+        (
+            lambda c: c["experiments"]["main"]["methods"].append("dpo"),
+            "experiments.main.methods[6]: unknown method 'dpo'",
+        ),
+        (
+            lambda c: c["experiments"]["main"]["settings"].append("q9b"),
+            "experiments.main.settings[4]: unknown setting 'q9b'",
+        ),
+        (
+            lambda c: c["settings"]["q4b-q1.7b-math"].update(teacher="Qwen9"),
+            "settings.q4b-q1.7b-math.teacher: unknown model 'Qwen9'",
+        ),
+        (lambda c: c["methods"]["scout"].update(k=1), "methods.scout.k: 1 is less than the minimum of 2"),
+        (lambda c: c.update(world="mars"), "world: 'mars' is not one of ['toy', 'paper']"),
+        (
+            lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "opd", "interval": 3}),
+            "experiments.main.methods[6].interval: method 'opd' has no teacher updates",
+        ),
+    ],
+)
+def test_bad_config_names_key_and_expectation(paper, mutate, expected):
+    cfg = copy.deepcopy(paper)
+    mutate(cfg)
+    with pytest.raises(C.ConfigError) as err:
+        C.validate(cfg)
+    assert expected in str(err.value)
+
+
+def test_unreadable_and_non_yaml_files_are_reported(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("world: [toy\n")
+    with pytest.raises(C.ConfigError, match="not valid YAML"):
+        C.load(bad)
+    with pytest.raises(C.ConfigError, match="cannot read"):
+        C.load(tmp_path / "missing.yaml")
+
+
+def test_paper_grid_cells(paper):
+    cells = grid.cells(paper)
+    per_exp = Counter(e for c in cells for e in c.experiments)
+    assert per_exp == {"main": 72, "prefix0": 9, "optr": 12, "interval": 10, "compute_matched": 2}
+    assert len(cells) == 105
+    f1 = [c for c in cells if c.variant == "scout-f1"]
+    assert [c.seed for c in f1] == [1]
+
+
+def test_paper_sweep_scales_teacher_lr(paper):
+    lr = {}
+    for c in grid.cells(paper):
+        if c.setting == "q8b-q1.7b-math" and c.method == "scout" and c.seed == 1:
+            sc = grid.cell_spec(paper, c)["method_cfg"]["scout"]
+            lr[sc["interval"]] = sc["teacher_lr"]
+    assert lr == pytest.approx({1: 5e-7, 5: 2.5e-6, 10: 5e-6, 15: 5e-6, 20: 5e-6})
+
+
+def test_paper_specs_carry_the_papers_hyperparameters(paper):
+    by = {(c.setting, c.variant, c.seed): c for c in grid.cells(paper)}
+    opd = grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd", 1)])
+    assert (opd["lr"], opd["batch_size"], opd["n"], opd["clip"], opd["max_response_length"]) == (
+        5e-6,
+        128,
+        1,
+        0.2,
+        16384,
+    )
+    assert opd["total_steps"] == 359  # ceil(45883 / 128) for one epoch
+    grpo = grid.cell_spec(paper, by[("q8b-q1.7b-math", "grpo", 2)])
+    assert (grpo["lr"], grpo["n"], grpo["kl_beta"], grpo["teacher"]) == (3e-6, 8, 0.001, None)
+    code = grid.cell_spec(paper, by[("q4b-q1.7b-code", "scout", 3)])
+    assert (code["epochs"], code["max_prompt_length"], code["total_steps"]) == (3, 1536, 3 * 59)
+    sky = grid.cell_spec(paper, by[("sky7b-ds1.5b-math", "prune_opd", 1)])
+    assert sky["method_cfg"]["prune_opd"]["budget"]["initial"] == 2048
+    assert (
+        grid.cell_spec(paper, by[("q8b-q1.7b-math", "scout", 1)])["teacher"]
+        == "results/teachers/Qwen3-8B-DAPO/model/final"
+    )
+    assert grid.teacher_prep_spec(paper, "Qwen3-8B-DAPO")["total_steps"] == 3 * 272  # ceil(17398 / 64) x 3 epochs
+
+
+def test_compute_matched_checkpoints_every_40_steps(paper):
+    by = {(c.setting, c.variant): c for c in grid.cells(paper)}
+    opd3 = grid.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd-3ep")]))
+    assert opd3[:3] == ["step40", "step80", "step120"] and opd3[-1] == "final"
+    assert len(opd3) == 1077 // 40 + 1
+    assert grid.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd")])) == ["final"]
+
+
+def test_eval_units_include_base_rows(paper):
+    units = grid.eval_units(paper)
+    assert ("q4b-q1.7b-code", "base-teacher", "0", "final") in units
+    assert sum(1 for u in units if u[1].startswith("base-")) == 8
+    spec = grid.eval_spec(paper, "q4b-q1.7b-code", "base-student", "0", "final")
+    assert sorted(spec["benchmarks"]) == ["humaneval_plus", "lcb_v5", "mbpp"]
+    assert spec["benchmarks"]["lcb_v5"]["repeats"] == 4 and spec["model"] == "Qwen/Qwen3-1.7B"
+
+
+def test_conflicting_variant_definitions_are_refused(toy):
+    cfg = copy.deepcopy(toy)
+    cfg["experiments"]["extra"] = {
+        "settings": ["toy-mg-s-math"],
+        "methods": [{"name": "scout-f5", "method": "scout", "interval": 6}],
+        "seeds": [1],
+    }
+    with pytest.raises(C.ConfigError, match="defined differently"):
+        grid.cells(cfg)
+
+
+def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
+    """snakemake -n with the paper config: no GPU, no download."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config" / "paper.yaml"),
+            "--cores",
+            "1",
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    counts = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    assert counts["train"] == 105
+    assert counts["prepare_teacher"] == 1
+    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 105 + 26 + 8
+    assert counts["prepare_data"] == 12
+    assert counts["aggregate"] == 1
+
+
+def test_bad_config_stops_snakemake_before_any_job(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["training"]["batchsize"] = 3
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "--cores",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "training.batchsize: unknown key" in out.stdout + out.stderr
