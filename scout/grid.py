@@ -161,6 +161,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "top_p": tr["top_p"],
         "clip": tr["clip"],
         "save_every": tr["save_every"],
+        "reward_every": tr.get("reward_every", 1),
         "eval_every": over.get("eval_every"),
         "threads": tr.get("threads", 1),
         "method_cfg": {},

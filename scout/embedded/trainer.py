@@ -159,10 +159,12 @@ class Trainer:
         else:
             responses = lm.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
         models.student.train()
-        texts = [self.decode(r) for r in responses]
-        rewards = self.grader.grade(texts, prow)
-        metrics["reward"] = sum(rewards) / len(rewards)
         metrics["response_length"] = sum(map(len, responses)) / len(responses)
+        # GRPO needs the reward every step; distillation methods only log it, every reward_every steps
+        every = spec.get("reward_every", 1)
+        if m.student_loss == "grpo" or (step + 1) % every == 0 or step + 1 == spec["total_steps"]:
+            rewards = self.grader.grade([self.decode(r) for r in responses], prow)
+            metrics["reward"] = sum(rewards) / len(rewards)
 
         logits, tokens, mask = lm.response_logits(models.student, prompts, responses, self.pad)
         logp = lm.token_logp(logits, tokens)
@@ -196,12 +198,12 @@ class Trainer:
                 r_logits, _, _ = lm.response_logits(models.ref, prompts, responses, self.pad)
             kl = alg.masked_mean(alg.kl_penalty(logp, lm.token_logp(r_logits, tokens)), mask)
             loss = loss + spec["kl_beta"] * kl
-            metrics["kl"] = float(kl)
+            metrics["kl"] = float(kl.detach())
         models.student_opt.zero_grad(set_to_none=True)
         loss.backward()
         metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(models.student.parameters(), 1.0))
         models.student_opt.step()
-        metrics.update(loss=float(loss), clipfrac=float(clipfrac))
+        metrics.update(loss=float(loss.detach()), clipfrac=float(clipfrac))
         if m.trains_teacher and alg.is_teacher_step(step, spec["method_cfg"]["scout"]["interval"]):
             metrics.update(self.teacher_step(step, rows, prompts[::n], responses[::n]))
         return metrics
@@ -347,9 +349,10 @@ class Trainer:
                     self.export(f"step{step + 1}")
                 if (step + 1) % self.spec["save_every"] == 0 or step + 1 == total:
                     self.save_checkpoint()
+                reward = f" reward {metrics['reward']:.3f}" if "reward" in metrics else ""
                 log(
                     f"[{self.spec['setting']}/{self.spec['variant']}/s{self.spec['seed']}] step {step + 1}/{total} "
-                    f"loss {metrics['loss']:+.4f} reward {metrics['reward']:.3f} ({metrics['step_seconds']:.2f}s)"
+                    f"loss {metrics['loss']:+.4f}{reward} ({metrics['step_seconds']:.2f}s)"
                 )
         finally:
             self.grader.close()

@@ -2,32 +2,54 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
-from scout.grading.code import grade_many as grade_code
+from scout.grading.code import CodeGrader, extract_code
 from scout.grading.math import MathGrader
 from scout.grading.sandbox import Limits
 
 
 class Grader:
-    """Grades responses against dataset rows of either domain; keeps its math workers warm."""
+    """Grades responses against dataset rows of either domain; keeps its math workers warm.
+
+    Verdicts are deterministic, so each distinct (answer, reference) pair is graded once per
+    grader: GRPO groups and repeated samples often contain identical programs or answers.
+    """
 
     def __init__(self, code_limits: Limits = Limits(), code_workers: int = 2, math_workers: int = 1):
         self.math = MathGrader(workers=math_workers)
-        self.code_limits, self.code_workers = code_limits, code_workers
+        self.code = CodeGrader(code_limits, code_workers)
+        self._cache: dict[tuple[str, str], bool] = {}
 
     def grade(self, responses: Sequence[str], rows: Sequence[dict]) -> list[bool]:
         if not rows:
             return []
         domains = {r["domain"] for r in rows}
+        if len(domains) > 1:
+            raise ValueError(f"cannot grade a batch mixing domains {sorted(domains)}")
         if domains == {"math"}:
-            return self.math.grade(responses, [r["answer"] for r in rows])
-        if domains == {"code"}:
-            return grade_code(responses, [r["tests"] for r in rows], self.code_limits, self.code_workers)
-        raise ValueError(f"cannot grade a batch mixing domains {sorted(domains)}")
+            keys = [(r, row["answer"]) for r, row in zip(responses, rows, strict=True)]
+        else:
+            keys = [
+                (extract_code(r), json.dumps(row["tests"], sort_keys=True))
+                for r, row in zip(responses, rows, strict=True)
+            ]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._cache))
+        if todo and domains == {"math"}:
+            verdicts = self.math.grade([k[0] for k in todo], [k[1] for k in todo])
+        elif todo:
+            verdicts = self.code.grade([k[0] for k in todo], [json.loads(k[1]) for k in todo])
+        else:
+            verdicts = []
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        self._cache.update(zip(todo, verdicts, strict=True))
+        return [self._cache[k] for k in keys]
 
     def close(self) -> None:
         self.math.close()
+        self.code.close()
 
     def __enter__(self) -> Grader:
         return self

@@ -1,0 +1,128 @@
+"""Evaluation records: avg@k, SEM over repeats, raw generations, determinism; aggregation."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from scout.aggregate import per_method, per_run, summarize
+from scout.evaluate import evaluate, make_record
+
+
+def test_record_by_hand():
+    # 3 rows x 2 repeats: repeat 0 -> 2/3 correct, repeat 1 -> 1/3
+    rec = make_record("b", "m", [[True, False], [True, True], [False, False]])
+    assert rec["accuracies"] == pytest.approx([2 / 3, 1 / 3])
+    assert rec["mean"] == pytest.approx(0.5)
+    # sd(ddof=1) of [2/3, 1/3] = 0.2357; / sqrt(2) = 1/6
+    assert rec["sem"] == pytest.approx(1 / 6)
+    assert (rec["rows"], rec["repeats"]) == (3, 2)
+
+
+def _spec(world, **extra):
+    cfg = world["config"]
+    benches = {b: {**cfg["benchmarks"][b], "path": str(world["data"] / f"{b}.jsonl")} for b in ("tm-easy", "tc-easy")}
+    return {
+        "model": world["teacher"],
+        "seed": 3,
+        "setting": "s",
+        "variant": "opd",
+        "method": "opd",
+        "checkpoint": "final",
+        "benchmarks": benches,
+        "sampling": {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 16},
+        **extra,
+    }
+
+
+def test_evaluation_writes_records_and_generations_and_is_deterministic(world, tmp_path):
+    a = evaluate(_spec(world), tmp_path / "a", log=lambda _: None)
+    b = evaluate(_spec(world), tmp_path / "b", log=lambda _: None)
+    assert a == b
+    rec = json.loads((tmp_path / "a" / "tm-easy.json").read_text())
+    assert len(rec["accuracies"]) == rec["repeats"] == 2
+    assert (rec["setting"], rec["variant"], rec["checkpoint"]) == ("s", "opd", "final")
+    gens = [json.loads(x) for x in (tmp_path / "a" / "tc-easy.generations.jsonl").read_text().splitlines()]
+    assert len(gens) == rec["rows"] * rec["repeats"]
+    assert {"id", "repeat", "response", "correct"} <= set(gens[0])
+    assert (tmp_path / "a" / "tm-easy.generations.jsonl").read_text() == (
+        tmp_path / "b" / "tm-easy.generations.jsonl"
+    ).read_text()
+
+
+def test_evaluation_refuses_a_benchmark_with_the_wrong_row_count(world, tmp_path):
+    spec = _spec(world)
+    spec["benchmarks"]["tm-easy"]["rows"] = 999
+    with pytest.raises(ValueError, match="has 4 rows, expected 999"):
+        evaluate(spec, tmp_path, log=lambda _: None)
+
+
+def _records(tmp_path):
+    paths = []
+    for seed, (b1, b2) in {1: (0.2, 0.4), 2: (0.4, 0.8)}.items():
+        for bench, mean in (("x", b1), ("y", b2)):
+            p = tmp_path / f"{seed}-{bench}.json"
+            p.write_text(
+                json.dumps(
+                    {
+                        "setting": "s",
+                        "variant": "opd",
+                        "method": "opd",
+                        "seed": seed,
+                        "checkpoint": "final",
+                        "benchmark": bench,
+                        "mean": mean,
+                        "sem": 0.01,
+                        "repeats": 4,
+                        "rows": 10,
+                    }
+                )
+            )
+            paths.append(p)
+    return paths
+
+
+def test_aggregation_by_hand(tmp_path):
+    runs, methods = summarize(_records(tmp_path), tmp_path / "out")
+    avg = runs[runs.benchmark == "avg"].set_index("seed")["mean"]
+    assert avg.to_dict() == pytest.approx({1: 0.3, 2: 0.6})
+    m = methods.set_index("benchmark")
+    assert m.loc["avg", "mean"] == pytest.approx(0.45)
+    assert m.loc["avg", "sd"] == pytest.approx(0.212132, abs=1e-5)  # sd(ddof=1) of [0.3, 0.6]
+    assert m.loc["x", "runs"] == 2
+    assert (tmp_path / "out" / "runs.csv").exists()
+    assert pd.read_csv(tmp_path / "out" / "methods.csv").shape[0] == 3
+
+
+def test_aggregation_refuses_non_records(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"benchmark": "x"}))
+    with pytest.raises(ValueError, match="not an evaluation record"):
+        summarize([p], tmp_path / "out")
+
+
+def test_per_method_uses_sample_sd_and_counts_runs():
+    runs = per_run(
+        pd.DataFrame(
+            [
+                {
+                    "setting": "s",
+                    "variant": "v",
+                    "method": "m",
+                    "seed": s,
+                    "checkpoint": "final",
+                    "benchmark": "b",
+                    "mean": v,
+                    "sem": 0.0,
+                    "repeats": 1,
+                    "rows": 1,
+                }
+                for s, v in ((1, 0.1), (2, 0.2), (3, 0.6))
+            ]
+        )
+    )
+    out = per_method(runs).set_index("benchmark")
+    assert out.loc["b", "sd"] == pytest.approx(0.264575, abs=1e-5)
+    assert out.loc["b", "runs"] == 3
