@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -30,7 +32,8 @@ def snakemake(workdir, *args, check=True):
         "2",
         *args,
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if check and out.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
     return out
