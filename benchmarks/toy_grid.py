@@ -76,7 +76,7 @@ def toy_findings(workdir: Path) -> dict:
     import pandas as pd
 
     from scout.analysis import continuation_accuracy
-    from scout.evaluate import read_jsonl
+    from scout.io import read_jsonl
 
     os.chdir(workdir)
     m = pd.read_csv("results/summary/methods.csv")

@@ -16,12 +16,7 @@ import torch
 from scout.algorithms import sem
 from scout.generation import make_generator
 from scout.grading import Grader
-from scout.toy.world import write_jsonl
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+from scout.io import read_jsonl, write_jsonl
 
 
 def make_record(benchmark: str, model: str, verdicts: list[list[bool]], meta: dict | None = None) -> dict:

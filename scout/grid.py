@@ -125,6 +125,28 @@ def _steps_per_epoch(config: dict, data: str, batch: int) -> int:
     return math.ceil(rows / batch)
 
 
+def _base_spec(config: dict) -> dict:
+    """Training fields every run shares, taken from the ``training`` section."""
+    tr = config["training"]
+    return {
+        "world": config["world"],
+        "backend": config["backend"],
+        "batch_size": tr["batch_size"],
+        "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
+        "ppo_epochs": tr.get("ppo_epochs", 1),
+        "max_prompt_length": tr["max_prompt_length"],
+        "max_response_length": tr["max_response_length"],
+        "temperature": tr["temperature"],
+        "top_p": tr["top_p"],
+        "clip": tr["clip"],
+        "save_every": tr["save_every"],
+        "reward_every": tr.get("reward_every", 1),
+        "eval_every": None,
+        "threads": tr.get("threads", 1),
+        "method_cfg": {},
+    }
+
+
 def cell_spec(config: dict, cell: Cell) -> dict:
     """Everything a backend needs to train one cell, fully resolved (no further config lookups)."""
     setting = config["settings"][cell.setting]
@@ -135,9 +157,8 @@ def cell_spec(config: dict, cell: Cell) -> dict:
     steps_per_epoch = _steps_per_epoch(config, setting["train_data"], tr["batch_size"])
     grpo = method.student_loss == "grpo"
     spec = {
+        **_base_spec(config),
         "kind": "train",
-        "world": config["world"],
-        "backend": config["backend"],
         "setting": cell.setting,
         "variant": cell.variant,
         "method": cell.method,
@@ -149,22 +170,11 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "total_steps": epochs * steps_per_epoch,
-        "batch_size": tr["batch_size"],
-        "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
-        "ppo_epochs": tr.get("ppo_epochs", 1),
         "n": tr["grpo"]["n"] if grpo else tr.get("n", 1),
         "lr": over.get("student_lr", tr["grpo"]["lr"] if grpo else setting["student_lr"]),
         "kl_beta": tr["grpo"]["kl_beta"] if grpo else 0.0,
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
-        "max_response_length": tr["max_response_length"],
-        "temperature": tr["temperature"],
-        "top_p": tr["top_p"],
-        "clip": tr["clip"],
-        "save_every": tr["save_every"],
-        "reward_every": tr.get("reward_every", 1),
         "eval_every": over.get("eval_every"),
-        "threads": tr.get("threads", 1),
-        "method_cfg": {},
     }
     sections = {"esr": "esr", "prune": "prune_opd"}
     wanted = [sections[method.budget]] if method.budget in sections else []
@@ -188,9 +198,8 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
     tr = config["training"]
     steps = prep.get("steps") or _steps_per_epoch({**config, "training": {}}, prep["data"], prep["batch"])
     return {
+        **_base_spec(config),
         "kind": "teacher_prep",
-        "world": config["world"],
-        "backend": config["backend"],
         "setting": model_id,
         "variant": "prepare",
         "method": "grpo",
@@ -204,19 +213,10 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
         "total_steps": prep["epochs"] * steps,
         "batch_size": prep["batch"],
         "mini_batch_size": prep.get("mini_batch", prep["batch"]),
-        "ppo_epochs": 1,
         "n": prep["n"],
         "lr": prep["lr"],
         "kl_beta": tr["grpo"]["kl_beta"],
-        "max_prompt_length": tr["max_prompt_length"],
-        "max_response_length": tr["max_response_length"],
         "temperature": prep.get("temperature", tr["temperature"]),
-        "top_p": tr["top_p"],
-        "clip": tr["clip"],
-        "save_every": tr["save_every"],
-        "eval_every": None,
-        "threads": tr.get("threads", 1),
-        "method_cfg": {},
     }
 
 

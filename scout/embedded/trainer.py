@@ -22,14 +22,10 @@ import torch
 from scout import algorithms as alg
 from scout.embedded import lm
 from scout.grading import Grader
+from scout.io import read_jsonl
 from scout.methods import METHODS, Method
 
 STATE_FILE = "trainer_state.pt"
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 @dataclass
@@ -126,71 +122,29 @@ class Trainer:
     # -- one student step ----------------------------------------------------------------------------
 
     def student_step(self, step: int) -> dict:
+        """Rollout, scoring and one update of the student; SCOUT's teacher phase every f steps."""
         m, spec, models = self.method, self.spec, self.models
         rows = self.batch_rows(step)
         n = spec["n"]
         prompts = [self.prompt_ids(r) for r in rows for _ in range(n)]
-        prow = [r for r in rows for _ in range(n)]
-        g = self.generator(step)
-        budget = spec["max_response_length"]
-        if m.budget == "esr":
-            budget = spec["method_cfg"]["esr"]["max_tokens"]
-        elif m.budget == "prune":
-            budget = self.progress.budget.length
-        metrics: dict = {"response_budget": budget}
-        models.student.eval()
-        if m.rollout == "relay":
-            rc = spec["method_cfg"]["relay_opd"]
-            relay = lm.relay_sample(
-                models.student,
-                models.teacher,
-                prompts,
-                self.sampling(budget),
-                lm.RelayConfig(rc["max_legs"], rc["max_paragraphs"], rc["max_leg_tokens"], rc["student_topk"]),
-                self.reflect,
-                self.blank,
-                self.eos,
-                self.pad,
-                g,
-            )
-            responses = relay.responses
-            owned = sum(map(sum, relay.teacher_owned))
-            metrics.update(relay_triggers=relay.triggers, teacher_token_frac=owned / max(1, sum(map(len, responses))))
-        else:
-            responses = lm.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
-        models.student.train()
-        metrics["response_length"] = sum(map(len, responses)) / len(responses)
+        responses, metrics = self._rollout(step, prompts)
+        rewards = None
         # GRPO needs the reward every step; distillation methods only log it, every reward_every steps
-        every = spec.get("reward_every", 1)
-        if m.student_loss == "grpo" or (step + 1) % every == 0 or step + 1 == spec["total_steps"]:
-            rewards = self.grader.grade([self.decode(r) for r in responses], prow)
+        if m.student_loss == "grpo" or (step + 1) % spec["reward_every"] == 0 or step + 1 == spec["total_steps"]:
+            rewards = self.grader.grade([self.decode(r) for r in responses], [r for r in rows for _ in range(n)])
             metrics["reward"] = sum(rewards) / len(rewards)
 
         logits, tokens, mask = lm.response_logits(models.student, prompts, responses, self.pad)
         logp = lm.token_logp(logits, tokens)
-        old_logp = logp.detach()
+        old_logp = logp.detach()  # one update per rollout batch: the sampling policy is the current one
         metrics["entropy"] = float(alg.masked_mean(alg.token_entropy(logits.detach()), mask))
-        extra_loss = torch.zeros(())
         if m.student_loss == "grpo":
             adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), n).to(self.device)
-            adv = adv.unsqueeze(1).expand_as(logp)
+            adv, extra_loss = adv.unsqueeze(1).expand_as(logp), torch.zeros(())
         else:
-            with torch.no_grad():
-                t_logits, _, _ = lm.response_logits(models.teacher, prompts, responses, self.pad)
-            t_logp = lm.token_logp(t_logits, tokens)
-            adv = alg.k1_advantage(t_logp, old_logp)
-            metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
-            if m.budget == "prune":
-                adv, mask = self._prune(adv, mask, logits.detach(), t_logits, metrics)
-            if m.student_loss == "optr":
-                oc = spec["method_cfg"]["optr"]
-                trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
-                outliers = mask - trusted
-                metrics["optr_trusted_frac"] = float(trusted.sum() / mask.sum().clamp_min(1))
-                adv = adv * trusted
-                if oc["outlier"] == "topk_fkl":
-                    fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
-                    extra_loss = (fkl * outliers).sum() / mask.sum().clamp_min(1)
+            adv, mask, extra_loss = self._distill_advantages(
+                prompts, responses, logits, tokens, mask, old_logp, metrics
+            )
         loss, clipfrac = alg.clipped_pg_loss(logp, old_logp, adv, mask, spec["clip"])
         loss = loss + extra_loss
         if models.ref is not None:
@@ -207,6 +161,56 @@ class Trainer:
         if m.trains_teacher and alg.is_teacher_step(step, spec["method_cfg"]["scout"]["interval"]):
             metrics.update(self.teacher_step(step, rows, prompts[::n], responses[::n]))
         return metrics
+
+    def _rollout(self, step: int, prompts: list[list[int]]) -> tuple[list[list[int]], dict]:
+        """Student responses under the method's response budget (ESR, Prune-OPD) and rollout rule
+        (Relay-OPD lets the teacher take over at reflection points)."""
+        m, spec, models = self.method, self.spec, self.models
+        budget = spec["max_response_length"]
+        if m.budget == "esr":
+            budget = spec["method_cfg"]["esr"]["max_tokens"]
+        elif m.budget == "prune":
+            budget = self.progress.budget.length
+        metrics: dict = {"response_budget": budget}
+        g = self.generator(step)
+        models.student.eval()
+        if m.rollout == "relay":
+            rc = spec["method_cfg"]["relay_opd"]
+            cfg = lm.RelayConfig(rc["max_legs"], rc["max_paragraphs"], rc["max_leg_tokens"], rc["student_topk"])
+            relay = lm.relay_sample(
+                models.student, models.teacher, prompts, self.sampling(budget), cfg,
+                self.reflect, self.blank, self.eos, self.pad, g,
+            )  # fmt: skip
+            responses = relay.responses
+            owned = sum(map(sum, relay.teacher_owned))
+            metrics.update(relay_triggers=relay.triggers, teacher_token_frac=owned / max(1, sum(map(len, responses))))
+        else:
+            responses = lm.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
+        models.student.train()
+        metrics["response_length"] = sum(map(len, responses)) / len(responses)
+        return responses, metrics
+
+    def _distill_advantages(self, prompts, responses, logits, tokens, mask, old_logp, metrics):
+        """K1 advantages from the current teacher, reweighted by Prune-OPD or OPTR where they apply.
+        Returns (advantages, loss mask, extra loss term)."""
+        m, spec = self.method, self.spec
+        with torch.no_grad():
+            t_logits, _, _ = lm.response_logits(self.models.teacher, prompts, responses, self.pad)
+        t_logp = lm.token_logp(t_logits, tokens)
+        adv = alg.k1_advantage(t_logp, old_logp)
+        metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
+        extra_loss = torch.zeros(())
+        if m.budget == "prune":
+            adv, mask = self._prune(adv, mask, logits.detach(), t_logits, metrics)
+        if m.student_loss == "optr":
+            oc = spec["method_cfg"]["optr"]
+            trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
+            metrics["optr_trusted_frac"] = float(trusted.sum() / mask.sum().clamp_min(1))
+            adv = adv * trusted
+            if oc["outlier"] == "topk_fkl":
+                fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
+                extra_loss = (fkl * (mask - trusted)).sum() / mask.sum().clamp_min(1)
+        return adv, mask, extra_loss
 
     def _prune(self, adv, mask, s_logits, t_logits, metrics):
         pc = self.spec["method_cfg"]["prune_opd"]

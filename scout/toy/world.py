@@ -11,17 +11,9 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from scout.embedded import lm
+from scout.io import read_jsonl, write_jsonl
 from scout.toy.tasks import Split, generate_split
 from scout.toy.tokenizer import build_tokenizer
-
-
-def write_jsonl(path: str | Path, rows: list[dict]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-    tmp.rename(path)
 
 
 def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
@@ -68,7 +60,7 @@ def pretrain(
     """Supervised training on worked solutions (loss on solution tokens only)."""
     torch.set_num_threads(1)
     model, tok = build_model(arch, tokenizer_dir, seed)
-    rows = [json.loads(line) for f in data_files for line in open(f)]
+    rows = [row for f in data_files for row in read_jsonl(f)]
     examples = []
     for r in rows:
         p = lm.prompt_ids(tok, r["prompt"])
