@@ -137,28 +137,16 @@ def test_conflicting_variant_definitions_are_refused(toy):
         grid.cells(cfg)
 
 
+def dry_run(workdir, configfile, *args):
+    """``snakemake -n`` of this repo's workflow in a scratch working directory."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(configfile), "--cores", "1", *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
 def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
     """snakemake -n with the paper config: no GPU, no download."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(REPO / "config" / "paper.yaml"),
-            "--cores",
-            "1",
-            "--quiet",
-            "rules",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "--quiet", "rules")
     assert out.returncode == 0, out.stderr
     counts = {}
     for line in out.stdout.splitlines():
@@ -177,23 +165,6 @@ def test_bad_config_stops_snakemake_before_any_job(tmp_path):
     cfg["training"]["batchsize"] = 3
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "--cores",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    out = dry_run(tmp_path, path)
     assert out.returncode != 0
     assert "training.batchsize: unknown key" in out.stdout + out.stderr
