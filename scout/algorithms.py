@@ -98,17 +98,6 @@ def continuation_mask(prefix_lengths: torch.Tensor, total_lengths: torch.Tensor,
 
 
 # --------------------------------------------------------------------------------------------
-# ESR
-# --------------------------------------------------------------------------------------------
-
-
-def esr_mask(mask: torch.Tensor, max_tokens: int) -> torch.Tensor:
-    """Keep only the first ``max_tokens`` response tokens in the loss."""
-    pos = torch.arange(mask.shape[1]).unsqueeze(0)
-    return mask * (pos < max_tokens).to(mask.dtype)
-
-
-# --------------------------------------------------------------------------------------------
 # Prune-OPD
 # --------------------------------------------------------------------------------------------
 

@@ -80,10 +80,6 @@ def test_continuation_mask_covers_only_teacher_tokens():
     assert m.tolist() == [[0, 0, 1, 1, 0], [1, 1, 1, 0, 0]]
 
 
-def test_esr_mask_keeps_first_n():
-    assert alg.esr_mask(t([[1, 1, 1, 1], [1, 1, 0, 0]]), 3).tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
-
-
 def test_topk_overlap_by_hand():
     s = t([[[5, 4, 3, 0, 0]]])  # top-3 = {0, 1, 2}
     te = t([[[0, 9, 8, 7, 0]]])  # top-3 = {1, 2, 3}
