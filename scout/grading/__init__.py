@@ -35,13 +35,18 @@ class Grader:
                 (extract_code(r), json.dumps(row["tests"], sort_keys=True))
                 for r, row in zip(responses, rows, strict=True)
             ]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._cache))
-        if todo and domains == {"math"}:
-            verdicts = self.math.grade([k[0] for k in todo], [k[1] for k in todo])
-        elif todo:
-            verdicts = self.code.grade([k[0] for k in todo], [json.loads(k[1]) for k in todo])
-        else:
+        # first response and row for each key not graded yet; graders see the original response
+        todo = {}
+        for k, response, row in zip(keys, responses, rows, strict=True):
+            if k not in self._cache and k not in todo:
+                todo[k] = (response, row)
+        firsts = list(todo.values())
+        if not firsts:
             verdicts = []
+        elif domains == {"math"}:
+            verdicts = self.math.grade([r for r, _ in firsts], [row["answer"] for _, row in firsts])
+        else:
+            verdicts = self.code.grade([r for r, _ in firsts], [row["tests"] for _, row in firsts])
         if len(self._cache) > 200_000:
             self._cache.clear()
         self._cache.update(zip(todo, verdicts, strict=True))
