@@ -142,9 +142,7 @@ class Trainer:
             adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), n).to(self.device)
             adv, extra_loss = adv.unsqueeze(1).expand_as(logp), torch.zeros(())
         else:
-            adv, mask, extra_loss = self._distill_advantages(
-                prompts, responses, logits, tokens, mask, old_logp, metrics
-            )
+            adv, extra_loss = self._distill_advantages(prompts, responses, logits, tokens, mask, old_logp, metrics)
         loss, clipfrac = alg.clipped_pg_loss(logp, old_logp, adv, mask, spec["clip"])
         loss = loss + extra_loss
         if models.ref is not None:
@@ -192,7 +190,7 @@ class Trainer:
 
     def _distill_advantages(self, prompts, responses, logits, tokens, mask, old_logp, metrics):
         """K1 advantages from the current teacher, reweighted by Prune-OPD or OPTR where they apply.
-        Returns (advantages, loss mask, extra loss term)."""
+        Returns (advantages, extra loss term)."""
         m, spec = self.method, self.spec
         with torch.no_grad():
             t_logits, _, _ = lm.response_logits(self.models.teacher, prompts, responses, self.pad)
@@ -201,7 +199,7 @@ class Trainer:
         metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
         extra_loss = torch.zeros(())
         if m.budget == "prune":
-            adv, mask = self._prune(adv, mask, logits.detach(), t_logits, metrics)
+            adv = self._prune(adv, mask, logits.detach(), t_logits, metrics)
         if m.student_loss == "optr":
             oc = spec["method_cfg"]["optr"]
             trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
@@ -210,7 +208,7 @@ class Trainer:
             if oc["outlier"] == "topk_fkl":
                 fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
                 extra_loss = (fkl * (mask - trusted)).sum() / mask.sum().clamp_min(1)
-        return adv, mask, extra_loss
+        return adv, extra_loss
 
     def _prune(self, adv, mask, s_logits, t_logits, metrics):
         pc = self.spec["method_cfg"]["prune_opd"]
@@ -229,7 +227,7 @@ class Trainer:
             patience=b["patience"],
         )
         metrics["prune_overlap"] = float(alg.masked_mean(overlap, mask))
-        return adv * (w + pc["w_base"]) * mask, mask
+        return adv * (w + pc["w_base"]) * mask
 
     # -- SCOUT's teacher phase -------------------------------------------------------------------------
 

@@ -47,11 +47,9 @@ class CodeGrader:
 
     def __init__(self, limits: Limits = Limits(), workers: int = 2):
         self.limits, self.workers = limits, workers
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen | None] = [None] * workers
 
     def _worker(self, i: int) -> subprocess.Popen:
-        while len(self._procs) <= i:
-            self._procs.append(None)
         proc = self._procs[i]
         if proc is None or proc.poll() is not None:
             proc = subprocess.Popen(
@@ -98,7 +96,7 @@ class CodeGrader:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        self._procs = []
+        self._procs = [None] * self.workers
 
 
 def grade_many(
