@@ -20,9 +20,11 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         summary_files(),
+        report_files(),

@@ -92,6 +92,50 @@ def cmd_aggregate(args) -> int:
     return 0
 
 
+def _config(args) -> dict:
+    """The config of a report/import command: --spec (JSON, as rules pass it) or --config FILE."""
+    from scout import config
+
+    cfg = _spec(args.spec) if args.spec else config.load(args.config)
+    if args.spec:
+        config.validate(cfg)
+    if args.results:
+        cfg["results"] = args.results
+    return cfg
+
+
+def cmd_report(args) -> int:
+    from scout.report import ReportError, build
+
+    try:
+        build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
+    except ReportError as exc:
+        raise SystemExit(f"scout report: {exc}") from exc
+    return 0
+
+
+def cmd_import_results(args) -> int:
+    from scout import results
+
+    cfg = _config(args)
+    try:
+        records = results.parse_import(cfg, args.csv, scale=args.scale)
+        paths = results.write_imported(cfg, records, replace=args.replace)
+    except results.ImportRefused as exc:
+        raise SystemExit(f"scout import-results: {exc}") from exc
+    cells = {(r["setting"], r["variant"], r["seed"]) for r in records}
+    _log(
+        f"imported {len(paths)} records ({len(cells)} runs) from {args.csv} into {results.results_dir(cfg) / 'imported'}"
+    )
+    return 0
+
+
+def _add_config_args(s) -> None:
+    s.add_argument("--config", default="config/config.yaml", help="config file (default: the toy grid)")
+    s.add_argument("--spec", help="the config as a JSON object or @file (what the workflow passes)")
+    s.add_argument("--results", help="results folder (default: the config's `results`)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scout", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -118,6 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True)
     s.add_argument("records", nargs="+")
     s.set_defaults(func=cmd_aggregate)
+    s = sub.add_parser("report", help="render every table and figure, and the PDF, from cached results")
+    _add_config_args(s)
+    s.add_argument("--out", help="output folder (default: {results}/report)")
+    s.add_argument("--no-pdf", action="store_true", help="write tables and figures only")
+    s.set_defaults(func=cmd_report)
+    s = sub.add_parser("import-results", help="import per-run numbers (setting,method,run,benchmark,mean,sem)")
+    s.add_argument("csv")
+    _add_config_args(s)
+    s.add_argument("--scale", choices=["fraction", "percent"], default="fraction", help="units of mean and sem")
+    s.add_argument("--replace", action="store_true", help="overwrite records imported before")
+    s.set_defaults(func=cmd_import_results)
     args = p.parse_args(argv)
     from scout.config import ConfigError
 

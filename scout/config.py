@@ -83,6 +83,10 @@ def _reference_errors(config: dict) -> list[str]:
                 )
             elif isinstance(m, dict) and "interval" in m and not METHODS[mid].trains_teacher:
                 errs.append(f"experiments.{exp}.methods[{i}].interval: method {mid!r} has no teacher updates")
+    variants = {m if isinstance(m, str) else m["name"] for e in config["experiments"].values() for m in e["methods"]}
+    baseline = config.get("report", {}).get("baseline")
+    if baseline is not None and baseline not in variants:
+        errs.append(f"report.baseline: {baseline!r} is not a variant of the grid; expected one of {sorted(variants)}")
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")

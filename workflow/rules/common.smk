@@ -4,6 +4,7 @@ import re
 
 from scout import config as scout_config
 from scout import grid
+from scout.report import settings as report_settings
 
 scout_config.validate(config)
 
@@ -89,3 +90,11 @@ def eval_records():
 
 def summary_files():
     return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv"]
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def report_files():
+    out = [f"{RES}/report/manifest.json"]
+    return out + ([f"{RES}/report/report.pdf"] if report_settings(config)["pdf"] else [])

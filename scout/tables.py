@@ -1,0 +1,686 @@
+"""Cached records -> the paper's tables, as LaTeX rendered from jinja2 templates.
+
+Which tables exist follows the config's experiments, so the paper grid and the toy grid go through
+the same code: one main table per teacher->student pair of ``experiments.main`` (its settings side by
+side), one per-run table per main setting, per-domain tables for the prefix-0 control and OPTR, their
+summaries, the f-sweep table, and the hyperparameter, learning-rate and benchmark tables.
+
+Numbers are accuracies in percent. The ``±`` term is the cross-run SD for aggregates of two or more
+runs, the SEM over repeats for a single run in the per-run tables, and the SD over repeats for
+single-run rows in the summary tables (as the paper prints its base models). A missing value is
+``--``; an aggregate over fewer runs than the grid has says how many it used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+
+from scout import grid, stats
+from scout.methods import METHODS
+
+AVG = "avg"
+HIGHLIGHT = "hl"  # LaTeX colour name of a significant p-value cell (defined in the document)
+_DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Formatting
+# ------------------------------------------------------------------------------------------------
+
+
+def tex(text: object) -> str:
+    """Escape LaTeX specials in an id or label."""
+    out = str(text)
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#")):
+        out = out.replace(a, b)
+    return out.replace("_", r"\_").replace("{", r"\{").replace("}", r"\}").replace("->", r"$\rightarrow$")
+
+
+def _ok(x: float | None) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def value(mean: float | None, pm: float | None = None, decimals: int = 1, style: str = "") -> str:
+    """One table entry: ``mean`` with a small ``±pm`` term, bold for best, underlined for second."""
+    if not _ok(mean):
+        return "--"
+    macro = {"best": "best", "second": "second"}.get(style, "")
+    if _ok(pm):
+        return rf"\{macro}res{{{mean:.{decimals}f}}}{{{pm:.{decimals}f}}}"
+    return rf"\{macro}val{{{mean:.{decimals}f}}}"
+
+
+def p_text(p: float) -> str:
+    """Three significant digits as the paper prints them (0.0391, 0.500); tiny values as <0.001."""
+    if not _ok(p):
+        return "--"
+    if p < 0.001:
+        return "$<0.001$"
+    return f"${p:#.3g}$".replace("e", r"\mathrm{e}")
+
+
+def lr_text(lr: float) -> str:
+    """5e-06 -> $5{\\times}10^{-6}$."""
+    exp = math.floor(math.log10(lr))
+    mant = f"{lr / 10**exp:.2f}".rstrip("0").rstrip(".")
+    return rf"${mant}{{\times}}10^{{{exp}}}$"
+
+
+def bench_label(config: dict, bench: str) -> str:
+    return config["benchmarks"][bench].get("label", bench)
+
+
+def variant_label(config: dict, variant: str, f_default: int | None = None) -> str:
+    if variant == "base-student" or variant == "base-teacher":
+        return variant
+    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
+    if cell is None:
+        return variant
+    label = METHODS[cell.method].label
+    over = dict(cell.overrides)
+    extras = []
+    if "interval" in over:
+        extras.append(f"$f{{=}}{over['interval']}$")
+    if "epochs" in over:
+        extras.append(f"{over['epochs']} ep.")
+    return f"{label} ({', '.join(extras)})" if extras else label
+
+
+# ------------------------------------------------------------------------------------------------
+# Statistics of one row (setting x variant) from the cache
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """Run-level means ``y`` and SEMs ``e`` (seeds x benchmarks, NaN = missing) of one variant."""
+
+    setting: str
+    variant: str
+    seeds: list[int]
+    y: pd.DataFrame
+    e: pd.DataFrame
+    repeats: dict[str, int]
+
+    @cached_property
+    def run_avg(self) -> pd.Series:
+        """Macro-average within each run; a run missing any benchmark has no average."""
+        return self.y.mean(axis=1, skipna=False)
+
+    def agg(self, col: str) -> stats.Aggregate:
+        return stats.aggregate(list(self.run_avg if col == AVG else self.y[col]))
+
+    def pm(self, col: str) -> float:
+        """Cross-run SD, or for a single run the SD over evaluation repeats (benchmarks only)."""
+        a = self.agg(col)
+        if a.n >= 2:
+            return a.sd
+        if a.n == 1 and col != AVG:
+            e = self.e[col].dropna()
+            return float(e.iloc[0]) * math.sqrt(self.repeats[col]) if len(e) else math.nan
+        return math.nan
+
+    def pair(self, col: str) -> tuple[list[float], list[float]]:
+        if col == AVG:
+            v = self.run_avg.dropna()
+            return list(v), [math.nan] * len(v)
+        ok = self.y[col].notna()
+        return list(self.y[col][ok]), list(self.e[col][ok].fillna(0.0))
+
+
+@dataclass
+class Cache:
+    """The records of final checkpoints, indexed for table building."""
+
+    config: dict
+    df: pd.DataFrame
+    test: str = "welch"
+    alpha: float = 0.1
+    baseline: str = "opd"
+    _rows: dict = field(default_factory=dict)
+
+    @cached_property
+    def final(self) -> pd.DataFrame:
+        d = self.df[self.df.checkpoint == "final"] if len(self.df) else self.df
+        return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
+
+    @cached_property
+    def seeds(self) -> dict[tuple[str, str], list[int]]:
+        out: dict[tuple[str, str], list[int]] = {}
+        for c in grid.cells(self.config):
+            out.setdefault((c.setting, c.variant), []).append(c.seed)
+        return {k: sorted(v) for k, v in out.items()}
+
+    def benchmarks(self, setting: str) -> list[str]:
+        return grid.benchmarks_for(self.config, self.config["settings"][setting]["domain"])
+
+    def row(self, setting: str, variant: str) -> Row:
+        key = (setting, variant)
+        if key not in self._rows:
+            seeds = [0] if variant in grid.BASE_VARIANTS else self.seeds.get(key, [])
+            benches = self.benchmarks(setting)
+            y = pd.DataFrame(np.nan, index=seeds, columns=benches)
+            e = y.copy()
+            for s in seeds:
+                for b in benches:
+                    k = (setting, variant, s, b)
+                    if len(self.final) and k in self.final.index:
+                        rec = self.final.loc[k]
+                        y.loc[s, b], e.loc[s, b] = float(rec["mean"]), float(rec["sem"])
+            reps = {b: self.config["benchmarks"][b]["repeats"] for b in benches}
+            self._rows[key] = Row(setting, variant, seeds, y, e, reps)
+        return self._rows[key]
+
+    def p(self, setting: str, variant: str, col: str) -> float:
+        """One-sided p of variant > baseline: the configured test per benchmark, Welch for Avg."""
+        m, b = self.row(setting, variant), self.row(setting, self.baseline)
+        (y, e), (y0, e0) = m.pair(col), b.pair(col)
+        return stats.welch_test(y, y0).p if col == AVG else stats.p_value(self.test, y, e, y0, e0)
+
+    def has_variant(self, setting: str, variant: str) -> bool:
+        return (setting, variant) in self.seeds or variant in grid.BASE_VARIANTS
+
+    def experiment_variants(self, exp: str, setting: str) -> list[str]:
+        """Variants an experiment runs on a setting, in config order."""
+        cells = grid.cells(self.config)
+        return list(dict.fromkeys(c.variant for c in cells if exp in c.experiments and c.setting == setting))
+
+
+def _is_opd_based(config: dict, variant: str) -> bool:
+    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
+    return cell is not None and METHODS[cell.method].opd_based
+
+
+def _method_of(config: dict, variant: str) -> str:
+    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
+    return cell.method if cell else variant
+
+
+def _runs_used(row: Row) -> tuple[int, int]:
+    """(runs with any result, runs in the grid)."""
+    return max(row.agg(c).n for c in [*row.y.columns, AVG]), len(row.seeds)
+
+
+def _runs_note(row: Row) -> str:
+    """Say so when an aggregate uses fewer runs than the grid has (and more than none)."""
+    n, m = _runs_used(row)
+    return f" {{\\scriptsize ({n}/{m} runs)}}" if 0 < n < m else ""
+
+
+# ------------------------------------------------------------------------------------------------
+# Table models (dicts the templates lay out)
+# ------------------------------------------------------------------------------------------------
+
+
+def _columns(config: dict, benches: list[str], avg_label: str = r"\textbf{Mean}") -> list[dict]:
+    cols = [
+        {"key": b, "label": tex(bench_label(config, b)), "sub": f"Avg@{config['benchmarks'][b]['repeats']}"}
+        for b in benches
+    ]
+    return cols + [{"key": AVG, "label": avg_label, "sub": ""}]
+
+
+def _summary_cells(cache: Cache, setting: str, variants: list[str], decimals: int, rank: list[str]) -> dict:
+    """{variant: [entry per column]} with best/second among ``rank`` per column."""
+    cols = cache.benchmarks(setting) + [AVG]
+    out = {v: [] for v in variants}
+    for col in cols:
+        means = {v: cache.row(setting, v).agg(col).mean * 100 for v in variants}
+        best, second = stats.best_two({v: means[v] for v in rank}, decimals)
+        for v in variants:
+            style = "best" if v in best else "second" if v in second else ""
+            row = cache.row(setting, v)
+            out[v].append(value(means[v], row.pm(col) * 100, decimals, style))
+    return out
+
+
+def _row_colour(cache: Cache, variant: str) -> str | None:
+    if variant == cache.baseline:
+        return "summarygray"
+    if _method_of(cache.config, variant) == "scout" and variant == "scout":
+        return "scoutsummary"
+    return None
+
+
+def _groups(cache: Cache, variants: list[str]) -> list[list[str]]:
+    """Row groups separated by rules: base rows | non-distillation | OPD-based | SCOUT."""
+    bases = [v for v in variants if v in grid.BASE_VARIANTS]
+    refs = [v for v in variants if v not in grid.BASE_VARIANTS and not _is_opd_based(cache.config, v)]
+    ours = [v for v in variants if _method_of(cache.config, v) == "scout"]
+    opd = [v for v in variants if v not in bases + refs + ours]
+    return [g for g in (bases, refs, opd, ours) if g]
+
+
+def _row_name(cache: Cache, setting: str, variant: str) -> str:
+    s = cache.config["settings"][setting]
+    if variant == "base-student":
+        return tex(s["student"])
+    if variant == "base-teacher":
+        return tex(s["teacher"])
+    name = tex(variant_label(cache.config, variant))
+    return rf"\textbf{{{name}}}" if _method_of(cache.config, variant) == "scout" else name
+
+
+def _main_row_name(cache: Cache, settings: list[str], variant: str) -> str:
+    """Row name, noting per domain when an aggregate uses fewer runs than the grid has."""
+    short = []
+    for s in settings:
+        if cache.has_variant(s, variant):
+            n, m = _runs_used(cache.row(s, variant))
+            if 0 < n < m:
+                domain = cache.config["settings"][s]["domain"]
+                short.append(f"{domain}: {n}/{m}" if len(settings) > 1 else f"{n}/{m}")
+    note = rf" {{\scriptsize ({', '.join(short)} runs)}}" if short else ""
+    return _row_name(cache, settings[0], variant) + note
+
+
+def main_tables(cache: Cache) -> list[dict]:
+    """One table per teacher->student pair of the main experiment, its domains side by side."""
+    cfg = cache.config
+    exp = cfg["experiments"].get("main")
+    if not exp:
+        return []
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for s in exp["settings"]:
+        pairs.setdefault((cfg["settings"][s]["teacher"], cfg["settings"][s]["student"]), []).append(s)
+    out = []
+    for (teacher, student), settings in pairs.items():
+        variants = ["base-student", "base-teacher"] + cache.experiment_variants("main", settings[0])
+        blocks, rows = [], {v: [] for v in variants}
+        for s in settings:
+            vs = ["base-student", "base-teacher"] + cache.experiment_variants("main", s)
+            rank = [v for v in vs if _is_opd_based(cfg, v)]
+            cells = _summary_cells(cache, s, vs, 1, rank)
+            cols = _columns(cfg, cache.benchmarks(s))
+            blocks.append({"title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s), "columns": cols})
+            for v in variants:
+                if v in cells:
+                    rows[v] += cells[v]
+                else:  # variant not run in this setting (e.g. skipped on code)
+                    rows[v] += ["--"] * len(cols)
+        groups = [
+            [{"name": _main_row_name(cache, settings, v), "colour": _row_colour(cache, v), "cells": rows[v]} for v in g]
+            for g in _groups(cache, variants)
+        ]
+        domains = ", ".join(cfg["settings"][s]["domain"] for s in settings)
+        out.append(
+            {
+                "name": f"main_{settings[0]}",
+                "template": "main.tex.j2",
+                "label": f"tab:main-{settings[0]}",
+                "caption": f"Main results for {tex(teacher)} $\\rightarrow$ {tex(student)} ({domains}): mean "
+                "$\\pm$ SD over training runs (base models: SD over evaluation repeats). Bold and underlined: "
+                "best and second best among OPD-based methods.",
+                "blocks": blocks,
+                "groups": groups,
+                "ncols": sum(len(b["columns"]) for b in blocks),
+            }
+        )
+    return out
+
+
+def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], show_p: bool) -> dict:
+    cfg = cache.config
+    row = cache.row(setting, variant)
+    cols = cache.benchmarks(setting) + [AVG]
+    runs = []
+    for i, seed in enumerate(row.seeds, start=1):
+        cells = [value(row.y.loc[seed, b] * 100, row.e.loc[seed, b] * 100, 2) for b in cols[:-1]]
+        avg = row.run_avg.loc[seed]
+        runs.append({"label": f"Run {i}", "cells": cells + [value(avg * 100, None, 2)], "colour": None})
+    mean_cells = []
+    for col in cols:
+        means = {v: cache.row(setting, v).agg(col).mean * 100 for v in rank}
+        best, second = stats.best_two(means, 2)
+        style = "best" if variant in best else "second" if variant in second else ""
+        a = row.agg(col)
+        mean_cells.append(value(a.mean * 100, a.sd * 100 if a.n >= 2 else None, 2, style))
+    colour = "scoutsummary" if _method_of(cfg, variant) == "scout" else "summarygray"
+    mean_label = "Mean" + _runs_note(row)
+    rows = runs + [{"label": mean_label, "cells": mean_cells, "colour": colour}]
+    if show_p:
+        base = cache.row(setting, cache.baseline)
+        p_cells = []
+        for col in cols:
+            p = cache.p(setting, variant, col)
+            hl = stats.significant(p, row.agg(col).mean, base.agg(col).mean, cache.alpha)
+            p_cells.append((rf"\cellcolor{{{HIGHLIGHT}}}" if hl else "") + p_text(p))
+        label = rf"\textit{{$p$ vs.\ {tex(variant_label(cfg, cache.baseline))}}}"
+        rows.append({"label": label, "cells": p_cells, "colour": None})
+    return {"name": _row_name(cache, setting, variant), "nruns": len(runs), "rows": rows}
+
+
+def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[str, list[str]]]) -> dict:
+    """Per-run appendix table: blocks of Run rows (± SEM), a Mean row (± SD) and a p row per variant."""
+    cfg = cache.config
+    setting0 = sections[0][0]
+    out_sections = []
+    for setting, variants in sections:
+        rank = [v for v in variants if _is_opd_based(cfg, v)]
+        blocks = [
+            _per_run_block(
+                cache,
+                setting,
+                v,
+                rank,
+                show_p=v in rank and v != cache.baseline and cache.has_variant(setting, cache.baseline),
+            )
+            for v in variants
+        ]
+        s = cfg["settings"][setting]
+        title = f"{tex(s['teacher'])} $\\rightarrow$ {tex(s['student'])} ({s['domain']})" if len(sections) > 1 else None
+        out_sections.append({"title": title, "blocks": blocks})
+    return {
+        "name": name,
+        "template": "per_run.tex.j2",
+        "label": f"tab:{name}",
+        "caption": caption,
+        "columns": _columns(cfg, cache.benchmarks(setting0), r"\textbf{Avg}"),
+        "sections": out_sections,
+    }
+
+
+def per_run_tables(cache: Cache) -> list[dict]:
+    cfg = cache.config
+    exps = cfg["experiments"]
+    test = "Welch's $t$-test" if cache.test == "welch" else "the random-effects $z$-test"
+    note = (
+        f"Runs: mean $\\pm$ SEM over evaluation repeats; Mean: $\\pm$ SD over runs. $p$: one-sided, per benchmark "
+        f"by {test}, Avg by Welch's $t$-test on run-level macro-averages; shaded: $p<{cache.alpha:g}$ with a higher mean."
+    )
+    out = []
+    for s in exps.get("main", {}).get("settings", []):
+        sc = cfg["settings"][s]
+        out.append(
+            per_run_table(
+                cache,
+                f"per_run_{s}",
+                f"Complete results for {tex(sc['teacher'])} $\\rightarrow$ {tex(sc['student'])} ({sc['domain']}). {note}",
+                [(s, cache.experiment_variants("main", s))],
+            )
+        )
+    for exp, title, refs in (
+        ("prefix0", "Prefix-0 control (OPD + Teacher GRPO: teacher rollouts start from the problem)", ["opd"]),
+        ("optr", "OPTR and OPTR + SCOUT", ["opd"]),
+    ):
+        if exp not in exps:
+            continue
+        by_domain: dict[str, list[str]] = {}
+        for s in exps[exp]["settings"]:
+            by_domain.setdefault(cfg["settings"][s]["domain"], []).append(s)
+        for domain, settings in by_domain.items():
+            sections = []
+            for s in settings:
+                own = cache.experiment_variants(exp, s)
+                extra = [v for v in refs + ["scout"] if cache.has_variant(s, v) and v not in own]
+                sections.append((s, extra[:1] + own + extra[1:] if exp == "prefix0" else extra + own))
+            out.append(per_run_table(cache, f"per_run_{exp}_{domain}", f"{title}, {domain}. {note}", sections))
+    return out
+
+
+def prefix0_summary(cache: Cache) -> dict | None:
+    cfg = cache.config
+    exp = cfg["experiments"].get("prefix0")
+    if not exp:
+        return None
+    settings = exp["settings"]
+    variants = ["opd", *cache.experiment_variants("prefix0", settings[0]), "scout"]
+    cols, cells = [], {v: [] for v in variants}
+    for s in settings:
+        sc = cfg["settings"][s]
+        cols.append({"group": tex(sc["teacher"]), "label": sc["domain"].capitalize()})
+        means = {v: cache.row(s, v).agg(AVG).mean * 100 for v in variants if cache.has_variant(s, v)}
+        best, second = stats.best_two(means, 1)
+        for v in variants:
+            style = "best" if v in best else "second" if v in second else ""
+            cells[v].append(value(means.get(v), None, 1, style))
+    groups = [
+        [v for v in variants if _method_of(cfg, v) != "scout"],
+        [v for v in variants if _method_of(cfg, v) == "scout"],
+    ]
+    return {
+        "name": "prefix0_summary",
+        "template": "summary.tex.j2",
+        "label": "tab:prefix0-summary",
+        "caption": "Prefix-0 control: mean accuracy (Avg) of OPD, OPD + Teacher GRPO (the same teacher updates "
+        "from the original problem) and SCOUT (teacher updates from student prefixes).",
+        "columns": cols,
+        "col_groups": _spans([c["group"] for c in cols]),
+        "groups": [[{"name": _row_name(cache, settings[0], v), "cells": cells[v]} for v in g] for g in groups if g],
+    }
+
+
+def _spans(labels: list[str]) -> list[dict]:
+    spans: list[dict] = []
+    for lab in labels:
+        if spans and spans[-1]["label"] == lab:
+            spans[-1]["n"] += 1
+        else:
+            spans.append({"label": lab, "n": 1})
+    start = 2
+    for sp in spans:
+        sp["start"], sp["end"] = start, start + sp["n"] - 1
+        start += sp["n"]
+    return spans
+
+
+def optr_summary(cache: Cache) -> dict | None:
+    cfg = cache.config
+    exp = cfg["experiments"].get("optr")
+    if not exp:
+        return None
+    tasks = []
+    for s in exp["settings"]:
+        pairs = [("opd", "scout"), ("optr", "optr_scout")]
+        means = {}
+        for a, b in pairs:
+            for v in (a, b):
+                if cache.has_variant(s, v):
+                    means[v] = cache.row(s, v).agg(AVG).mean * 100
+        best, second = stats.best_two(means, 1)
+        rows = []
+        for a, b in pairs:
+            ma, mb = means.get(a, math.nan), means.get(b, math.nan)
+            style = "best" if b in best else "second" if b in second else ""
+            colour = "scoutsummary" if b == "optr_scout" else "summarygray"
+            gain = f"{mb - ma:+.1f}" if _ok(ma) and _ok(mb) else "--"
+            rows.append(
+                {
+                    "base": tex(METHODS[a].label),
+                    "without": value(ma, None, 1),
+                    "with": value(mb, None, 1, style),
+                    "gain": f"${gain}$" if gain != "--" else gain,
+                    "colour": colour,
+                }
+            )
+        tasks.append({"task": f"{cfg['settings'][s]['domain'].capitalize()} ({tex(s)})", "rows": rows})
+    return {
+        "name": "optr_summary",
+        "template": "optr_summary.tex.j2",
+        "label": "tab:optr-summary",
+        "caption": "SCOUT on top of OPD and OPTR: mean accuracy (Avg) without and with SCOUT, and the gain.",
+        "tasks": tasks,
+    }
+
+
+def f_of(config: dict, variant: str) -> int | None:
+    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
+    if cell is None or not METHODS[cell.method].trains_teacher:
+        return None
+    return dict(cell.overrides).get("interval", config["methods"]["scout"]["interval"])
+
+
+def interval_variants(cache: Cache, setting: str) -> list[tuple[int, str]]:
+    """(f, variant) of plain SCOUT variants on a setting (the sweep plus the main SCOUT), sorted by f."""
+    out = []
+    for (s, v), _ in cache.seeds.items():
+        cell = next(c for c in grid.cells(cache.config) if (c.setting, c.variant) == (s, v))
+        if s == setting and cell.method == "scout" and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}:
+            out.append((f_of(cache.config, v), v))
+    return sorted(out)
+
+
+def fsweep_tables(cache: Cache) -> list[dict]:
+    cfg = cache.config
+    exp = cfg["experiments"].get("interval")
+    if not exp:
+        return []
+    out = []
+    for s in exp["settings"]:
+        sweep = interval_variants(cache, s)
+        variants = ["base-student", "base-teacher", "opd"] + [v for _, v in sweep]
+        rank = [v for _, v in sweep]
+        cells = _summary_cells(cache, s, variants, 1, rank)
+        names = {v: _row_name(cache, s, v) for v in variants}
+        for f, v in sweep:
+            names[v] = f"SCOUT ($f{{=}}{f}$)"
+        groups = [["base-student", "base-teacher"], ["opd"], rank]
+        out.append(
+            {
+                "name": f"fsweep_{s}",
+                "template": "main.tex.j2",
+                "label": f"tab:fsweep-{s}",
+                "caption": f"Teacher update interval $f$ on {tex(s)}: mean $\\pm$ SD over runs (single runs: SD over "
+                "repeats). Bold and underlined: best and second best among the SCOUT variants.",
+                "blocks": [
+                    {
+                        "title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s),
+                        "columns": _columns(cfg, cache.benchmarks(s)),
+                    }
+                ],
+                "groups": [[{"name": names[v], "colour": None, "cells": cells[v]} for v in g] for g in groups],
+                "ncols": len(cache.benchmarks(s)) + 1,
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables generated from the config
+# ------------------------------------------------------------------------------------------------
+
+
+def _joined(values: list) -> str:
+    uniq = list(dict.fromkeys(values))
+    return " / ".join(str(v) for v in uniq)
+
+
+def hyper_table(config: dict) -> dict:
+    tr, ev = config["training"], config["evaluation"]
+    domains = list(dict.fromkeys(s["domain"] for s in config["settings"].values()))
+    panels = []
+    for d in domains:
+        ss = [s for s in config["settings"].values() if s["domain"] == d]
+        rows = [
+            ("Max Prompt Length", _joined([s.get("max_prompt_length", tr["max_prompt_length"]) for s in ss])),
+            ("Max Response Length", tr["max_response_length"]),
+            ("Training Rollout Temperature", tr["temperature"]),
+            ("Training Rollout Top-$p$", tr["top_p"]),
+            ("Rollout Number per Prompt ($n$)", tr.get("n", 1)),
+            ("Global Batch Size", tr["batch_size"]),
+            ("PPO Mini-Batch Size", tr.get("mini_batch_size", tr["batch_size"])),
+            ("PPO Epochs", tr.get("ppo_epochs", 1)),
+            ("PPO Clipping Range", tr["clip"]),
+            ("Learning-Rate Schedule", tr.get("lr_schedule", "constant")),
+            ("Training Epochs", _joined([s.get("epochs", 1) for s in ss])),
+        ]
+        if "steps" in tr:
+            rows.append(("Steps per Epoch", tr["steps"]))
+        rows += [
+            None,
+            ("Inference Temperature", ev["temperature"]),
+            ("Inference Top-$p$", ev["top_p"]),
+            ("Inference Max Response Length", ev["max_new_tokens"]),
+        ]
+        panels.append({"title": f"{d.capitalize()}", "rows": rows})
+    g = tr["grpo"]
+    sc = config["methods"]["scout"]
+    return {
+        "name": "hyperparameters",
+        "template": "hyper.tex.j2",
+        "label": "tab:hyper",
+        "caption": "Training and inference hyperparameters per task (from the config). GRPO: $n={}$, learning rate "
+        "{}, $\\beta={}$; SCOUT's teacher: GRPO with $K={}$ continuations per prefix every $f={}$ steps.".format(
+            g["n"], lr_text(g["lr"]), g["kl_beta"], sc["k"], sc["interval"]
+        ),
+        "panels": panels,
+    }
+
+
+def lr_table(config: dict) -> dict:
+    rows = [
+        {
+            "teacher": tex(s["teacher"]),
+            "student": tex(s["student"]),
+            "task": s["domain"].capitalize(),
+            "student_lr": lr_text(s["student_lr"]),
+            "teacher_lr": lr_text(s["teacher_lr"]),
+        }
+        for s in config["settings"].values()
+    ]
+    return {
+        "name": "learning_rates",
+        "template": "lr.tex.j2",
+        "label": "tab:learning-rates",
+        "caption": "Learning rates of the student and (for SCOUT) the teacher per setting.",
+        "rows": rows,
+    }
+
+
+def benchmark_table(config: dict) -> dict:
+    domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
+    cols = [(d, b) for d in domains for b in grid.benchmarks_for(config, d)]
+    return {
+        "name": "benchmarks",
+        "template": "benchmarks.tex.j2",
+        "label": "tab:benchmarks",
+        "caption": "Evaluation benchmarks: number of questions and of sampled responses per question (avg@$k$).",
+        "col_groups": _spans([_DOMAIN_TITLES.get(d, d) for d, _ in cols]),
+        "labels": [tex(bench_label(config, b)) for _, b in cols],
+        "questions": [config["benchmarks"][b]["rows"] for _, b in cols],
+        "repeats": [config["benchmarks"][b]["repeats"] for _, b in cols],
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering
+# ------------------------------------------------------------------------------------------------
+
+
+def environment() -> jinja2.Environment:
+    """Jinja with LaTeX-safe delimiters: ((* block *)), ((( variable ))), ((# comment #))."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        block_start_string="((*",
+        block_end_string="*))",
+        variable_start_string="(((",
+        variable_end_string=")))",
+        comment_start_string="((#",
+        comment_end_string="#))",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+
+
+def all_tables(cache: Cache) -> list[dict]:
+    """Every table the config's experiments call for, in the paper's order."""
+    tables = main_tables(cache) + per_run_tables(cache)
+    tables += [t for t in (prefix0_summary(cache), optr_summary(cache)) if t]
+    tables += fsweep_tables(cache)
+    tables += [hyper_table(cache.config), lr_table(cache.config), benchmark_table(cache.config)]
+    return tables
+
+
+def render(table: dict, env: jinja2.Environment | None = None) -> str:
+    env = env or environment()
+    return env.get_template(table["template"]).render(t=table)
