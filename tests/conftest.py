@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,15 @@ TINY = {
     "lr": 3e-3,
     "batch": 8,
 }
+
+
+def tex_available() -> bool:
+    """Whether pdflatex is here; CI sets SCOUT_REQUIRE_TEX=1 so that a missing TeX fails, not skips."""
+    if shutil.which("pdflatex"):
+        return True
+    if os.environ.get("SCOUT_REQUIRE_TEX") == "1":
+        raise RuntimeError("SCOUT_REQUIRE_TEX=1 but pdflatex is not installed")
+    return False
 
 
 def toy_config() -> dict:
@@ -46,6 +57,7 @@ def mini_config(results: str) -> dict:
     cfg["methods"]["scout"].update(interval=2, k=2)
     cfg["methods"]["esr"]["max_tokens"] = 8
     cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=24, step=4, margin=2)
+    cfg["report"]["pdf"] = tex_available()
     cfg["experiments"] = {
         "main": {
             "settings": ["toy-l-s-math"],

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +15,7 @@ import pytest
 import yaml
 
 from scout.methods import METHODS
-from tests.conftest import REPO, mini_config
+from tests.conftest import REPO, mini_config, tex_available
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +81,31 @@ def test_rerun_of_one_training_cell(finished_grid):
     target = "results/train/toy-l-s-code/opd_teacher_grpo/s1/train.json"
     out = snakemake(finished_grid, target, "--forcerun", target)
     assert "1 of 1 steps (100%) done" in out.stderr
+
+
+def job_counts(out) -> dict[str, int]:
+    """The "Job stats" table Snakemake prints before running."""
+    text = out.stdout + out.stderr
+    table = text[text.index("Job stats:") :].split("\n\n")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+
+
+def test_grid_ends_with_the_report(finished_grid):
+    report = finished_grid / "results" / "report"
+    manifest = json.loads((report / "manifest.json").read_text())
+    assert manifest["missing"] == [] and manifest["records"] == manifest["expected_records"]
+    assert "main_toy-l-s-math" in manifest["tables"] and "compute_matched_toy-l-s-math" in manifest["figures"]
+    assert (report / "report.pdf").exists() == tex_available()
+
+
+def test_report_target_reads_only_the_cache(finished_grid, tmp_path):
+    """With the eval records cached and every checkpoint, model and dataset gone, `snakemake report`
+    runs the report job alone."""
+    shutil.copytree(finished_grid / "results" / "eval", tmp_path / "results" / "eval")
+    shutil.copy(finished_grid / "mini.yaml", tmp_path / "mini.yaml")
+    assert not (tmp_path / "results" / "train").exists()
+    out = snakemake(tmp_path, "report")
+    assert job_counts(out) == {"report": 1}
+    manifest = json.loads((tmp_path / "results" / "report" / "manifest.json").read_text())
+    assert manifest["missing"] == [] and manifest["records"] > 0
+    assert (tmp_path / "results" / "report" / "report.pdf").exists() == tex_available()

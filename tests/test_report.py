@@ -1,0 +1,309 @@
+"""The report: CSV import, table rendering, partial grids, figures and the compiled PDF."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scout import grid, results, tables
+from scout.cli import main as scout_main
+from scout.report import ReportError, build
+from tests.conftest import REPO, tex_available, toy_config
+
+
+def toy(tmp_path: Path) -> dict:
+    cfg = toy_config()
+    cfg["results"] = str(tmp_path / "results")
+    return cfg
+
+
+def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
+    """An evaluation record for every unit of the grid (SCOUT a little better than the rest)."""
+    rng = random.Random(seed)
+    n = 0
+    for unit in grid.eval_units(cfg):
+        if skip(unit):
+            continue
+        setting, variant, s, ckpt = unit
+        out = Path(grid.eval_dir(cfg, *unit))
+        out.mkdir(parents=True, exist_ok=True)
+        for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+            mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
+            rec = {"setting": setting, "variant": variant, "method": variant, "seed": int(s), "checkpoint": ckpt}
+            rec |= {"benchmark": b, "mean": mean, "sem": 0.01, "repeats": cfg["benchmarks"][b]["repeats"]}
+            (out / f"{b}.json").write_text(json.dumps(rec))
+            n += 1
+    return n
+
+
+def write_csv(path: Path, rows: list[str], header: str = "setting,method,run,benchmark,mean,sem") -> Path:
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+GOOD = [
+    "toy-l-s-math,opd,1,tm-easy,0.50,0.01",
+    "toy-l-s-math,opd,2,tm-easy,0.52,0.01",
+    "toy-l-s-math,scout,1,tm-easy,0.61,0.02",
+    "toy-mg-s-math,scout-f5,3,tm-hard,0.40,0.02",
+    "toy-l-s-math,base-student,1,tm-long,0.10,0.03",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# Import
+# ------------------------------------------------------------------------------------------------
+
+
+def imported_files(cfg: dict) -> list[Path]:
+    return sorted((Path(cfg["results"]) / "imported").rglob("*.json"))
+
+
+def test_import_round_trip(tmp_path):
+    cfg = toy(tmp_path)
+    recs = results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD))
+    written = results.write_imported(cfg, recs)
+    assert len(written) == 5 and all(p.exists() for p in written)
+    df = results.load(cfg).set_index(["variant", "seed", "benchmark"])
+    assert df.loc[("scout", 1, "tm-easy"), "mean"] == pytest.approx(0.61)
+    assert df.loc[("scout-f5", 3, "tm-hard"), "method"] == "scout"  # run 3 -> the variant's third seed
+    assert df.loc[("base-student", 0, "tm-long"), "sem"] == pytest.approx(0.03)  # base rows: seed 0
+    assert set(df.source) == {"imported"}
+    rec = json.loads(written[0].read_text())
+    assert rec["origin"] == "x.csv:2" and rec["repeats"] == cfg["benchmarks"]["tm-easy"]["repeats"]
+
+
+def test_import_percent_scale(tmp_path):
+    cfg = toy(tmp_path)
+    csv = write_csv(tmp_path / "p.csv", ["toy-l-s-math,opd,1,tm-easy,51.5,0.9"])
+    with pytest.raises(
+        results.ImportRefused, match=r"p.csv:2: mean 51.5 is outside \[0, 1\] \(percentages\? use --scale percent\)"
+    ):
+        results.parse_import(cfg, csv)
+    (rec,) = results.parse_import(cfg, csv, scale="percent")
+    assert rec["mean"] == pytest.approx(0.515) and rec["sem"] == pytest.approx(0.009)
+
+
+@pytest.mark.parametrize(
+    "row, reason",
+    [
+        ("toy-x,opd,1,tm-easy,0.5,0.01", "unknown setting 'toy-x'"),
+        ("toy-l-s-math,opd_v2,1,tm-easy,0.5,0.01", "unknown method 'opd_v2' for setting 'toy-l-s-math'"),
+        ("toy-l-s-math,opd,1,tc-easy,0.5,0.01", "unknown benchmark 'tc-easy' for the math setting"),
+        ("toy-l-s-math,opd,0,tm-easy,0.5,0.01", "run '0' is not a positive integer"),
+        ("toy-mg-s-math,scout-f1,2,tm-easy,0.5,0.01", "run 2: scout-f1 on toy-mg-s-math has 1 run"),
+        ("toy-l-s-math,opd,1,tm-easy,abc,0.01", "mean 'abc' is not a number"),
+        ("toy-l-s-math,opd,1,tm-easy,0.5,", "sem '' is not a number"),
+        ("toy-l-s-math,opd,1,tm-easy,nan,0.01", "mean 'nan' is not a finite number"),
+        ("toy-l-s-math,opd,1,tm-easy,0.5,-0.1", r"sem -0.1 is outside \[0, 1\]"),
+        ("toy-l-s-math,opd,1,tm-easy,0.7,0.01", r"bad.csv:7: duplicate of line 2"),
+    ],
+)
+def test_import_refuses_bad_rows_and_writes_nothing(tmp_path, row, reason):
+    cfg = toy(tmp_path)
+    csv = write_csv(tmp_path / "bad.csv", GOOD + [row])
+    with pytest.raises(results.ImportRefused) as err:
+        results.parse_import(cfg, csv)
+    msg = str(err.value)
+    assert msg.startswith("nothing imported")
+    assert re.search(reason, msg), msg
+    assert re.search(r"bad\.csv:7: ", msg)  # file and line of the offending row
+    assert imported_files(cfg) == []
+
+
+def test_import_cli_names_file_line_and_leaves_nothing(tmp_path, capsys):
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(json.dumps(toy(tmp_path)))
+    bad = write_csv(
+        tmp_path / "bad.csv", GOOD + ["toy-l-s-math,opd,1,tm-easy,0.5"], header="setting,method,run,benchmark,mean"
+    )
+    with pytest.raises(SystemExit, match=r"bad.csv:1: missing column\(s\) sem"):
+        scout_main(["import-results", str(bad), "--config", str(cfg_file)])
+    good = write_csv(tmp_path / "good.csv", GOOD)
+    assert scout_main(["import-results", str(good), "--config", str(cfg_file)]) == 0
+    assert "imported 5 records (5 runs)" in capsys.readouterr().out
+    # importing the same runs again needs --replace
+    with pytest.raises(SystemExit, match="were imported before.*--replace"):
+        scout_main(["import-results", str(good), "--config", str(cfg_file)])
+    changed = write_csv(tmp_path / "good.csv", [GOOD[0].replace("0.50", "0.55")])
+    assert scout_main(["import-results", str(changed), "--config", str(cfg_file), "--replace"]) == 0
+    df = results.load(toy(tmp_path))
+    assert len(df) == 5 and df[(df.variant == "opd") & (df.seed == 1)]["mean"].item() == pytest.approx(0.55)
+
+
+def test_write_imported_rolls_back_on_failure(tmp_path, monkeypatch):
+    cfg = toy(tmp_path)
+    recs = results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD))
+    real = results.os.replace
+    calls = {"n": 0}
+
+    def flaky(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr(results.os, "replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        results.write_imported(cfg, recs)
+    assert imported_files(cfg) == []
+
+
+def test_own_evaluation_wins_over_import(tmp_path):
+    cfg = toy(tmp_path)
+    results.write_imported(cfg, results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD[:1])))
+    fake_records(cfg, skip=lambda u: u[:3] != ("toy-l-s-math", "opd", "1"))
+    df = results.load(cfg)
+    row = df[(df.variant == "opd") & (df.seed == 1) & (df.benchmark == "tm-easy")]
+    assert len(row) == 1 and row.source.item() == "eval"
+
+
+def test_unreadable_record_is_named(tmp_path):
+    cfg = toy(tmp_path)
+    bad = Path(cfg["results"]) / "eval/toy-l-s-math/opd/s1/final/tm-easy.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"setting": "toy-l-s-math"}')
+    with pytest.raises(ValueError, match=r"tm-easy.json: not an evaluation record \(missing variant"):
+        results.load(cfg)
+
+
+# ------------------------------------------------------------------------------------------------
+# Formatting and tables
+# ------------------------------------------------------------------------------------------------
+
+
+def test_number_formatting():
+    assert tables.value(33.8249, 3.031) == r"\res{33.8}{3.0}"
+    assert tables.value(35.76, 2.83, 2, "best") == r"\bestres{35.76}{2.83}"
+    assert tables.value(73.93, None, 2, "second") == r"\secondval{73.93}"
+    assert tables.value(float("nan"), 1.0) == "--"
+    assert [tables.p_text(p) for p in (0.80312, 0.039149, 0.5, 0.0151, 0.00042)] == [
+        "$0.803$",
+        "$0.0391$",
+        "$0.500$",
+        "$0.0151$",
+        "$<0.001$",
+    ]
+    assert tables.p_text(float("nan")) == "--"
+    assert tables.lr_text(5e-6) == r"$5{\times}10^{-6}$"
+    assert tables.lr_text(2.5e-6) == r"$2.5{\times}10^{-6}$"
+    assert tables.tex("prune_opd & 50%") == r"prune\_opd \& 50\%"
+
+
+def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
+    cfg = toy(tmp_path)
+    # SCOUT lost its third run on toy-l-s-math; OPD lost tm-hard of its second run
+    fake_records(cfg, skip=lambda u: u[:3] == ("toy-l-s-math", "scout", "3"))
+    (Path(grid.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
+    cache = tables.Cache(cfg, results.load(cfg))
+    (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
+    text = tables.render(main)
+    assert r"\textbf{SCOUT} {\scriptsize (math: 2/3 runs)}" in text
+    per_run = next(t for t in tables.per_run_tables(cache) if t["name"] == "per_run_toy-l-s-math")
+    text = tables.render(per_run)
+    scout_block = text[text.index(r"\textbf{SCOUT}") :]
+    assert "& Run 3 & -- & -- & -- & -- \\\\" in scout_block
+    assert r"Mean {\scriptsize (2/3 runs)}" in scout_block
+    # OPD's second run has no Avg (a benchmark is missing), and its Avg aggregate uses 2 runs
+    opd = cache.row("toy-l-s-math", "opd")
+    assert pd.isna(opd.run_avg.loc[2]) and opd.agg(tables.AVG).n == 2 and opd.agg("tm-easy").n == 3
+    manifest = build(cfg, pdf=False, log=lambda m: None)
+    assert "toy-l-s-math/scout/s3/final: all benchmarks" in manifest["missing"]
+    assert "toy-l-s-math/opd/s2/final: tm-hard" in manifest["missing"]
+
+
+def test_empty_cache_renders_dashes(tmp_path):
+    cfg = toy(tmp_path)
+    manifest = build(cfg, pdf=False, log=lambda m: None)
+    assert manifest["records"] == 0 and len(manifest["missing"]) == len(grid.eval_units(cfg))
+    text = (Path(cfg["results"]) / "report" / "tables" / "main_toy-l-s-math.tex").read_text()
+    assert "--" in text and r"\res{" not in text and r"\val{" not in text
+    assert any("skipped" in n for n in manifest["skipped"])
+
+
+def test_config_tables(tmp_path):
+    cfg = toy(tmp_path)
+    hyper = tables.render(tables.hyper_table(cfg))
+    assert "Max Response Length & 64" in hyper and "Steps per Epoch & 30" in hyper
+    lr = tables.render(tables.lr_table(cfg))
+    assert r"toy-large & toy-small & Math & $3{\times}10^{-4}$ & $1{\times}10^{-4}$" in lr
+    bench = tables.render(tables.benchmark_table(cfg))
+    assert r"\# Questions & 32 & 32 & 16 & 32 & 24" in bench
+
+
+def write_analysis(cfg: dict) -> None:
+    d = Path(cfg["results"]) / "analysis"
+    d.mkdir(parents=True, exist_ok=True)
+    rows = [
+        ("toy-l-s-math", t, r, a, 20 * r)
+        for t, off in (("initial", 0), ("scout", 0.03))
+        for r, a in ((0.25, 0.24 + off), (0.5, 0.14), (0.75, 0.09))
+    ]
+    pd.DataFrame(rows, columns=["setting", "teacher", "prefix_ratio", "accuracy", "prefix_tokens"]).to_csv(
+        d / "continuation.csv", index=False
+    )
+    ent = [
+        ("toy-l-s-math", t, c, p, 2.0 - p / 64 + (0.4 if c == "student" else 0))
+        for t in ("initial", "scout")
+        for c in ("own", "student")
+        for p in range(0, 64, 8)
+    ]
+    pd.DataFrame(ent, columns=["setting", "teacher", "context", "position", "entropy"]).to_csv(
+        d / "entropy.csv", index=False
+    )
+
+
+@pytest.mark.skipif(not tex_available(), reason="pdflatex not installed")
+def test_full_report_compiles_with_every_table_and_figure(tmp_path):
+    from pypdf import PdfReader
+
+    cfg = toy(tmp_path)
+    fake_records(cfg)
+    write_analysis(cfg)
+    m = build(cfg, log=lambda msg: None)
+    assert m["missing"] == [] and m["skipped"] == []
+    assert len(m["tables"]) == 15  # 2 main, 3 per-run, 2+2 prefix-0/OPTR per-run, 2 summaries, f-sweep, 3 config
+    assert sorted(m["figures"]) == [
+        "compute_matched_toy-l-s-math",
+        "continuation_toy-l-s-math",
+        "entropy_toy-l-s-math",
+        "interval_toy-mg-s-math",
+    ]
+    out = Path(cfg["results"]) / "report"
+    for f in m["figures"]:
+        assert (out / "figures" / f"{f}.pdf").stat().st_size > 0 and (out / "figures" / f"{f}.png").stat().st_size > 0
+    pdf = PdfReader(out / "report.pdf")
+    # title page, one page per table and per figure, the missing-results page
+    assert len(pdf.pages) == 1 + len(m["tables"]) + len(m["figures"]) + 1
+    text = "\n".join(p.extract_text() for p in pdf.pages)
+    assert len(set(re.findall(r"Table (\d+):", text))) == len(m["tables"])
+    assert len(set(re.findall(r"Figure (\d+):", text))) == len(m["figures"])
+    assert "every evaluation of the grid is cached" in text
+
+
+def test_report_without_tex_says_what_to_install(tmp_path, monkeypatch):
+    cfg = toy(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ReportError, match="pdflatex not found: install TeX .*texlive-latex-extra"):
+        build(cfg, log=lambda m: None)
+    assert build(cfg, pdf=False, log=lambda m: None)["pdf"] is None
+
+
+def test_paper_grid_report_renders_every_table(tmp_path):
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["results"] = str(tmp_path / "results")
+    fake_records(cfg)
+    m = build(cfg, pdf=False, log=lambda msg: None)
+    assert m["records"] == m["expected_records"] == 795 and m["missing"] == []
+    assert len(m["tables"]) == 17  # 3 main, 4 per-run, 2 + 2 prefix-0 / OPTR per-run, 2 summaries, f-sweep, 3 config
+    prefix0_math = (Path(cfg["results"]) / "report" / "tables" / "per_run_prefix0_math.tex").read_text()
+    assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math
+    fsweep = (Path(cfg["results"]) / "report" / "tables" / "fsweep_q8b-q1.7b-math.tex").read_text()
+    assert [int(f) for f in re.findall(r"SCOUT \(\$f\{=\}(\d+)\$\)", fsweep)] == [1, 5, 10, 15, 20]
