@@ -84,6 +84,14 @@ def cmd_prepare_data(args) -> int:
     )
 
 
+def cmd_analyze(args) -> int:
+    from scout.analysis import run
+
+    n_cont, n_ent = run(_spec(args.spec), args.out, log=_log)
+    _log(f"{n_cont} continuation points, {n_ent} entropy points -> {args.out}")
+    return 0
+
+
 def cmd_aggregate(args) -> int:
     from scout.aggregate import summarize
 
@@ -148,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         ("train", cmd_train, "train one cell (or prepare a teacher)"),
         ("evaluate", cmd_evaluate, "evaluate one checkpoint on its domain's benchmarks"),
         ("prepare-data", cmd_prepare_data, "turn a hub dataset into local JSONL (paper world)"),
+        ("analyze", cmd_analyze, "probe the initial and the SCOUT-trained teacher (report figures)"),
     ]:
         s = sub.add_parser(name, help=help_)
         s.add_argument("--spec", required=True, help="JSON object or @file")

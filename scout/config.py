@@ -87,6 +87,16 @@ def _reference_errors(config: dict) -> list[str]:
     baseline = config.get("report", {}).get("baseline")
     if baseline is not None and baseline not in variants:
         errs.append(f"report.baseline: {baseline!r} is not a variant of the grid; expected one of {sorted(variants)}")
+    analysis = config.get("analysis")
+    if analysis:
+        scout_runs = {s for e in config["experiments"].values() if "scout" in e["methods"] for s in e["settings"]}
+        for i, s in enumerate(analysis["settings"]):
+            if s not in scout_runs:
+                errs.append(f"analysis.settings[{i}]: {s!r} has no 'scout' runs in the experiments to probe")
+            elif benches.get(analysis["benchmark"], {}).get("domain") != settings[s]["domain"]:
+                errs.append(
+                    f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
+                )
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")

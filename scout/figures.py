@@ -3,10 +3,11 @@
 Each figure is written as PDF (for the LaTeX report) and PNG (to look at). A figure whose data is
 absent is skipped with a notice that says which file or records it needed.
 
-Analysis inputs (written by the analysis stage, one row per point):
-- ``analysis/continuation.csv``: setting, teacher (e.g. initial / trained), prefix_ratio, accuracy,
+Analysis inputs (written by the analysis stage per setting, ``analysis/{setting}/``; one row per
+point, extra columns such as ``seed`` are averaged over):
+- ``continuation.csv``: setting, teacher (e.g. initial / trained), prefix_ratio, accuracy,
   prefix_tokens -- teacher continuation accuracy from student prefixes;
-- ``analysis/entropy.csv``: setting, teacher, context (own / student), position, entropy -- the
+- ``entropy.csv``: setting, teacher, context (own / student), position, entropy -- the
   teacher's token entropy along its own responses vs along student prefixes.
 """
 
@@ -112,17 +113,20 @@ def compute_matched_figure(cache: Cache, setting: str, out_dir: Path) -> dict | 
     }
 
 
-def _read_analysis(path: Path, columns: list[str]) -> pd.DataFrame:
-    df = pd.read_csv(path)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(columns)}")
-    return df
+def _read_analysis(paths: list[Path], columns: list[str]) -> pd.DataFrame:
+    frames = []
+    for path in paths:
+        df = pd.read_csv(path)
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected {','.join(columns)}")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
 
 
-def continuation_figures(path: Path, out_dir: Path) -> list[dict]:
+def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
     """Teacher continuation accuracy vs student-prefix ratio, with the prefix length as bars."""
-    df = _read_analysis(path, CONTINUATION_COLUMNS)
+    df = _read_analysis(paths, CONTINUATION_COLUMNS)
     out = []
     for setting, d in df.groupby("setting", sort=False):
         fig, ax = plt.subplots(figsize=(4.2, 3.0))
@@ -154,9 +158,9 @@ def continuation_figures(path: Path, out_dir: Path) -> list[dict]:
     return out
 
 
-def entropy_figures(path: Path, out_dir: Path) -> list[dict]:
+def entropy_figures(paths: list[Path], out_dir: Path) -> list[dict]:
     """Teacher entropy along its own responses vs along student prefixes, per teacher state."""
-    df = _read_analysis(path, ENTROPY_COLUMNS)
+    df = _read_analysis(paths, ENTROPY_COLUMNS)
     out = []
     for setting, d in df.groupby("setting", sort=False):
         teachers = list(dict.fromkeys(d.teacher))
@@ -197,12 +201,12 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
             else:
                 notices.append(f"figure {what} ({s}) skipped: no cached records for its runs")
     for name, make in (("continuation", continuation_figures), ("entropy", entropy_figures)):
-        path = analysis_dir / f"{name}.csv"
-        if path.exists():
-            made = make(path, out_dir)
-            figs += made
-            if not made:
-                notices.append(f"figure {name} skipped: {path} has no rows")
-        else:
-            notices.append(f"figure {name} skipped: {path} not found (the analysis stage has not run)")
+        paths = sorted(analysis_dir.glob(f"*/{name}.csv")) + sorted(analysis_dir.glob(f"{name}.csv"))
+        if not paths:
+            notices.append(f"figure {name} skipped: no {analysis_dir}/*/{name}.csv (the analysis stage has not run)")
+            continue
+        made = make(paths, out_dir)
+        figs += made
+        if not made:
+            notices.append(f"figure {name} skipped: {', '.join(map(str, paths))} hold no rows")
     return figs, notices

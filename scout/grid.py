@@ -271,3 +271,46 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "sampling": dict(config["evaluation"]),
         "threads": config["training"].get("threads", 1),
     }
+
+
+def analysis_dir(config: dict, setting: str) -> str:
+    return f"{config.get('results', 'results')}/analysis/{setting}"
+
+
+def _scout_seeds(config: dict, setting: str) -> list[int]:
+    return sorted(c.seed for c in cells(config) if (c.setting, c.variant) == (setting, "scout"))
+
+
+def analysis_spec(config: dict, setting: str) -> dict:
+    """The teacher probes of one setting: the initial teacher and each SCOUT run's trained teacher,
+    on the final SCOUT students' responses to one benchmark."""
+    a = config["analysis"]
+    bench = a["benchmark"]
+    return {
+        "setting": setting,
+        "teacher": model_path(config, config["settings"][setting]["teacher"]),
+        "benchmark_path": data_path(config, bench),
+        "runs": [
+            {
+                "seed": seed,
+                "teacher": f"{train_dir(config, setting, 'scout', seed)}/model/final-teacher",
+                "generations": f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.generations.jsonl",
+            }
+            for seed in _scout_seeds(config, setting)
+        ],
+        "ratios": a["ratios"],
+        "k": a["k"],
+        "max_new_tokens": a["max_new_tokens"],
+        "threads": config["training"].get("threads", 1),
+    }
+
+
+def analysis_inputs(config: dict, setting: str) -> list[str]:
+    bench = config["analysis"]["benchmark"]
+    out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
+    for seed in _scout_seeds(config, setting):
+        out += [
+            f"{train_dir(config, setting, 'scout', seed)}/train.json",
+            f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.json",
+        ]
+    return out

@@ -58,6 +58,7 @@ def mini_config(results: str) -> dict:
     cfg["methods"]["esr"]["max_tokens"] = 8
     cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=24, step=4, margin=2)
     cfg["report"]["pdf"] = tex_available()
+    cfg["analysis"].update(settings=["toy-l-s-math"], ratios=[0.25, 0.75], k=2, max_new_tokens=24)
     cfg["experiments"] = {
         "main": {
             "settings": ["toy-l-s-math"],

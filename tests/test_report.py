@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
-from scout import grid, results, tables
+from scout import analysis, grid, results, tables
 from scout.cli import main as scout_main
+from scout.config import ConfigError, validate
 from scout.report import ReportError, build
 from tests.conftest import REPO, tex_available, toy_config
 
@@ -307,3 +309,26 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math
     fsweep = (Path(cfg["results"]) / "report" / "tables" / "fsweep_q8b-q1.7b-math.tex").read_text()
     assert [int(f) for f in re.findall(r"SCOUT \(\$f\{=\}(\d+)\$\)", fsweep)] == [1, 5, 10, 15, 20]
+
+
+def test_entropy_by_position_by_hand():
+    # row 0 uniform over two tokens at both positions: ln 2 = 0.693147; row 1 at position 0 has
+    # p = (1/4, 3/4): H = 0.25 ln 4 + 0.75 ln(4/3) = 0.562335, and its position 1 is padding
+    logits = torch.tensor([[[0.0, 0.0], [0.0, 0.0]], [[0.0, float(torch.log(torch.tensor(3.0)))], [5.0, 0.0]]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    got = analysis.entropy_by_position(logits, mask)
+    assert got == pytest.approx([(0.693147 + 0.562335) / 2, 0.693147], abs=1e-6)
+    assert torch.isnan(torch.tensor(analysis.entropy_by_position(logits, torch.zeros(2, 2)))).all()
+
+
+def test_analysis_config_is_checked(tmp_path):
+    cfg = toy(tmp_path)
+    cfg["analysis"]["settings"] = ["toy-l-s-code"]
+    cfg["analysis"]["benchmark"] = "tm-hard"
+    cfg["experiments"]["main"]["settings"] = ["toy-l-s-math", "toy-l-s-code"]
+    with pytest.raises(ConfigError, match=r"analysis.benchmark: 'tm-hard' is not a code benchmark \(toy-l-s-code\)"):
+        validate(cfg)
+    cfg["analysis"]["settings"] = ["toy-mg-s-math"]
+    cfg["experiments"]["main"]["settings"] = ["toy-l-s-math"]
+    with pytest.raises(ConfigError, match="analysis.settings\\[0\\]: 'toy-mg-s-math' has no 'scout' runs"):
+        validate(cfg)

@@ -94,7 +94,13 @@ def test_grid_ends_with_the_report(finished_grid):
     report = finished_grid / "results" / "report"
     manifest = json.loads((report / "manifest.json").read_text())
     assert manifest["missing"] == [] and manifest["records"] == manifest["expected_records"]
-    assert "main_toy-l-s-math" in manifest["tables"] and "compute_matched_toy-l-s-math" in manifest["figures"]
+    assert "main_toy-l-s-math" in manifest["tables"]
+    assert {"compute_matched_toy-l-s-math", "continuation_toy-l-s-math", "entropy_toy-l-s-math"} <= set(
+        manifest["figures"]
+    )
+    cont = pd.read_csv(finished_grid / "results" / "analysis" / "toy-l-s-math" / "continuation.csv")
+    assert sorted(set(cont.teacher)) == ["initial", "scout"] and sorted(set(cont.prefix_ratio)) == [0.25, 0.75]
+    assert cont.accuracy.between(0, 1).all() and (cont.prefix_tokens >= 0).all()
     assert (report / "report.pdf").exists() == tex_available()
 
 

@@ -92,6 +92,14 @@ def summary_files():
     return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv"]
 
 
+# -- analysis and report ------------------------------------------------------------------------
+
+
+def analysis_files():
+    settings = config.get("analysis", {}).get("settings", [])
+    return [f"{grid.analysis_dir(config, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
+
+
 # -- report -------------------------------------------------------------------------------------
 
 

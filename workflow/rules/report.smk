@@ -23,6 +23,7 @@ rule report:
 rule grid_report:
     input:
         summary_files(),
+        analysis_files(),
     output:
         report_files(),
     params:

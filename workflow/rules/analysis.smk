@@ -1,0 +1,17 @@
+# Analysis: probes of the initial and the SCOUT-trained teacher on the final SCOUT students'
+# responses (continuation accuracy by prefix ratio; entropy on own vs student responses).
+
+
+rule analysis:
+    input:
+        lambda wc: grid.analysis_inputs(config, wc.setting),
+    output:
+        f"{RES}/analysis/{{setting}}/continuation.csv",
+        f"{RES}/analysis/{{setting}}/entropy.csv",
+    params:
+        spec=lambda wc: as_json(grid.analysis_spec(config, wc.setting)),
+        out=f"{RES}/analysis/{{setting}}",
+    log:
+        f"{RES}/logs/analysis/{{setting}}.log",
+    shell:
+        "scout analyze --spec {params.spec:q} --out {params.out} > {log} 2>&1"
