@@ -267,8 +267,8 @@ class Trainer:
             "teacher_update": 1,
             "teacher_prefix_ratio": ratio,
             "teacher_reward": sum(rewards) / len(rewards),
-            "teacher_loss": float(loss),
-            "teacher_kl": float(kl),
+            "teacher_loss": float(loss.detach()),
+            "teacher_kl": float(kl.detach()) if torch.is_tensor(kl) else float(kl),
             "teacher_cont_length": sum(map(len, conts)) / max(1, len(conts)),
         }
 
