@@ -77,7 +77,7 @@ def bench_label(config: dict, bench: str) -> str:
     return config["benchmarks"][bench].get("label", bench)
 
 
-def variant_label(config: dict, variant: str, f_default: int | None = None) -> str:
+def variant_label(config: dict, variant: str) -> str:
     if variant == "base-student" or variant == "base-teacher":
         return variant
     cell = next((c for c in grid.cells(config) if c.variant == variant), None)
@@ -244,7 +244,7 @@ def _summary_cells(cache: Cache, setting: str, variants: list[str], decimals: in
 def _row_colour(cache: Cache, variant: str) -> str | None:
     if variant == cache.baseline:
         return "summarygray"
-    if _method_of(cache.config, variant) == "scout" and variant == "scout":
+    if variant == "scout":
         return "scoutsummary"
     return None
 
@@ -419,6 +419,7 @@ def per_run_tables(cache: Cache) -> list[dict]:
             sections = []
             for s in settings:
                 own = cache.experiment_variants(exp, s)
+                # reference rows from the main grid: prefix-0 sits between OPD and SCOUT; OPTR follows both
                 extra = [v for v in refs + ["scout"] if cache.has_variant(s, v) and v not in own]
                 sections.append((s, extra[:1] + own + extra[1:] if exp == "prefix0" else extra + own))
             out.append(per_run_table(cache, f"per_run_{exp}_{domain}", f"{title}, {domain}. {note}", sections))
