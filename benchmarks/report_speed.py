@@ -28,14 +28,12 @@ REPO = Path(__file__).resolve().parent.parent
 def make_cache(cfg: dict, work: Path) -> tuple[Path, int]:
     rng = random.Random(0)
     rows, steps = ["setting,method,run,benchmark,mean,sem"], 0
-    runs = {}
-    for c in grid.cells(cfg):
-        runs.setdefault((c.setting, c.variant), []).append(c.seed)
+    runs = grid.variant_seeds(cfg)
     for setting, variant, seed, ckpt in grid.eval_units(cfg):
         for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             mean, sem = min(1, max(0, rng.gauss(0.5, 0.05))), 0.01
             if ckpt == "final":
-                run = 1 if variant in grid.BASE_VARIANTS else sorted(runs[(setting, variant)]).index(int(seed)) + 1
+                run = runs[(setting, variant)].index(int(seed)) + 1
                 rows.append(f"{setting},{variant},{run},{b},{mean:.4f},{sem}")
             else:
                 out = Path(grid.eval_dir(cfg, setting, variant, seed, ckpt))

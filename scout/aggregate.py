@@ -6,22 +6,17 @@ first, as the paper does) and the number of runs each aggregate uses.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
+
+from scout.results import read_record
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
 
 
 def load_records(paths: list[str | Path]) -> pd.DataFrame:
-    rows = []
-    for p in paths:
-        rec = json.loads(Path(p).read_text())
-        missing = [k for k in ("setting", "variant", "seed", "checkpoint", "benchmark", "mean", "sem") if k not in rec]
-        if missing:
-            raise ValueError(f"{p}: not an evaluation record (missing {', '.join(missing)})")
-        rows.append({c: rec.get(c) for c in RUN_COLUMNS})
+    rows = [{c: rec.get(c) for c in RUN_COLUMNS} for rec in map(read_record, map(Path, paths))]
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 

@@ -72,11 +72,8 @@ def interval_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
     }
 
 
-def _step(cache: Cache, setting: str, variant: str, ckpt: str) -> int:
-    if ckpt.startswith("step"):
-        return int(ckpt[4:])
-    cell = next(c for c in grid.cells(cache.config) if (c.setting, c.variant) == (setting, variant))
-    return grid.cell_spec(cache.config, cell)["total_steps"]
+def _step(ckpt: str, total_steps: int) -> int:
+    return int(ckpt[4:]) if ckpt.startswith("step") else total_steps
 
 
 def compute_matched_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
@@ -95,7 +92,9 @@ def compute_matched_figure(cache: Cache, setting: str, out_dir: Path) -> dict | 
         run_avg = wide.mean(axis=1, skipna=False).dropna().reset_index(name="avg")
         if not len(run_avg):
             continue
-        run_avg["step"] = [_step(cache, setting, v, c) for c in run_avg.checkpoint]
+        cell = next(c for c in cache.cell_list if (c.setting, c.variant) == (setting, v))
+        total = grid.cell_spec(cache.config, cell)["total_steps"]
+        run_avg["step"] = [_step(c, total) for c in run_avg.checkpoint]
         curve = run_avg.groupby("step")["avg"].mean().sort_index()
         ax.plot(curve.index, curve.values * 100, marker="o", ms=3, color=colour, label=v)
         drawn += 1

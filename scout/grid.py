@@ -104,6 +104,14 @@ def cells(config: dict) -> list[Cell]:
     return list(found.values())
 
 
+def variant_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
+    """Sorted seeds of every (setting, variant), base rows included (seed 0): run r is the r-th."""
+    out: dict[tuple[str, str], list[int]] = {(s, v): [0] for s in config["settings"] for v in BASE_VARIANTS}
+    for c in cells(config):
+        out.setdefault((c.setting, c.variant), []).append(c.seed)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
     for c in cells(config):
         if (c.setting, c.variant, c.seed) == (setting, variant, int(seed)):
@@ -277,10 +285,6 @@ def analysis_dir(config: dict, setting: str) -> str:
     return f"{config.get('results', 'results')}/analysis/{setting}"
 
 
-def _scout_seeds(config: dict, setting: str) -> list[int]:
-    return sorted(c.seed for c in cells(config) if (c.setting, c.variant) == (setting, "scout"))
-
-
 def analysis_spec(config: dict, setting: str) -> dict:
     """The teacher probes of one setting: the initial teacher and each SCOUT run's trained teacher,
     on the final SCOUT students' responses to one benchmark."""
@@ -296,7 +300,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
                 "teacher": f"{train_dir(config, setting, 'scout', seed)}/model/final-teacher",
                 "generations": f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.generations.jsonl",
             }
-            for seed in _scout_seeds(config, setting)
+            for seed in variant_seeds(config).get((setting, "scout"), [])
         ],
         "ratios": a["ratios"],
         "k": a["k"],
@@ -308,7 +312,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
 def analysis_inputs(config: dict, setting: str) -> list[str]:
     bench = config["analysis"]["benchmark"]
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
-    for seed in _scout_seeds(config, setting):
+    for seed in variant_seeds(config).get((setting, "scout"), []):
         out += [
             f"{train_dir(config, setting, 'scout', seed)}/train.json",
             f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.json",

@@ -97,7 +97,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | None = No
             "missing_units": len(missing),
             "missing": [tables.tex(m) for m in missing],
             "test": "Welch $t$-test" if opts["test"] == "welch" else "random-effects $z$-test",
-            "baseline": tables.tex(tables.variant_label(config, opts["baseline"])),
+            "baseline": tables.tex(cache.label(opts["baseline"])),
             "alpha": f"{opts['alpha']:g}",
             "n_tables": len(made),
             "n_figures": len(figs),

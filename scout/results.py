@@ -74,16 +74,6 @@ def load(config: dict) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------------
 
 
-def _runs_by_variant(config: dict) -> dict[tuple[str, str], list[int]]:
-    runs: dict[tuple[str, str], list[int]] = {}
-    for c in grid.cells(config):
-        runs.setdefault((c.setting, c.variant), []).append(c.seed)
-    for setting in config["settings"]:
-        for v in grid.BASE_VARIANTS:
-            runs[(setting, v)] = [0]
-    return {k: sorted(v) for k, v in runs.items()}
-
-
 def _number(text: str, name: str) -> float:
     try:
         x = float(text)
@@ -104,7 +94,7 @@ def parse_import(config: dict, csv_path: str | Path, scale: str = "fraction") ->
         raise ValueError(f"scale must be 'fraction' or 'percent', not {scale!r}")
     path = Path(csv_path)
     top = 1.0 if scale == "fraction" else 100.0
-    runs = _runs_by_variant(config)
+    runs = grid.variant_seeds(config)
     cell_methods = {(c.setting, c.variant): c.method for c in grid.cells(config)}
     errors: list[str] = []
     records: list[dict] = []

@@ -77,22 +77,6 @@ def bench_label(config: dict, bench: str) -> str:
     return config["benchmarks"][bench].get("label", bench)
 
 
-def variant_label(config: dict, variant: str) -> str:
-    if variant == "base-student" or variant == "base-teacher":
-        return variant
-    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
-    if cell is None:
-        return variant
-    label = METHODS[cell.method].label
-    over = dict(cell.overrides)
-    extras = []
-    if "interval" in over:
-        extras.append(f"$f{{=}}{over['interval']}$")
-    if "epochs" in over:
-        extras.append(f"{over['epochs']} ep.")
-    return f"{label} ({', '.join(extras)})" if extras else label
-
-
 # ------------------------------------------------------------------------------------------------
 # Statistics of one row (setting x variant) from the cache
 # ------------------------------------------------------------------------------------------------
@@ -153,10 +137,42 @@ class Cache:
 
     @cached_property
     def seeds(self) -> dict[tuple[str, str], list[int]]:
-        out: dict[tuple[str, str], list[int]] = {}
-        for c in grid.cells(self.config):
-            out.setdefault((c.setting, c.variant), []).append(c.seed)
-        return {k: sorted(v) for k, v in out.items()}
+        return grid.variant_seeds(self.config)
+
+    @cached_property
+    def cell_list(self) -> list[grid.Cell]:
+        return grid.cells(self.config)
+
+    @cached_property
+    def cells(self) -> dict[str, grid.Cell]:
+        """The first cell of each variant: a variant's method and overrides are the same everywhere."""
+        out: dict[str, grid.Cell] = {}
+        for c in self.cell_list:
+            out.setdefault(c.variant, c)
+        return out
+
+    def method_of(self, variant: str) -> str:
+        cell = self.cells.get(variant)
+        return cell.method if cell else variant
+
+    def opd_based(self, variant: str) -> bool:
+        cell = self.cells.get(variant)
+        return cell is not None and METHODS[cell.method].opd_based
+
+    def f_of(self, variant: str) -> int:
+        """The teacher update interval of a SCOUT-family variant."""
+        return dict(self.cells[variant].overrides).get("interval", self.config["methods"]["scout"]["interval"])
+
+    def label(self, variant: str) -> str:
+        """Display name: the method's label plus the variant's overrides (f, epochs)."""
+        cell = self.cells.get(variant)
+        if cell is None:
+            return variant
+        over = dict(cell.overrides)
+        extras = [f"$f{{=}}{over['interval']}$"] if "interval" in over else []
+        extras += [f"{over['epochs']} ep."] if "epochs" in over else []
+        label = METHODS[cell.method].label
+        return f"{label} ({', '.join(extras)})" if extras else label
 
     def benchmarks(self, setting: str) -> list[str]:
         return grid.benchmarks_for(self.config, self.config["settings"][setting]["domain"])
@@ -164,7 +180,7 @@ class Cache:
     def row(self, setting: str, variant: str) -> Row:
         key = (setting, variant)
         if key not in self._rows:
-            seeds = [0] if variant in grid.BASE_VARIANTS else self.seeds.get(key, [])
+            seeds = self.seeds.get(key, [])
             benches = self.benchmarks(setting)
             y = pd.DataFrame(np.nan, index=seeds, columns=benches)
             e = y.copy()
@@ -185,22 +201,12 @@ class Cache:
         return stats.welch_test(y, y0).p if col == AVG else stats.p_value(self.test, y, e, y0, e0)
 
     def has_variant(self, setting: str, variant: str) -> bool:
-        return (setting, variant) in self.seeds or variant in grid.BASE_VARIANTS
+        return (setting, variant) in self.seeds
 
     def experiment_variants(self, exp: str, setting: str) -> list[str]:
         """Variants an experiment runs on a setting, in config order."""
-        cells = grid.cells(self.config)
+        cells = self.cell_list
         return list(dict.fromkeys(c.variant for c in cells if exp in c.experiments and c.setting == setting))
-
-
-def _is_opd_based(config: dict, variant: str) -> bool:
-    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
-    return cell is not None and METHODS[cell.method].opd_based
-
-
-def _method_of(config: dict, variant: str) -> str:
-    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
-    return cell.method if cell else variant
 
 
 def _runs_used(row: Row) -> tuple[int, int]:
@@ -252,8 +258,8 @@ def _row_colour(cache: Cache, variant: str) -> str | None:
 def _groups(cache: Cache, variants: list[str]) -> list[list[str]]:
     """Row groups separated by rules: base rows | non-distillation | OPD-based | SCOUT."""
     bases = [v for v in variants if v in grid.BASE_VARIANTS]
-    refs = [v for v in variants if v not in grid.BASE_VARIANTS and not _is_opd_based(cache.config, v)]
-    ours = [v for v in variants if _method_of(cache.config, v) == "scout"]
+    refs = [v for v in variants if v not in grid.BASE_VARIANTS and not cache.opd_based(v)]
+    ours = [v for v in variants if cache.method_of(v) == "scout"]
     opd = [v for v in variants if v not in bases + refs + ours]
     return [g for g in (bases, refs, opd, ours) if g]
 
@@ -264,8 +270,8 @@ def _row_name(cache: Cache, setting: str, variant: str) -> str:
         return tex(s["student"])
     if variant == "base-teacher":
         return tex(s["teacher"])
-    name = tex(variant_label(cache.config, variant))
-    return rf"\textbf{{{name}}}" if _method_of(cache.config, variant) == "scout" else name
+    name = tex(cache.label(variant))
+    return rf"\textbf{{{name}}}" if cache.method_of(variant) == "scout" else name
 
 
 def _main_row_name(cache: Cache, settings: list[str], variant: str) -> str:
@@ -296,7 +302,7 @@ def main_tables(cache: Cache) -> list[dict]:
         blocks, rows = [], {v: [] for v in variants}
         for s in settings:
             vs = ["base-student", "base-teacher"] + cache.experiment_variants("main", s)
-            rank = [v for v in vs if _is_opd_based(cfg, v)]
+            rank = [v for v in vs if cache.opd_based(v)]
             cells = _summary_cells(cache, s, vs, 1, rank)
             cols = _columns(cfg, cache.benchmarks(s))
             blocks.append({"title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s), "columns": cols})
@@ -320,14 +326,12 @@ def main_tables(cache: Cache) -> list[dict]:
                 "best and second best among OPD-based methods.",
                 "blocks": blocks,
                 "groups": groups,
-                "ncols": sum(len(b["columns"]) for b in blocks),
             }
         )
     return out
 
 
 def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], show_p: bool) -> dict:
-    cfg = cache.config
     row = cache.row(setting, variant)
     cols = cache.benchmarks(setting) + [AVG]
     runs = []
@@ -342,7 +346,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
         style = "best" if variant in best else "second" if variant in second else ""
         a = row.agg(col)
         mean_cells.append(value(a.mean * 100, a.sd * 100 if a.n >= 2 else None, 2, style))
-    colour = "scoutsummary" if _method_of(cfg, variant) == "scout" else "summarygray"
+    colour = "scoutsummary" if cache.method_of(variant) == "scout" else "summarygray"
     mean_label = "Mean" + _runs_note(row)
     rows = runs + [{"label": mean_label, "cells": mean_cells, "colour": colour}]
     if show_p:
@@ -352,7 +356,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
             p = cache.p(setting, variant, col)
             hl = stats.significant(p, row.agg(col).mean, base.agg(col).mean, cache.alpha)
             p_cells.append((rf"\cellcolor{{{HIGHLIGHT}}}" if hl else "") + p_text(p))
-        label = rf"\textit{{$p$ vs.\ {tex(variant_label(cfg, cache.baseline))}}}"
+        label = rf"\textit{{$p$ vs.\ {tex(cache.label(cache.baseline))}}}"
         rows.append({"label": label, "cells": p_cells, "colour": None})
     return {"name": _row_name(cache, setting, variant), "nruns": len(runs), "rows": rows}
 
@@ -363,7 +367,7 @@ def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[st
     setting0 = sections[0][0]
     out_sections = []
     for setting, variants in sections:
-        rank = [v for v in variants if _is_opd_based(cfg, v)]
+        rank = [v for v in variants if cache.opd_based(v)]
         blocks = [
             _per_run_block(
                 cache,
@@ -443,8 +447,8 @@ def prefix0_summary(cache: Cache) -> dict | None:
             style = "best" if v in best else "second" if v in second else ""
             cells[v].append(value(means.get(v), None, 1, style))
     groups = [
-        [v for v in variants if _method_of(cfg, v) != "scout"],
-        [v for v in variants if _method_of(cfg, v) == "scout"],
+        [v for v in variants if cache.method_of(v) != "scout"],
+        [v for v in variants if cache.method_of(v) == "scout"],
     ]
     return {
         "name": "prefix0_summary",
@@ -511,20 +515,18 @@ def optr_summary(cache: Cache) -> dict | None:
     }
 
 
-def f_of(config: dict, variant: str) -> int | None:
-    cell = next((c for c in grid.cells(config) if c.variant == variant), None)
-    if cell is None or not METHODS[cell.method].trains_teacher:
-        return None
-    return dict(cell.overrides).get("interval", config["methods"]["scout"]["interval"])
-
-
 def interval_variants(cache: Cache, setting: str) -> list[tuple[int, str]]:
     """(f, variant) of plain SCOUT variants on a setting (the sweep plus the main SCOUT), sorted by f."""
     out = []
     for (s, v), _ in cache.seeds.items():
-        cell = next(c for c in grid.cells(cache.config) if (c.setting, c.variant) == (s, v))
-        if s == setting and cell.method == "scout" and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}:
-            out.append((f_of(cache.config, v), v))
+        cell = cache.cells.get(v)
+        if (
+            s == setting
+            and cell
+            and cell.method == "scout"
+            and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}
+        ):
+            out.append((cache.f_of(v), v))
     return sorted(out)
 
 
@@ -557,7 +559,6 @@ def fsweep_tables(cache: Cache) -> list[dict]:
                     }
                 ],
                 "groups": [[{"name": names[v], "colour": None, "cells": cells[v]} for v in g] for g in groups],
-                "ncols": len(cache.benchmarks(s)) + 1,
             }
         )
     return out
