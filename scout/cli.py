@@ -144,6 +144,27 @@ def cmd_import_results(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from scout import resources
+
+    jobs = resources.plan(_config(args))
+    print(resources.render(jobs))
+    if args.csv:
+        jobs.to_csv(args.csv, index=False)
+        _log(f"{len(jobs)} jobs -> {args.csv}")
+    return 0
+
+
+def cmd_ray_run(args) -> int:
+    from scout.raycluster import RayClusterError, run
+
+    driver = args.driver[1:] if args.driver[:1] == ["--"] else args.driver
+    try:
+        return run(driver, cpus=args.cpus_per_node, gpus=args.gpus_per_node, object_store_mb=args.object_store_mb, log=_log)
+    except RayClusterError as exc:
+        raise SystemExit(f"scout ray-run: {exc}") from exc
+
+
 def _add_config_args(s) -> None:
     s.add_argument("--config", default="config/config.yaml", help="config file (default: the toy grid)")
     s.add_argument("--spec", help="the config as a JSON object or @file (what the workflow passes)")
@@ -193,6 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--scale", choices=["fraction", "percent"], default="fraction", help="units of mean and sem")
     s.add_argument("--replace", action="store_true", help="overwrite records imported before")
     s.set_defaults(func=cmd_import_results)
+    s = sub.add_parser("plan", help="what the grid requests from the cluster: jobs and GPU-hours per experiment")
+    _add_config_args(s)
+    s.add_argument("--csv", help="also write every job with its resources to this CSV file")
+    s.set_defaults(func=cmd_plan)
+    s = sub.add_parser("ray-run", help="start Ray over the Slurm allocation (or locally), run a driver, stop Ray")
+    s.add_argument("--cpus-per-node", type=int, required=True)
+    s.add_argument("--gpus-per-node", type=int, default=0)
+    s.add_argument("--object-store-mb", type=int, help="Ray object store per node (default: Ray's 30%% of memory)")
+    s.add_argument("driver", nargs=argparse.REMAINDER, help="-- then the driver command")
+    s.set_defaults(func=cmd_ray_run)
     args = p.parse_args(argv)
     from scout.catalogue import DataError
     from scout.config import ConfigError

@@ -97,6 +97,7 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(
                     f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
                 )
+    errs += _resource_errors(config, variants)
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")
@@ -115,6 +116,29 @@ def _reference_errors(config: dict) -> list[str]:
         source = config.get("data", {})
         if source.get("source") == "mirror" and not source.get("mirror"):
             errs.append("data.mirror: required when data.source is 'mirror' (the folder of repository snapshots)")
+    return errs
+
+
+def _resource_errors(config: dict, variants: set[str]) -> list[str]:
+    """Resource entries must name things of the grid: a typo would silently fall back to defaults."""
+    errs = []
+    res = config.get("resources", {})
+    known = set(METHODS) | variants
+    train = res.get("train", {})
+    for m in train.get("methods", {}):
+        if m not in known:
+            errs.append(f"resources.train.methods.{m}: not a method or variant of the grid; expected one of {sorted(known)}")
+    for s, table in train.get("settings", {}).items():
+        if s not in config["settings"]:
+            errs.append(f"resources.train.settings.{s}: unknown setting; expected one of {sorted(config['settings'])}")
+        for m in table:
+            if m not in known:
+                errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid")
+    if config["evaluation"].get("engine") == "vllm":
+        from scout.resources import job_resources
+
+        if job_resources(config, "evaluate")["gpus_per_node"] < 1:
+            errs.append("resources.evaluate.gpus_per_node: evaluation.engine vllm needs at least one GPU")
     return errs
 
 

@@ -13,5 +13,8 @@ rule analysis:
         out=f"{RES}/analysis/{{setting}}",
     log:
         f"{RES}/logs/analysis/{{setting}}.log",
+    threads: cluster_threads("analysis")
+    resources:
+        **cluster_resources("analysis"),
     shell:
         "scout analyze --spec {params.spec:q} --out {params.out} > {log} 2>&1"

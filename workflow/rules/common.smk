@@ -4,6 +4,7 @@ import re
 
 from scout import config as scout_config
 from scout import grid
+from scout import resources as scout_resources
 from scout.report import settings as report_settings
 
 scout_config.validate(config)
@@ -28,6 +29,44 @@ wildcard_constraints:
     ckpt=r"final|step\d+",
     model=_alternatives(config["models"]),
     dataset=r"[A-Za-z0-9_.-]+",
+
+
+# -- cluster resources (profiles/slurm) ----------------------------------------------------------
+
+METHOD_OF = {(c.setting, c.variant, str(c.seed)): c.method for c in CELLS}
+SLURM_KEYS = ("nodes", "tasks", "gres", "cpus_per_task", "mem_mb", "runtime")
+
+
+def _job_resources(family, wc):
+    if family != "train":
+        return scout_resources.job_resources(config, family)
+    method = METHOD_OF[(wc.setting, wc.variant, wc.seed)]
+    return scout_resources.job_resources(config, "train", wc.setting, method, wc.variant)
+
+
+def cluster_resources(family):
+    """A rule's `resources`, from the config's `resources` section: one function per key."""
+    return {
+        key: (lambda wc, key=key: scout_resources.slurm_resources(_job_resources(family, wc))[key])
+        for key in SLURM_KEYS
+    }
+
+
+def cluster_threads(family):
+    return lambda wc: _job_resources(family, wc)["cpus_per_node"]
+
+
+def launcher(family):
+    """The command prefix of a training job: the verl backend's driver runs against a Ray cluster
+    over the job's nodes (`scout ray-run`); the embedded backend runs in-process."""
+    if config["backend"] != "verl":
+        return lambda wc: ""
+
+    def prefix(wc):
+        r = _job_resources(family, wc)
+        return f"scout ray-run --cpus-per-node {r['cpus_per_node']} --gpus-per-node {r['gpus_per_node']} --"
+
+    return prefix
 
 
 def as_json(obj):

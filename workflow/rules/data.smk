@@ -1,6 +1,11 @@
 # Real datasets and benchmarks of the paper world, turned into local JSONL in the common schema.
 if not TOY:
 
+    # Downloads from the Hugging Face Hub: runs where snakemake runs (login nodes usually have the
+    # internet, compute nodes often not), never as a Slurm job.
+    localrules:
+        prepare_data,
+
     rule prepare_data:
         output:
             f"{RES}/data/{{dataset}}.jsonl",

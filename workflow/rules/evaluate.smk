@@ -13,6 +13,9 @@ if settings_of("math"):
             out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        threads: cluster_threads("evaluate")
+        resources:
+            **cluster_resources("evaluate"),
         shell:
             "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -31,5 +34,8 @@ if settings_of("code"):
             out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        threads: cluster_threads("evaluate")
+        resources:
+            **cluster_resources("evaluate"),
         shell:
             "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"

@@ -9,6 +9,9 @@ if TOY:
             out=f"{RES}/toy/data",
         log:
             f"{RES}/logs/toy/data.log",
+        threads: cluster_threads("toy")
+        resources:
+            **cluster_resources("toy"),
         shell:
             "scout toy-data --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -19,6 +22,9 @@ if TOY:
             out=f"{RES}/toy/tokenizer",
         log:
             f"{RES}/logs/toy/tokenizer.log",
+        threads: cluster_threads("toy")
+        resources:
+            **cluster_resources("toy"),
         shell:
             "scout toy-tokenizer --out {params.out} > {log} 2>&1"
 
@@ -40,5 +46,8 @@ if TOY:
             out=f"{RES}/toy/models/{{model}}",
         log:
             f"{RES}/logs/toy/pretrain-{{model}}.log",
+        threads: cluster_threads("toy")
+        resources:
+            **cluster_resources("toy"),
         shell:
             "scout toy-pretrain --spec {params.spec:q} --out {params.out} > {log} 2>&1"

@@ -9,10 +9,14 @@ rule prepare_teacher:
     params:
         spec=teacher_spec,
         out=f"{RES}/teachers/{{model}}",
+        launch=launcher("prepare_teacher"),
     log:
         f"{RES}/logs/teachers/{{model}}.log",
+    threads: cluster_threads("prepare_teacher")
+    resources:
+        **cluster_resources("prepare_teacher"),
     shell:
-        "scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
 
 rule train:
@@ -23,7 +27,11 @@ rule train:
     params:
         spec=train_spec,
         out=f"{RES}/train/{{setting}}/{{variant}}/s{{seed}}",
+        launch=launcher("train"),
     log:
         f"{RES}/logs/train/{{setting}}/{{variant}}/s{{seed}}.log",
+    threads: cluster_threads("train")
+    resources:
+        **cluster_resources("train"),
     shell:
-        "scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"

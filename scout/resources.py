@@ -1,0 +1,142 @@
+"""Cluster resources: what each job asks Slurm for, and what the whole grid will request.
+
+Resources are configuration (the ``resources`` section), never hard-coded in rules: one entry per
+rule family, and for training one per method with per-setting overrides, because the paper places
+SCOUT on three nodes with a 4B teacher and on four with a 7B/8B one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pandas as pd
+
+from scout import grid
+
+# What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
+FALLBACK = {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 2000, "runtime": 60}
+FAMILIES = ("prepare_teacher", "train", "evaluate", "analysis", "toy")
+
+
+def job_resources(config: dict, family: str, setting: str = "", method: str = "", variant: str = "") -> dict:
+    """The resources of one job: ``default``, then the family's entry; for training, then the
+    method's and the variant's entries under ``train.methods``, then the same two under
+    ``train.settings.<setting>``. Later layers override single keys."""
+    res = config.get("resources", {})
+    out = {**FALLBACK, **res.get("default", {})}
+    if family != "train":
+        return {**out, **res.get(family, {})}
+    train = res.get("train", {})
+    per_setting = train.get("settings", {}).get(setting, {})
+    layers = [train.get("default", {})]
+    for table in (train.get("methods", {}), per_setting):
+        layers += [table.get(method, {})] + ([table.get(variant, {})] if variant != method else [])
+    for layer in layers:
+        out.update(layer)
+    return out
+
+
+def slurm_resources(r: dict) -> dict:
+    """Snakemake resources for the Slurm executor plugin, always the same keys: one task per node
+    with all its CPUs, and GPUs as a per-node gres (``--gpus`` would let Slurm spread them over the
+    nodes unevenly). ``tasks`` is set for CPU-only jobs only: the plugin passes it as --ntasks
+    there (its default of 1 would shrink a multi-node job to one node), but as --ntasks-per-gpu
+    for GPU jobs, where Slurm's default of one task per node is what we want."""
+    gpus = r["gpus_per_node"]
+    return {
+        "nodes": r["nodes"],
+        "tasks": 0 if gpus else r["nodes"],
+        "gres": f"gpu:{gpus}" if gpus else "",
+        "cpus_per_task": r["cpus_per_node"],
+        "mem_mb": r["mem_mb"],
+        "runtime": r["runtime"],
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# The plan: every job of the grid with what it requests
+# ------------------------------------------------------------------------------------------------
+
+
+def _jobs(config: dict) -> list[dict]:
+    """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
+    preparation, aggregation, report) request no cluster time and are left out."""
+    res = config.get("results", "results")
+    jobs = []
+
+    def add(experiment, rule, target, r):
+        jobs.append({"experiment": experiment, "rule": rule, "target": target, **r})
+
+    models = config["models"]
+    used = {s[role] for s in config["settings"].values() for role in ("teacher", "student")}
+    prepared = sorted(m for m in used if "prepare" in models[m])
+    used |= {models[m]["prepare"]["base"] for m in prepared}
+    if config["world"] == "toy":
+        toy = job_resources(config, "toy")
+        add("toy world", "toy_data", f"{res}/toy/data", toy)
+        add("toy world", "toy_tokenizer", f"{res}/toy/tokenizer/tokenizer.json", toy)
+        for m in sorted(m for m in used if "toy" in models[m]):
+            add("toy world", "toy_pretrain", f"{res}/toy/models/{m}/model.safetensors", toy)
+    for m in prepared:
+        add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
+    experiment_of = {}
+    for c in grid.cells(config):
+        experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
+        r = job_resources(config, "train", c.setting, c.method, c.variant)
+        add(c.experiments[0], "train", f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json", r)
+    for setting, variant, seed, ckpt in grid.eval_units(config):
+        first = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
+        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"))
+    for s in config.get("analysis", {}).get("settings", []):
+        add("analysis", "analysis", f"{grid.analysis_dir(config, s)}/continuation.csv", job_resources(config, "analysis"))
+    return jobs
+
+
+def plan(config: dict, exists: Callable[[str], bool] = os.path.exists) -> pd.DataFrame:
+    """One row per job: what it requests (time limit x nodes x GPUs) and whether its output is
+    already there. Requested hours are upper bounds: a job that ends early gives the rest back."""
+    df = pd.DataFrame(_jobs(config))
+    df["gpus"] = df["nodes"] * df["gpus_per_node"]
+    df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
+    df["node_hours"] = df["nodes"] * df["runtime"] / 60
+    df["done"] = [exists(t) for t in df["target"]]
+    return df
+
+
+def summary(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment: jobs (all and still to run) and the GPU- and node-hours still to request."""
+    todo = jobs[~jobs["done"]]
+    order = list(dict.fromkeys(jobs["experiment"]))
+    out = pd.DataFrame(
+        {
+            "jobs": jobs.groupby("experiment").size(),
+            "to_run": todo.groupby("experiment").size(),
+            "max_nodes": todo.groupby("experiment")["nodes"].max(),
+            "gpu_hours": todo.groupby("experiment")["gpu_hours"].sum(),
+            "node_hours": todo.groupby("experiment")["node_hours"].sum(),
+        }
+    ).reindex(order)
+    out = out.fillna(0).astype({"jobs": int, "to_run": int, "max_nodes": int})
+    out.loc["total"] = [len(jobs), len(todo), int(todo["nodes"].max() if len(todo) else 0), *todo[["gpu_hours", "node_hours"]].sum()]
+    out.index.name = "experiment"
+    return out
+
+
+def render(jobs: pd.DataFrame) -> str:
+    """The plan as the text ``scout plan`` prints: per experiment, then per rule and size."""
+    todo = jobs[~jobs["done"]]
+    by_shape = (
+        todo.groupby(["rule", "nodes", "gpus_per_node", "runtime"]).size().rename("jobs").reset_index()
+        if len(todo)
+        else pd.DataFrame(columns=["rule", "nodes", "gpus_per_node", "runtime", "jobs"])
+    )
+    lines = [
+        "Jobs and requested hours still to run (hours = Slurm time limit x nodes [x GPUs]; an upper bound):",
+        summary(jobs).to_string(float_format=lambda x: f"{x:,.0f}"),
+        "",
+        "Job shapes still to run (runtime in minutes):",
+        by_shape.to_string(index=False),
+    ]
+    return "\n".join(lines)
