@@ -1,0 +1,178 @@
+"""Cell -> verl config: overrides of verl's own ``ppo_trainer.yaml``, composed with Hydra and checked
+with verl's validators, so a cell that verl would refuse fails before it reaches a GPU node.
+
+Placement (SPEC section 3): the student (actor, rollout and reference) and the teacher each get a
+resource pool of their own (``placement``); SCOUT's teacher trains on its pool beside its engine. SCOUT's settings that
+verl has no key for (prefix schedule, K, update interval, teacher LR) travel in a ``scout`` section
+added beside verl's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scout.methods import METHODS
+
+
+class VerlConfigError(ValueError):
+    """verl refused the composed config of a cell; the message names the cell and verl's reason."""
+
+
+def config_dir() -> Path:
+    import verl
+
+    return Path(verl.__file__).parent / "trainer" / "config"
+
+
+def parquet_path(jsonl: str) -> str:
+    """verl's dataset reads parquet; the JSONL of a prepared dataset gets a converted twin beside it."""
+    return str(Path(jsonl).with_suffix(".verl.parquet"))
+
+
+def placement(method_id: str, res: dict) -> dict:
+    """Nodes and GPUs per node of the student's pool and the teacher's. With several nodes the
+    teacher gets all but the first; on one node the two pools split its GPUs."""
+    nodes, gpus = res["nodes"], res["gpus_per_node"]
+    if not METHODS[method_id].needs_teacher:
+        return {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
+    if nodes == 1:
+        return {"student_nodes": 1, "student_gpus": gpus - gpus // 2, "teacher_nodes": 1, "teacher_gpus": gpus // 2}
+    return {"student_nodes": 1, "student_gpus": gpus, "teacher_nodes": nodes - 1, "teacher_gpus": gpus}
+
+
+def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
+    """Hydra overrides (``key=value``; ``+key=value`` for keys verl does not have) for one job."""
+    method = METHODS[spec["method"]]
+    pools = placement(spec["method"], res)
+    prompt, response = spec["max_prompt_length"], spec["max_response_length"]
+    cfg = spec.get("method_cfg", {})
+    if "esr" in cfg:  # ESR distils on the first N tokens of each student rollout
+        response = cfg["esr"]["max_tokens"]
+    tokens_per_gpu = prompt + response
+    parquet = parquet_path(spec["train_data"])
+    o = {
+        "data.train_files": parquet,
+        "data.val_files": parquet,
+        "data.train_batch_size": spec["batch_size"],
+        "data.max_prompt_length": prompt,
+        "data.max_response_length": response,
+        "data.seed": spec["seed"],
+        "data.filter_overlong_prompts": True,
+        "actor_rollout_ref.model.path": spec["student"],
+        "actor_rollout_ref.actor.optim.lr": spec["lr"],
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": "constant",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": 0,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": spec["mini_batch_size"],
+        "actor_rollout_ref.actor.ppo_epochs": spec["ppo_epochs"],
+        "actor_rollout_ref.actor.clip_ratio": spec["clip"],
+        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+        "actor_rollout_ref.actor.use_kl_loss": spec["kl_beta"] > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": spec["kl_beta"],
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": tokens_per_gpu,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": spec["n"],
+        "actor_rollout_ref.rollout.temperature": spec["temperature"],
+        "actor_rollout_ref.rollout.top_p": spec["top_p"],
+        "actor_rollout_ref.rollout.prompt_length": prompt,
+        "actor_rollout_ref.rollout.response_length": response,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
+        # OPD-family methods ignore task advantages (use_task_rewards false); grpo needs no critic.
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.use_kl_in_reward": False,
+        "trainer.nnodes": pools["student_nodes"],
+        "trainer.n_gpus_per_node": pools["student_gpus"],
+        "trainer.total_epochs": spec["epochs"],
+        "trainer.total_training_steps": spec["total_steps"],
+        "trainer.save_freq": spec["save_every"],
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.default_local_dir": f"{out_dir}/checkpoints",
+        "trainer.resume_mode": "auto",
+        "trainer.max_actor_ckpt_to_keep": 1,
+        "trainer.logger": "[console]",
+        "trainer.project_name": "scout",
+        "trainer.experiment_name": f"{spec['setting']}-{spec['variant']}-s{spec['seed']}",
+        "reward.custom_reward_function.path": "pkg://scout.verl.reward",
+        "reward.custom_reward_function.name": "compute_score",
+    }
+    if method.needs_teacher:
+        o |= {
+            "distillation.enabled": True,
+            "distillation.nnodes": pools["teacher_nodes"],
+            "distillation.n_gpus_per_node": pools["teacher_gpus"],
+            "distillation.teacher_models.teacher_model.model_path": spec["teacher"],
+            "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
+            "distillation.distillation_loss.loss_mode": "k1",
+            "distillation.distillation_loss.use_policy_gradient": True,
+            "distillation.distillation_loss.use_task_rewards": False,
+            "distillation.distillation_loss.clip_ratio": spec["clip"],
+        }
+    extra = {
+        "+scout.method": spec["method"],
+        "+scout.domain": spec["domain"],
+    }
+    for name, section in cfg.items():
+        for key, value in _flatten(section):
+            extra[f"+scout.{name}.{key}"] = value
+    return [f"{k}={_hydra(v)}" for k, v in {**o, **extra}.items()]
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _hydra(v) -> str:
+    """A value in Hydra's override grammar."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_hydra(x) for x in v) + "]"
+    if isinstance(v, str) and v.startswith("["):
+        return v
+    if isinstance(v, str) and any(c in v for c in " ,=:'\"()[]{}"):
+        return "'" + v.replace("'", "\\'") + "'"
+    return str(v)
+
+
+def compose(over: list[str]):
+    """verl's ppo_trainer config with ``over`` applied (Hydra's compose; no training starts)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=over)
+
+
+def check(cfg) -> None:
+    """verl's own validation of a composed config (batch sizes, micro-batches, loss aggregation,
+    the distillation teacher pool), plus the section dataclasses verl builds at run time."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    for section in (cfg.algorithm, cfg.actor_rollout_ref.rollout, cfg.distillation):
+        omega_conf_to_dataclass(section)
+    batch, mini = cfg.data.train_batch_size, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if batch % mini:  # verl finds this only at the first update (or never, with dynamic batch sizes)
+        raise ValueError(f"ppo_mini_batch_size {mini} does not divide train_batch_size {batch}")
+
+
+def build(spec: dict, res: dict, out_dir: str):
+    """The checked verl config of one job; VerlConfigError names the cell and what verl said."""
+    cfg = compose(overrides(spec, res, out_dir))
+    try:
+        check(cfg)
+    except Exception as exc:  # verl raises ValueError, AssertionError or hydra's InstantiationException
+        cell = f"{spec['setting']}/{spec['variant']}/s{spec['seed']}"
+        raise VerlConfigError(f"{cell}: verl refuses the config: {exc}") from exc
+    return cfg

@@ -1,0 +1,99 @@
+"""Every training job of the paper grid as a verl config, composed from verl's own ppo_trainer.yaml
+and checked by the installed verl's validators (CPU; no training)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from scout import grid, resources
+from tests.conftest import REPO
+
+vc = pytest.importorskip("scout.verl.config", reason="needs verl (pip install '.[verl]')")
+pytest.importorskip("verl")
+
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+
+
+def build(setting: str, variant: str, seed: int = 1, **spec_over):
+    cell = grid.find_cell(PAPER, setting, variant, seed)
+    spec = {**grid.cell_spec(PAPER, cell), **spec_over}
+    res = resources.job_resources(PAPER, "train", setting, cell.method, variant)
+    return vc.build(spec, res, grid.train_dir(PAPER, setting, variant, seed))
+
+
+def test_every_cell_and_the_teacher_preparation_compose_and_validate():
+    cells = grid.cells(PAPER)
+    assert len(cells) == 105
+    for c in cells:
+        res = resources.job_resources(PAPER, "train", c.setting, c.method, c.variant)
+        cfg = vc.build(grid.cell_spec(PAPER, c), res, grid.train_dir(PAPER, c.setting, c.variant, c.seed))
+        assert cfg.data.seed == c.seed and cfg.scout.method == c.method
+    prep = grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")
+    cfg = vc.build(prep, resources.job_resources(PAPER, "prepare_teacher"), "results/teachers/Qwen3-8B-DAPO")
+    assert (cfg.trainer.nnodes, cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (2, 64, 8)
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.distillation.enabled is False
+
+
+def test_scout_with_the_8b_teacher():
+    cfg = build("q8b-q1.7b-math", "scout")
+    a, r, d = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout, cfg.distillation
+    # student: one node of 8 GPUs; the 8B teacher: the other three (4 nodes in all)
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, d.nnodes, d.n_gpus_per_node) == (1, 8, 3, 8)
+    assert (a.optim.lr, a.optim.lr_scheduler_type, a.clip_ratio, a.ppo_mini_batch_size) == (3e-6, "constant", 0.2, 128)
+    assert (cfg.data.train_batch_size, r.n, r.temperature, r.top_p) == (128, 1, 1.0, 1.0)
+    assert (r.prompt_length, r.response_length) == (1024, 16384)
+    # verl's OPD: K1 advantage in policy-gradient mode, no task rewards
+    assert d.enabled and d.teacher_models.teacher_model.model_path == "results/teachers/Qwen3-8B-DAPO/model/final"
+    assert (d.distillation_loss.loss_mode, d.distillation_loss.use_policy_gradient) == ("k1", True)
+    assert d.distillation_loss.use_task_rewards is False and d.distillation_loss.clip_ratio == 0.2
+    assert cfg.scout.scout.interval == 10 and cfg.scout.scout.k == 8 and cfg.scout.scout.teacher_lr == 5e-6
+    assert list(cfg.scout.scout.prefix_ratio) == [0.1, 0.9] and cfg.scout.scout.kl_beta == 0.001
+    assert cfg.trainer.total_training_steps == 359 and cfg.trainer.save_freq == 20
+    assert cfg.trainer.default_local_dir == "results/train/q8b-q1.7b-math/scout/s1/checkpoints"
+    assert cfg.data.train_files == "results/data/openr1-math-46k.verl.parquet"
+
+
+def test_baselines():
+    g = build("q4b-q1.7b-math", "grpo")
+    assert g.actor_rollout_ref.rollout.n == 8 and g.actor_rollout_ref.actor.use_kl_loss is True
+    assert g.actor_rollout_ref.actor.kl_loss_coef == 0.001 and g.distillation.enabled is False
+    assert g.algorithm.adv_estimator == "grpo" and g.trainer.nnodes == 1 and g.trainer.n_gpus_per_node == 8
+    opd = build("q4b-q1.7b-math", "opd")
+    assert (opd.trainer.nnodes, opd.distillation.nnodes) == (1, 1)
+    assert opd.actor_rollout_ref.actor.use_kl_loss is False
+    esr = build("sky7b-ds1.5b-math", "esr")
+    assert esr.actor_rollout_ref.rollout.response_length == 4096 and esr.data.max_response_length == 4096
+    relay = build("q4b-q1.7b-math", "relay_opd")  # one node: student and teacher split its 8 GPUs
+    assert (relay.trainer.n_gpus_per_node, relay.distillation.n_gpus_per_node, relay.distillation.nnodes) == (4, 4, 1)
+    assert relay.scout.relay_opd.max_legs == 2
+    prune = build("sky7b-ds1.5b-math", "prune_opd")
+    assert prune.scout.prune_opd.budget.initial == 2048  # the setting's override
+    code = build("q4b-q1.7b-code", "scout")
+    assert code.data.max_prompt_length == 1536 and code.trainer.total_epochs == 3 and code.scout.domain == "code"
+    assert build("q8b-q1.7b-math", "scout-f5").scout.scout.teacher_lr == 2.5e-6
+    assert build("q4b-q1.7b-math", "opd_teacher_grpo").scout.scout.prefix_zero is True
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"mini_batch_size": 96}, "ppo_mini_batch_size 96 does not divide train_batch_size 128"),
+        ({"mini_batch_size": 256}, "ppo_mini_batch_size 256 does not divide train_batch_size 128"),
+        ({"teacher": None}, "model_path must be specified for distillation teacher"),  # verl's own check
+    ],
+)
+def test_a_config_verl_refuses_names_the_cell(over, message):
+    with pytest.raises(vc.VerlConfigError, match=f"(?s)q4b-q1.7b-math/opd/s2: verl refuses the config: .*{message}"):
+        build("q4b-q1.7b-math", "opd", seed=2, **over)
+
+
+def test_override_values_survive_hydra_quoting():
+    over = vc.overrides(
+        {**grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-math", "opd", 1)), "student": "/m/a b,c=d"},
+        {"nodes": 2, "gpus_per_node": 8},
+        "out",
+    )
+    cfg = vc.compose(over)
+    assert OmegaConf.select(cfg, "actor_rollout_ref.model.path") == "/m/a b,c=d"
