@@ -16,7 +16,6 @@ from scout import grid
 
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
 FALLBACK = {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 2000, "runtime": 60}
-FAMILIES = ("prepare_teacher", "train", "evaluate", "analysis", "toy")
 
 
 def job_resources(config: dict, family: str, setting: str = "", method: str = "", variant: str = "") -> dict:

@@ -93,7 +93,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "trainer.default_local_dir": f"{out_dir}/checkpoints",
         "trainer.resume_mode": "auto",
         "trainer.max_actor_ckpt_to_keep": 1,
-        "trainer.logger": "[console]",
+        "trainer.logger": ["console"],
         "trainer.project_name": "scout",
         "trainer.experiment_name": f"{spec['setting']}-{spec['variant']}-s{spec['seed']}",
         "reward.custom_reward_function.path": "pkg://scout.verl.reward",
@@ -137,8 +137,6 @@ def _hydra(v) -> str:
         return "null"
     if isinstance(v, list | tuple):
         return "[" + ",".join(_hydra(x) for x in v) + "]"
-    if isinstance(v, str) and v.startswith("["):
-        return v
     if isinstance(v, str) and any(c in v for c in " ,=:'\"()[]{}"):
         return "'" + v.replace("'", "\\'") + "'"
     return str(v)

@@ -34,7 +34,7 @@ wildcard_constraints:
 # -- cluster resources (profiles/slurm) ----------------------------------------------------------
 
 METHOD_OF = {(c.setting, c.variant, str(c.seed)): c.method for c in CELLS}
-SLURM_KEYS = ("nodes", "tasks", "gres", "cpus_per_task", "mem_mb", "runtime")
+SLURM_KEYS = tuple(scout_resources.slurm_resources(scout_resources.FALLBACK))  # always the same keys
 
 
 def _job_resources(family, wc):
