@@ -3,6 +3,8 @@ and checked by the installed verl's validators (CPU; no training)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from omegaconf import OmegaConf
@@ -59,7 +61,7 @@ def test_baselines():
     g = build("q4b-q1.7b-math", "grpo")
     assert g.actor_rollout_ref.rollout.n == 8 and g.actor_rollout_ref.actor.use_kl_loss is True
     assert g.actor_rollout_ref.actor.kl_loss_coef == 0.001 and g.distillation.enabled is False
-    assert g.algorithm.adv_estimator == "grpo" and g.trainer.nnodes == 1 and g.trainer.n_gpus_per_node == 8
+    assert g.algorithm.adv_estimator == "scout_grpo" and g.trainer.nnodes == 1 and g.trainer.n_gpus_per_node == 8
     opd = build("q4b-q1.7b-math", "opd")
     assert (opd.trainer.nnodes, opd.distillation.nnodes) == (1, 1)
     assert opd.actor_rollout_ref.actor.use_kl_loss is False
@@ -70,6 +72,15 @@ def test_baselines():
     assert relay.scout.relay_opd.max_legs == 2
     prune = build("sky7b-ds1.5b-math", "prune_opd")
     assert prune.scout.prune_opd.budget.initial == 2048  # the setting's override
+    assert (prune.distillation.distillation_loss.loss_mode, prune.distillation.distillation_loss.topk) == (
+        "scout_prune",
+        16,
+    )
+    assert build("q4b-q1.7b-code", "optr_scout").distillation.distillation_loss.loss_mode == "scout_optr"
+    assert opd.distillation.distillation_loss.loss_mode == "k1"
+    env = prune.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_USE_EXTERNAL_MODULES == "scout.verl.plugin"
+    assert json.loads(env.SCOUT_METHOD_CFG)["prune_opd"]["tau"] == 0.7
     code = build("q4b-q1.7b-code", "scout")
     assert code.data.max_prompt_length == 1536 and code.trainer.total_epochs == 3 and code.scout.domain == "code"
     assert build("q8b-q1.7b-math", "scout-f5").scout.scout.teacher_lr == 2.5e-6

@@ -9,9 +9,16 @@ added beside verl's.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from omegaconf import open_dict
+
 from scout.methods import METHODS
+
+# Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
+LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "scout_prune"}
+PLUGIN = "scout.verl.plugin"
 
 
 class VerlConfigError(ValueError):
@@ -80,8 +87,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 1,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
-        # OPD-family methods ignore task advantages (use_task_rewards false); grpo needs no critic.
-        "algorithm.adv_estimator": "grpo",
+        # GRPO's advantages come from scout.algorithms (registered by scout.verl.plugin); OPD-family
+        # methods ignore task advantages (use_task_rewards false).
+        "algorithm.adv_estimator": "scout_grpo",
         "algorithm.use_kl_in_reward": False,
         "trainer.nnodes": pools["student_nodes"],
         "trainer.n_gpus_per_node": pools["student_gpus"],
@@ -106,11 +114,13 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.n_gpus_per_node": pools["teacher_gpus"],
             "distillation.teacher_models.teacher_model.model_path": spec["teacher"],
             "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
-            "distillation.distillation_loss.loss_mode": "k1",
+            "distillation.distillation_loss.loss_mode": LOSS_MODES.get(spec["method"], "k1"),
             "distillation.distillation_loss.use_policy_gradient": True,
             "distillation.distillation_loss.use_task_rewards": False,
             "distillation.distillation_loss.clip_ratio": spec["clip"],
         }
+    if method.budget == "prune":
+        o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
     extra = {
         "+scout.method": spec["method"],
         "+scout.domain": spec["domain"],
@@ -151,15 +161,28 @@ def compose(over: list[str]):
         return hydra_compose(config_name="ppo_trainer", overrides=over)
 
 
+def worker_env(spec: dict) -> dict[str, str]:
+    """Environment of every Ray process of the job: verl imports the plugin there, and the
+    registered losses read the cell's method settings."""
+    from scout.verl.plugin import METHOD_CFG_ENV
+
+    return {"VERL_USE_EXTERNAL_MODULES": PLUGIN, METHOD_CFG_ENV: json.dumps(spec.get("method_cfg", {}))}
+
+
 def check(cfg) -> None:
     """verl's own validation of a composed config (batch sizes, micro-batches, loss aggregation,
     the distillation teacher pool), plus the section dataclasses verl builds at run time."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    import scout.verl.plugin  # noqa: F401  (the registries the config names)
 
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     for section in (cfg.algorithm, cfg.actor_rollout_ref.rollout, cfg.distillation):
         omega_conf_to_dataclass(section)
+    if cfg.algorithm.adv_estimator not in ("gae", "grpo", *ADV_ESTIMATOR_REGISTRY):
+        raise ValueError(f"unknown advantage estimator {cfg.algorithm.adv_estimator!r}")
     batch, mini = cfg.data.train_batch_size, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if batch % mini:  # verl finds this only at the first update (or never, with dynamic batch sizes)
         raise ValueError(f"ppo_mini_batch_size {mini} does not divide train_batch_size {batch}")
@@ -168,6 +191,8 @@ def check(cfg) -> None:
 def build(spec: dict, res: dict, out_dir: str):
     """The checked verl config of one job; VerlConfigError names the cell and what verl said."""
     cfg = compose(overrides(spec, res, out_dir))
+    with open_dict(cfg):
+        cfg.ray_kwargs.ray_init.runtime_env = {"env_vars": worker_env(spec)}
     try:
         check(cfg)
     except Exception as exc:  # verl raises ValueError, AssertionError or hydra's InstantiationException

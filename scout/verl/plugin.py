@@ -1,0 +1,146 @@
+"""SCOUT's pieces registered into verl's registries, wrapping ``scout.algorithms`` (not rewritten).
+
+verl imports this module in every process it starts (trainer, actor workers, rollout servers) in
+two supported ways: as a ``verl.plugins`` entry point of the installed package (loaded on
+``import verl``), and through ``VERL_USE_EXTERNAL_MODULES``, which the driver sets for the Ray
+job so that a failure to import is loud rather than logged at debug level.
+
+Registered:
+- advantage estimator ``scout_grpo``: group-normalised outcome advantages (GRPO and the SCOUT
+  teacher phase), grouping by verl's ``uid``;
+- distillation loss ``scout_optr``: OPTR's trust-region K1 (tokens with P_trust below the
+  threshold get no OPD signal);
+- distillation loss ``scout_prune``: Prune-OPD's K1 with the cumulative top-k-overlap weights.
+
+Method settings the loss functions need (threshold, tau, ...) reach the workers as JSON in
+``SCOUT_METHOD_CFG`` (verl's loss config dataclasses refuse unknown fields).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+from scout import algorithms as alg
+
+METHOD_CFG_ENV = "SCOUT_METHOD_CFG"
+
+
+def method_cfg(name: str) -> dict:
+    """The ``method_cfg[name]`` section of the cell being trained, as the driver exported it."""
+    raw = os.environ.get(METHOD_CFG_ENV)
+    if not raw:
+        raise RuntimeError(f"{METHOD_CFG_ENV} is not set: the scout driver exports the cell's method settings")
+    cfg = json.loads(raw)
+    if name not in cfg:
+        raise RuntimeError(f"{METHOD_CFG_ENV} has no '{name}' section (has {sorted(cfg)})")
+    return cfg[name]
+
+
+# -- advantage estimator -------------------------------------------------------------------------
+
+
+def group_order(index: np.ndarray) -> tuple[torch.Tensor, int]:
+    """A permutation that makes verl's uid groups consecutive, and the (common) group size."""
+    uids = [str(u) for u in index]
+    first: dict[str, int] = {}
+    for i, u in enumerate(uids):
+        first.setdefault(u, i)
+    order = sorted(range(len(uids)), key=lambda i: (first[uids[i]], i))
+    sizes = {uids.count(u) for u in first}
+    if len(sizes) != 1:
+        raise ValueError(f"GRPO groups differ in size: {sorted(sizes)}")
+    return torch.tensor(order, dtype=torch.long), sizes.pop()
+
+
+def scout_grpo(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, config=None, **_):
+    """verl advantage-estimator signature around ``alg.grpo_advantages``; returns (adv, returns)."""
+    scores = token_level_rewards.sum(dim=-1)
+    order, group = group_order(index)
+    adv_sorted = alg.grpo_advantages(scores[order], group).to(scores.dtype)
+    adv = torch.empty_like(scores)
+    adv[order] = adv_sorted
+    adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+# -- distillation losses -----------------------------------------------------------------------------
+# verl's contract: fn(config, distillation_config, model_output, data) -> (per-token losses
+# (bsz, resp_len), metrics); in policy-gradient mode verl uses -losses.detach() as the advantage.
+
+
+def _padded(t: torch.Tensor, data) -> torch.Tensor:
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    return no_padding_2_padding(t, data)
+
+
+def _dense(t: torch.Tensor, fill=0) -> torch.Tensor:
+    return t.to_padded_tensor(fill) if t.is_nested else t
+
+
+def optr_losses(config, distillation_config, model_output, data):
+    oc = method_cfg("optr")
+    if oc.get("outlier", "mask") != "mask":
+        raise NotImplementedError("OPTR on verl supports outlier=mask (top-k forward KL needs verl's top-k path)")
+    mask = _dense(data["response_mask"]).to(torch.float32)
+    teacher = _padded(data["teacher_logprobs"], data).squeeze(-1)
+    old = _dense(data["old_log_probs"], 0.0)
+    trusted = alg.optr_mask(alg.optr_trust(teacher, old), mask, oc["threshold"])
+    adv = alg.k1_advantage(teacher, old) * trusted
+    frac = float(trusted.sum() / mask.sum().clamp_min(1.0))
+    return -adv, {"distillation/optr_trusted_frac": frac}
+
+
+def teacher_logp_of_sampled(teacher_ids: torch.Tensor, teacher_lp: torch.Tensor, tokens: torch.Tensor):
+    """The teacher's log-prob of each sampled token from its top-k lists, and whether it was there.
+
+    verl's top-k path keeps only the top-k; a token outside it gets the k-th log-prob, an upper
+    bound on its true log-prob (see the closing note of issue 6 for what would remove this)."""
+    hit = teacher_ids == tokens.unsqueeze(-1)
+    found = hit.any(dim=-1)
+    exact = (teacher_lp * hit).sum(dim=-1)
+    return torch.where(found, exact, teacher_lp.min(dim=-1).values), found
+
+
+def prune_losses(config, distillation_config, model_output, data):
+    pc = method_cfg("prune_opd")
+    mask = _dense(data["response_mask"]).to(torch.float32)
+    k = distillation_config.distillation_loss.topk
+    overlap = _padded(model_output["overlap_count"], data).to(torch.float32) / k
+    teacher_ids = _padded(data["teacher_ids"], data)
+    teacher_lp = _padded(data["teacher_logprobs"], data)
+    tokens = _dense(data["responses"], 0)
+    t_logp, found = teacher_logp_of_sampled(teacher_ids, teacher_lp, tokens)
+    old = _dense(data["old_log_probs"], 0.0)
+    w = alg.prune_weights(overlap, mask, pc["tau"], pc["w_drop"])
+    adv = alg.k1_advantage(t_logp, old) * (w + pc["w_base"]) * mask
+    metrics = {
+        "distillation/prune_overlap": float(alg.masked_mean(overlap, mask)),
+        "distillation/prune_effective_len": float((w > 0).sum(dim=1).float().mean()),
+        "distillation/prune_sampled_in_teacher_topk": float(alg.masked_mean(found.float(), mask)),
+    }
+    return -adv, metrics
+
+
+def register() -> None:
+    """Idempotent: verl's registries refuse a second registration under the same name."""
+    from verl.trainer.distillation.losses import (
+        DISTILLATION_LOSS_REGISTRY,
+        DistillationLossSettings,
+        register_distillation_loss,
+    )
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+    if "scout_grpo" not in ADV_ESTIMATOR_REGISTRY:
+        register_adv_est("scout_grpo")(scout_grpo)
+    if "scout_optr" not in DISTILLATION_LOSS_REGISTRY:
+        register_distillation_loss(DistillationLossSettings(names=["scout_optr"], use_estimator=True))(optr_losses)
+    if "scout_prune" not in DISTILLATION_LOSS_REGISTRY:
+        register_distillation_loss(DistillationLossSettings(names=["scout_prune"], use_topk=True))(prune_losses)
+
+
+register()

@@ -1,0 +1,53 @@
+"""verl's custom reward function: the real graders of ``scout.grading`` behind verl's signature.
+
+verl's reward manager decodes only the response tokens of a sample. In SCOUT's teacher phase the
+response is the teacher's continuation of a student prefix that sits in the prompt, and an answer
+(a boxed number, a code block) can start in the prefix and end in the continuation; so the prefix
+text travels in ``extra_info["scout_prefix"]`` and the two are graded as one response.
+
+Configured as ``reward.custom_reward_function.path=pkg://scout.verl.reward`` with
+``name=compute_score``; verl calls it from a thread pool, hence the lock around the shared grader.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+
+from scout.grading import Grader
+
+PREFIX_KEY = "scout_prefix"
+
+_grader: Grader | None = None
+_lock = threading.Lock()
+
+
+def _shared_grader() -> Grader:
+    global _grader
+    if _grader is None:
+        _grader = Grader()
+        atexit.register(_grader.close)
+    return _grader
+
+
+def row_of(data_source: str, ground_truth: str, extra_info: dict | None) -> dict:
+    """The scout row a sample was made from (``scout.verl.data`` stores it in extra_info)."""
+    if extra_info and extra_info.get("row"):
+        row = extra_info["row"]
+        return json.loads(row) if isinstance(row, str) else dict(row)
+    if data_source == "scout/code":
+        return {"id": "?", "domain": "code", "prompt": "?", "tests": json.loads(ground_truth)}
+    return {"id": "?", "domain": "math", "prompt": "?", "answer": ground_truth}
+
+
+def graded_text(solution_str: str, extra_info: dict | None) -> str:
+    """The text that is graded: the student prefix (if any) followed by the generated response."""
+    return ((extra_info or {}).get(PREFIX_KEY) or "") + solution_str
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **_) -> dict:
+    row = row_of(data_source, ground_truth, extra_info)
+    with _lock:
+        ok = _shared_grader().grade([graded_text(solution_str, extra_info)], [row])[0]
+    return {"score": float(ok), "acc": bool(ok)}

@@ -1,0 +1,166 @@
+"""SCOUT's teacher phase on verl's data structures, as pure functions.
+
+Every ``interval`` student steps the teacher continues the student's own trajectories: for each
+prompt, one student response is cut at k = floor(ratio * |y|) (``alg.split_points``), the teacher
+samples ``K`` continuations of prompt + y[:k], each is graded as prefix + continuation, and the
+teacher takes a GRPO step on those K-sample groups with the loss on its own tokens only
+(``alg.continuation_mask``). The layout is the embedded backend's ``teacher_batch``: the response
+is prefix + continuation, so the teacher's log-probs over the prefix are computed but masked out.
+
+``continuation_requests`` builds the generation batch; ``teacher_train_batch`` builds the update
+batch from what the teacher generated. The trainer (``scout.verl.trainer``) only moves these
+batches between verl's worker groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from scout import algorithms as alg
+from scout.verl.reward import PREFIX_KEY
+
+PROMPT_IDS = "scout_prompt_ids"  # the original prompt tokens (no padding)
+PREFIX_IDS = "scout_prefix_ids"  # the student prefix y[:k]
+MAX_TOKENS = "scout_max_tokens"  # per-request continuation budget: response length - k
+
+
+def _rows(t: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    return [row[m.bool()].tolist() for row, m in zip(t, mask, strict=True)]
+
+
+def _objects(items: list) -> np.ndarray:
+    """A 1-d object array of lists (np.array would make a 2-d array of equal-length lists)."""
+    out = np.empty(len(items), dtype=object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
+
+
+def first_of_each_group(uids: np.ndarray) -> list[int]:
+    """One trajectory per prompt (the first of each uid group), as the embedded trainer takes."""
+    seen: set = set()
+    keep = []
+    for i, u in enumerate(uids):
+        if u not in seen:
+            seen.add(u)
+            keep.append(i)
+    return keep
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    width = width or max(1, max(map(len, seqs)))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def right_pad(seqs: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    width = width or max(1, max(map(len, seqs)))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def continuation_requests(
+    batch,
+    ratio: float,
+    k: int,
+    eos_id: int,
+    pad_id: int,
+    response_length: int,
+    decode: Callable[[list[int]], str],
+):
+    """The teacher's generation batch: K copies of prompt + student prefix per prompt.
+
+    ``batch`` is the student's rollout DataProto (left-padded ``prompts``, right-padded
+    ``responses``, ``attention_mask``, non-tensor ``uid`` and the dataset fields). Each request
+    carries its prefix (ids and decoded text, for the reward function), its budget and a fresh
+    group id shared by its K copies."""
+    from verl import DataProto
+
+    P = batch.batch["prompts"].shape[1]
+    attn = batch.batch["attention_mask"]
+    prompts = _rows(batch.batch["prompts"], attn[:, :P])
+    responses = _rows(batch.batch["responses"], attn[:, P:])
+    keep = first_of_each_group(batch.non_tensor_batch["uid"])
+    bodies = [responses[i][:-1] if responses[i] and responses[i][-1] == eos_id else responses[i] for i in keep]
+    ks = alg.split_points(torch.tensor([len(b) for b in bodies]), ratio).tolist()
+    rep = [j for j in range(len(keep)) for _ in range(k)]
+    src = [keep[j] for j in rep]
+    prefix = [bodies[j][: ks[j]] for j in rep]
+    inputs = [prompts[keep[j]] + prefix[i] for i, j in enumerate(rep)]
+    ids, mask = left_pad(inputs, pad_id)
+    non_tensor = {}
+    for key, col in batch.non_tensor_batch.items():
+        non_tensor[key] = col[src]
+    uid = batch.non_tensor_batch["uid"]
+    non_tensor["uid"] = np.array([f"{uid[keep[j]]}/teacher" for j in rep], dtype=object)
+    extra = []
+    for i, j in enumerate(rep):
+        info = dict(batch.non_tensor_batch["extra_info"][keep[j]]) if "extra_info" in batch.non_tensor_batch else {}
+        info[PREFIX_KEY] = decode(prefix[i])
+        extra.append(info)
+    non_tensor["extra_info"] = _objects(extra)
+    non_tensor[PROMPT_IDS] = _objects([prompts[keep[j]] for j in rep])
+    non_tensor[PREFIX_IDS] = _objects(prefix)
+    non_tensor[MAX_TOKENS] = _objects([response_length - ks[j] for j in rep])
+    non_tensor["raw_prompt_ids"] = _objects(inputs)
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids(mask)},
+        non_tensors=non_tensor,
+        meta_info={"scout_prefix_ratio": ratio, "scout_group_size": k},
+    )
+
+
+def teacher_train_batch(requests, continuations: list[list[int]], rewards: list[float], pad_id: int, width: int):
+    """The teacher's update batch: response = prefix + continuation (right-padded to ``width``),
+    ``response_mask`` 1 on continuation tokens only, the outcome reward on the last real token."""
+    from verl import DataProto
+
+    nt = requests.non_tensor_batch
+    prompts = list(nt[PROMPT_IDS])
+    prefixes = list(nt[PREFIX_IDS])
+    if not (len(prompts) == len(continuations) == len(rewards)):
+        raise ValueError(f"{len(prompts)} requests, {len(continuations)} continuations, {len(rewards)} rewards")
+    full = [list(p) + list(c) for p, c in zip(prefixes, continuations, strict=True)]
+    too_long = [i for i, f in enumerate(full) if len(f) > width]
+    if too_long:
+        raise ValueError(f"prefix + continuation exceeds the response width {width} for requests {too_long}")
+    p_ids, p_mask = left_pad(prompts, pad_id)
+    r_ids, r_mask = right_pad(full, pad_id, width)
+    ks = torch.tensor([len(p) for p in prefixes])
+    lengths = torch.tensor([len(f) for f in full])
+    response_mask = alg.continuation_mask(ks, lengths, width)
+    scores = torch.zeros((len(full), width), dtype=torch.float32)
+    last = (lengths - 1).clamp(min=0)
+    scores[torch.arange(len(full)), last] = torch.tensor(rewards, dtype=torch.float32)
+    attn = torch.cat([p_mask, r_mask], dim=1)
+    non_tensor = {key: col for key, col in nt.items() if key not in (PROMPT_IDS, PREFIX_IDS, "raw_prompt_ids")}
+    return DataProto.from_dict(
+        tensors={
+            "prompts": p_ids,
+            "responses": r_ids,
+            "input_ids": torch.cat([p_ids, r_ids], dim=1),
+            "attention_mask": attn,
+            "position_ids": position_ids(attn),
+            "response_mask": response_mask,
+            "token_level_scores": scores,
+            "token_level_rewards": scores.clone(),
+        },
+        non_tensors=non_tensor,
+        meta_info=dict(requests.meta_info),
+    )

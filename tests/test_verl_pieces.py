@@ -1,0 +1,348 @@
+"""The pieces scout registers into verl, run through the installed verl's own code paths on CPU:
+the dataset reader, the reward manager, the advantage computation, the distillation loss, and
+SCOUT's teacher-phase batches. No GPU: nothing here starts a rollout engine or an FSDP worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from scout import grid, resources
+from scout.catalogue import DataError
+from tests.conftest import REPO
+
+pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
+from tensordict import TensorDict  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+
+from scout.verl import config as vc  # noqa: E402
+from scout.verl import data as vdata  # noqa: E402
+from scout.verl import teacher_phase as tp  # noqa: E402
+
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+MATH = {"id": "m1", "domain": "math", "prompt": "Compute 9+3-5+3.", "answer": "10"}
+CODE = {
+    "id": "c1",
+    "domain": "code",
+    "prompt": "Write f(x): add 13.",
+    "tests": {"type": "assert", "setup": "", "asserts": ["assert f(0) == 13", "assert f(5) == 18"]},
+}
+
+
+@pytest.fixture(scope="module")
+def tok(world):
+    from scout.embedded import lm
+
+    return lm.load_tokenizer(world["student"])
+
+
+def paper_cfg(variant: str, setting: str = "q4b-q1.7b-math", **spec_over):
+    cell = grid.find_cell(PAPER, setting, variant, 1)
+    spec = {**grid.cell_spec(PAPER, cell), **spec_over}
+    cfg = vc.build(spec, resources.job_resources(PAPER, "train", setting, cell.method, variant), "out")
+    return cfg
+
+
+# -- data ---------------------------------------------------------------------------------------------
+
+
+def test_prepared_rows_read_back_through_verls_dataset(tmp_path, tok):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    src = tmp_path / "train.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in (MATH, CODE)) + "\n")
+    out = vdata.export(src, vc.parquet_path(str(src)))
+    assert out.name == "train.verl.parquet"
+    cfg = vc.compose(["actor_rollout_ref.rollout.name=vllm", "data.max_prompt_length=64"])
+    ds = RLHFDataset(data_files=str(out), tokenizer=tok, config=cfg.data)
+    assert len(ds) == 2
+    m, c = ds[0], ds[1]
+    assert m["raw_prompt"] == [{"role": "user", "content": MATH["prompt"]}] and m["data_source"] == "scout/math"
+    assert m["reward_model"]["ground_truth"] == "10" and json.loads(m["extra_info"]["row"]) == MATH
+    assert json.loads(c["reward_model"]["ground_truth"]) == CODE["tests"] and c["ability"] == "code"
+    # up to date: not rewritten; a newer JSONL is converted again
+    before = out.stat().st_mtime_ns
+    assert vdata.export(src, out).stat().st_mtime_ns == before
+    os.utime(src, ns=(before + 10**9, before + 10**9))
+    assert vdata.export(src, out).stat().st_mtime_ns != before
+
+
+def test_a_malformed_row_or_missing_file_is_named(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps(MATH) + "\n" + json.dumps({**MATH, "id": "m2", "answer": " "}) + "\n")
+    with pytest.raises(DataError, match=r"row 1 \(m2\): math row without an 'answer'"):
+        vdata.export(src, tmp_path / "bad.verl.parquet")
+    assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*tmp"))
+    with pytest.raises(DataError, match="missing.*prepare_data"):
+        vdata.export(tmp_path / "nope.jsonl", tmp_path / "nope.parquet")
+
+
+# -- reward ---------------------------------------------------------------------------------------------
+
+
+def _reward_items(tok, cases):
+    items = []
+    for response, row, prefix in cases:
+        r = tok.encode(response, add_special_tokens=False)
+        p = tok.encode("hi", add_special_tokens=False)
+        extra = {"row": json.dumps(row)} | ({"scout_prefix": prefix} if prefix is not None else {})
+        truth = row.get("answer") or json.dumps(row["tests"])
+        items.append(
+            DataProto.from_dict(
+                tensors={
+                    "prompts": torch.tensor([p]),
+                    "responses": torch.tensor([r]),
+                    "attention_mask": torch.ones(1, len(p) + len(r), dtype=torch.long),
+                },
+                non_tensors={
+                    "data_source": np.array([f"scout/{row['domain']}"], dtype=object),
+                    "reward_model": np.array([{"ground_truth": truth}], dtype=object),
+                    "extra_info": np.array([extra], dtype=object),
+                },
+            )
+        )
+    return items
+
+
+def test_the_reward_function_grades_prefix_and_continuation_as_one_answer(tok):
+    """Through verl's reward manager, configured as the cells configure it."""
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    cfg = paper_cfg("scout")
+    fn = get_custom_reward_fn(cfg)
+    cases = [
+        ("The answer is \\boxed{10}", MATH, None),
+        ("The answer is \\boxed{11}", MATH, None),
+        ("0}", MATH, "The answer is \\boxed{1"),  # the box opens in the student prefix
+        ("0}", MATH, None),
+        ("    return x + 13\n```", CODE, "```python\ndef f(x):\n"),  # the code block spans both
+        ("    return x + 13\n```", CODE, None),
+        ("    return x + 12\n```", CODE, "```python\ndef f(x):\n"),
+    ]
+
+    async def run():
+        mgr = NaiveRewardManager(cfg, tok, fn)
+        return [(await mgr.run_single(item))["reward_score"] for item in _reward_items(tok, cases)]
+
+    assert asyncio.run(run()) == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+
+
+# -- advantage estimator ---------------------------------------------------------------------------------
+
+
+def test_scout_grpo_matches_hand_values_and_verls_grpo_on_shuffled_groups():
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import scout.verl.plugin  # noqa: F401
+
+    uids = np.array(["a", "b", "a", "c", "b", "c", "a", "b", "c"], dtype=object)
+    scores = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    B, R = len(uids), 3
+    tok_scores = torch.zeros(B, R)
+    tok_scores[:, 1] = torch.tensor(scores)
+    mask = torch.ones(B, R)
+    mask[:, 2] = 0
+
+    def run(name):
+        d = DataProto.from_dict(
+            tensors={"token_level_rewards": tok_scores, "response_mask": mask, "responses": torch.zeros(B, R)},
+            non_tensors={"uid": uids},
+        )
+        return compute_advantage(d, adv_estimator=name, num_repeat=1, config=None).batch["advantages"]
+
+    ours, verls = run("scout_grpo"), run("grpo")
+    torch.testing.assert_close(ours, verls, atol=1e-5, rtol=0)
+    # a = (1, 0, 1) and b = (0, 0, 1): sd (ddof 1) 1/sqrt(3), so ±(1/3)·sqrt(3) and ±(2/3)·sqrt(3);
+    # c is all right: 0
+    s3 = 1 / math.sqrt(3)
+    expected = torch.tensor(
+        [(1 / 3) / s3, -(1 / 3) / s3, -(2 / 3) / s3, 0, -(1 / 3) / s3, 0, (1 / 3) / s3, (2 / 3) / s3, 0]
+    )
+    torch.testing.assert_close(ours[:, 0], expected, atol=1e-4, rtol=0)
+    assert (ours[:, 2] == 0).all()
+
+
+# -- distillation losses, through verl's distillation_loss --------------------------------------------
+
+
+def _nested(rows, plen, last_dim=None):
+    """Per-sequence tensors the way verl's workers hold them: over prompt + response, left-shifted
+    by one (position p holds the value of token p + 1)."""
+    seqs = []
+    for r in rows:
+        shape = (plen + len(r),) + ((last_dim,) if last_dim else ())
+        seq = torch.zeros(shape)
+        seq[plen - 1 : plen - 1 + len(r)] = torch.tensor(r, dtype=torch.float32).reshape(len(r), *shape[1:])
+        seqs.append(seq)
+    return torch.nested.nested_tensor(seqs, layout=torch.jagged)
+
+
+def _micro_batch(resp_tokens, plen, **tensors):
+    B, R = len(resp_tokens), max(map(len, resp_tokens))
+    responses = torch.zeros(B, R, dtype=torch.long)
+    attn = torch.zeros(B, plen + R, dtype=torch.long)
+    attn[:, :plen] = 1
+    for i, t in enumerate(resp_tokens):
+        responses[i, : len(t)] = torch.tensor(t)
+        attn[i, plen : plen + len(t)] = 1
+    td = TensorDict(
+        {"prompts": torch.ones(B, plen, dtype=torch.long), "responses": responses, "attention_mask": attn,
+         "response_mask": attn[:, plen:].bool(), **tensors},
+        batch_size=[B],
+    )  # fmt: skip
+    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(attn[:, plen:].sum()), global_batch_size=B)
+    return td
+
+
+def _loss(cfg, model_output, data, monkeypatch):
+    from verl.trainer.distillation.losses import distillation_loss
+    from verl.utils.config import omega_conf_to_dataclass
+
+    for k, v in cfg.ray_kwargs.ray_init.runtime_env.env_vars.items():
+        monkeypatch.setenv(k, v)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    return distillation_loss(actor, omega_conf_to_dataclass(cfg.distillation), model_output, data)
+
+
+def test_optr_keeps_the_k1_signal_only_inside_the_trust_region(monkeypatch):
+    """threshold 0.1; t - s = (0, ln 0.05, +1 | -2, 0): trust (1, .05, 1 | .135, 1), so the
+    second token is masked; advantages (0, 0, 1 | -2, 0); at ratio 1 the token-mean PG loss is
+    -(1 - 2) / 5 = 0.2. verl's plain K1 would give (2.9957 + 1) / 5."""
+    old = [[-1.0, -2.0, -0.5], [-1.0, -1.0]]
+    teacher = [[-1.0, -2.0 + math.log(0.05), 0.5], [-3.0, -1.0]]
+    old_pad = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]])
+    data = _micro_batch([[5, 6, 7], [5, 6]], 2, teacher_logprobs=_nested(teacher, 2, 1), old_log_probs=old_pad)
+    out = {"log_probs": _nested(old, 2).values().requires_grad_()}
+    loss, metrics = _loss(paper_cfg("optr"), out, data, monkeypatch)
+    assert float(loss) == pytest.approx(0.2, abs=1e-6)
+    assert metrics["distillation/optr_trusted_frac"] == pytest.approx(0.8)
+    k1, _ = _loss(paper_cfg("opd"), {"log_probs": _nested(old, 2).values()}, data, monkeypatch)
+    assert float(k1) == pytest.approx((-math.log(0.05) - 1 + 2) / 5, abs=1e-4)
+
+
+def test_prune_weights_the_k1_signal_by_topk_overlap(monkeypatch):
+    """topk 2, tau 0.7, w_drop 0.5, w_base 0.5. Overlap (2, 1, 2)/2: position 1 is bad, so
+    w = (1, .5, .5) and the factor w + w_base = (1.5, 1, 1). Teacher log-probs of the sampled
+    tokens 11, 12, 13: -0.5 (in top-2), -2.0 (12 is not: the k-th, -2.0), -1.2. Old = -1:
+    advantages (.75, -1, -.2), loss -(.75 - 1 - .2)/3 = 0.15."""
+    pc = {**PAPER["methods"]["prune_opd"], "topk": 2, "tau": 0.7, "w_drop": 0.5, "w_base": 0.5}
+    cfg = paper_cfg("prune_opd", method_cfg={"prune_opd": pc})
+    ids = [[[11, 5], [3, 4], [7, 13]]]
+    lps = [[[-0.5, -1.5], [-0.2, -2.0], [-1.0, -1.2]]]
+    data = _micro_batch(
+        [[11, 12, 13]], 2,
+        teacher_ids=_nested(ids, 2, 2).to(torch.long), teacher_logprobs=_nested(lps, 2, 2),
+        old_log_probs=torch.full((1, 3), -1.0),
+    )  # fmt: skip
+    out = {"log_probs": torch.full((5,), -1.0), "overlap_count": _nested([[2, 1, 2]], 2).values()}
+    loss, metrics = _loss(cfg, out, data, monkeypatch)
+    assert float(loss) == pytest.approx(0.15, abs=1e-6)
+    assert metrics["distillation/prune_overlap"] == pytest.approx(2.5 / 3)
+    assert metrics["distillation/prune_sampled_in_teacher_topk"] == pytest.approx(2 / 3)
+
+
+def test_loss_settings_must_reach_the_workers(monkeypatch):
+    from scout.verl import plugin
+
+    monkeypatch.delenv(plugin.METHOD_CFG_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="SCOUT_METHOD_CFG is not set"):
+        plugin.method_cfg("optr")
+
+
+# -- SCOUT's teacher phase on DataProto -------------------------------------------------------------------
+
+EOS, PAD = 2, 0
+
+
+def _student_batch():
+    """Two prompts, two student responses each (uid groups a and b), left-padded prompts and
+    right-padded responses as verl's rollout returns them."""
+    prompts = [[5, 6], [5, 6], [7], [7]]
+    responses = [[11, 12, 13, EOS], [14, EOS], [21, 22, 23, 24, 25], [26]]
+    p_ids, p_mask = tp.left_pad(prompts, PAD)
+    r_ids, r_mask = tp.right_pad(responses, PAD, 6)
+    attn = torch.cat([p_mask, r_mask], dim=1)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": p_ids,
+            "responses": r_ids,
+            "input_ids": torch.cat([p_ids, r_ids], 1),
+            "attention_mask": attn,
+        },
+        non_tensors={
+            "uid": np.array(["a", "a", "b", "b"], dtype=object),
+            "data_source": np.array(["scout/math"] * 4, dtype=object),
+            "reward_model": np.array([{"ground_truth": "1"}] * 2 + [{"ground_truth": "2"}] * 2, dtype=object),
+            "extra_info": np.array([{"row": "A"}] * 2 + [{"row": "B"}] * 2, dtype=object),
+        },
+    )
+
+
+def test_continuation_requests_cut_one_trajectory_per_prompt_at_the_scheduled_ratio():
+    """ratio 0.5: trajectory a has body (11, 12, 13) without its EOS, k = floor(1.5) = 1; b has
+    (21..25), k = floor(2.5) = 2. K = 3 copies each, a fresh group per prefix, budget 6 - k."""
+    req = tp.continuation_requests(_student_batch(), 0.5, 3, EOS, PAD, 6, decode=lambda ids: "|".join(map(str, ids)))
+    assert len(req) == 6
+    assert [list(x) for x in req.non_tensor_batch[tp.PREFIX_IDS]] == [[11]] * 3 + [[21, 22]] * 3
+    assert [list(x) for x in req.non_tensor_batch["raw_prompt_ids"]] == [[5, 6, 11]] * 3 + [[7, 21, 22]] * 3
+    assert req.batch["input_ids"].tolist()[0] == [5, 6, 11] and req.batch["input_ids"].tolist()[3] == [7, 21, 22]
+    assert list(req.non_tensor_batch["uid"]) == ["a/teacher"] * 3 + ["b/teacher"] * 3
+    assert list(req.non_tensor_batch[tp.MAX_TOKENS]) == [5] * 3 + [4] * 3
+    assert [e["scout_prefix"] for e in req.non_tensor_batch["extra_info"]] == ["11"] * 3 + ["21|22"] * 3
+    assert [e["row"] for e in req.non_tensor_batch["extra_info"]] == ["A"] * 3 + ["B"] * 3
+    assert req.non_tensor_batch["reward_model"][3] == {"ground_truth": "2"}
+    # the control (prefix 0) continues from the bare prompt
+    zero = tp.continuation_requests(_student_batch(), 0.0, 2, EOS, PAD, 6, decode=str)
+    assert [list(x) for x in zero.non_tensor_batch["raw_prompt_ids"]] == [[5, 6]] * 2 + [[7]] * 2
+    assert list(zero.non_tensor_batch[tp.MAX_TOKENS]) == [6] * 4
+
+
+def test_teacher_train_batch_masks_the_student_prefix_and_feeds_verls_grpo_and_pg_loss():
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+    from verl.utils.config import omega_conf_to_dataclass
+
+    import scout.verl.plugin  # noqa: F401
+
+    req = tp.continuation_requests(_student_batch(), 0.5, 2, EOS, PAD, 6, decode=str)
+    conts = [[30, EOS], [31, 32, EOS], [40, EOS], [41, EOS]]
+    batch = tp.teacher_train_batch(req, conts, [1.0, 0.0, 0.0, 0.0], PAD, width=6)
+    assert batch.batch["responses"].tolist() == [
+        [11, 30, EOS, 0, 0, 0], [11, 31, 32, EOS, 0, 0], [21, 22, 40, EOS, 0, 0], [21, 22, 41, EOS, 0, 0]
+    ]  # fmt: skip
+    assert batch.batch["response_mask"].tolist() == [
+        [0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0]
+    ]  # fmt: skip
+    assert batch.batch["prompts"].tolist() == [[5, 6]] * 2 + [[0, 7]] * 2
+    assert batch.batch["attention_mask"][2].tolist() == [0, 1, 1, 1, 1, 1, 0, 0]
+    assert batch.batch["token_level_scores"][0].tolist() == [0, 0, 1, 0, 0, 0]
+    assert tp.PREFIX_IDS not in batch.non_tensor_batch and batch.meta_info["scout_prefix_ratio"] == 0.5
+    # GRPO within each prefix group: a/teacher (1, 0) -> ±0.7071; b/teacher (0, 0) -> 0
+    adv = compute_advantage(batch, adv_estimator="scout_grpo", config=None).batch["advantages"]
+    s = 1 / math.sqrt(2)
+    torch.testing.assert_close(adv[:, 2], torch.tensor([s, -s, 0.0, 0.0]), atol=1e-4, rtol=0)
+    assert (adv[0, 0] == 0) and (adv[1, 3] == pytest.approx(-s, abs=1e-4))
+    # verl's PG loss with this mask does not see the prefix: changing the prefix log-probs changes nothing
+    actor = omega_conf_to_dataclass(paper_cfg("scout").actor_rollout_ref.actor)
+    old = torch.full((4, 6), -1.0)
+    lp = old.clone().requires_grad_()
+    loss, _ = compute_policy_loss_vanilla(old, lp, adv, batch.batch["response_mask"], "token-mean", actor)
+    loss.backward()
+    assert (lp.grad[batch.batch["response_mask"] == 0] == 0).all() and lp.grad[0, 1] != 0
+
+
+def test_teacher_train_batch_refuses_mismatched_or_overlong_input():
+    req = tp.continuation_requests(_student_batch(), 0.5, 1, EOS, PAD, 6, decode=str)
+    with pytest.raises(ValueError, match="2 requests, 1 continuations, 2 rewards"):
+        tp.teacher_train_batch(req, [[1]], [0.0, 1.0], PAD, 6)
+    with pytest.raises(ValueError, match=r"exceeds the response width 6 for requests \[1\]"):
+        tp.teacher_train_batch(req, [[1], [1, 2, 3, 4, 5]], [0.0, 1.0], PAD, 6)
