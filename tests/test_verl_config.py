@@ -41,8 +41,9 @@ def test_every_cell_and_the_teacher_preparation_compose_and_validate():
 def test_scout_with_the_8b_teacher():
     cfg = build("q8b-q1.7b-math", "scout")
     a, r, d = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout, cfg.distillation
-    # student: one node of 8 GPUs; the 8B teacher: the other three (4 nodes in all)
-    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, d.nnodes, d.n_gpus_per_node) == (1, 8, 3, 8)
+    # 4 nodes of 8 GPUs: the student one, the teacher's engine one, the teacher's trainer two
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, d.nnodes, d.n_gpus_per_node) == (1, 8, 1, 8)
+    assert (cfg.scout.teacher_train.nnodes, cfg.scout.teacher_train.n_gpus_per_node) == (2, 8)
     assert (a.optim.lr, a.optim.lr_scheduler_type, a.clip_ratio, a.ppo_mini_batch_size) == (3e-6, "constant", 0.2, 128)
     assert (cfg.data.train_batch_size, r.n, r.temperature, r.top_p) == (128, 1, 1.0, 1.0)
     assert (r.prompt_length, r.response_length) == (1024, 16384)
@@ -63,7 +64,9 @@ def test_baselines():
     assert g.actor_rollout_ref.actor.kl_loss_coef == 0.001 and g.distillation.enabled is False
     assert g.algorithm.adv_estimator == "scout_grpo" and g.trainer.nnodes == 1 and g.trainer.n_gpus_per_node == 8
     opd = build("q4b-q1.7b-math", "opd")
-    assert (opd.trainer.nnodes, opd.distillation.nnodes) == (1, 1)
+    assert (opd.trainer.nnodes, opd.distillation.nnodes) == (1, 1) and "teacher_train" not in opd.scout
+    matched = build("q4b-q1.7b-math", "opd-3ep")  # evaluated every 40 steps: keep those checkpoints
+    assert (matched.trainer.save_freq, matched.trainer.max_actor_ckpt_to_keep) == (20, None)
     assert opd.actor_rollout_ref.actor.use_kl_loss is False
     esr = build("sky7b-ds1.5b-math", "esr")
     assert esr.actor_rollout_ref.rollout.response_length == 4096 and esr.data.max_response_length == 4096
@@ -108,3 +111,28 @@ def test_override_values_survive_hydra_quoting():
     )
     cfg = vc.compose(over)
     assert OmegaConf.select(cfg, "actor_rollout_ref.model.path") == "/m/a b,c=d"
+
+
+@pytest.mark.parametrize(
+    "method, nodes, gpus, expected",
+    [
+        # (student nodes, GPUs), (teacher engine nodes, GPUs), (teacher trainer nodes, GPUs)
+        ("grpo", 1, 8, ((1, 8), (0, 0), (0, 0))),
+        ("opd", 2, 8, ((1, 8), (1, 8), (0, 0))),
+        ("relay_opd", 1, 8, ((1, 4), (1, 4), (0, 0))),
+        ("scout", 3, 8, ((1, 8), (1, 8), (1, 8))),
+        ("scout", 4, 8, ((1, 8), (1, 8), (2, 8))),
+        ("optr_scout", 2, 8, ((1, 8), (1, 4), (1, 4))),
+        ("scout", 1, 8, ((1, 4), (1, 2), (1, 2))),
+        ("scout", 1, 4, ((1, 2), (1, 1), (1, 1))),
+    ],
+)
+def test_placement(method, nodes, gpus, expected):
+    p = vc.placement(method, {"nodes": nodes, "gpus_per_node": gpus})
+    got = tuple((p[f"{k}_nodes"], p[f"{k}_gpus"]) for k in ("student", "teacher", "train"))
+    assert got == expected
+
+
+def test_scout_on_too_few_gpus_is_refused():
+    with pytest.raises(vc.VerlConfigError, match="at least 4 GPUs"):
+        vc.placement("scout", {"nodes": 1, "gpus_per_node": 2})

@@ -10,6 +10,7 @@ added beside verl's.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from omegaconf import open_dict
@@ -37,14 +38,51 @@ def parquet_path(jsonl: str) -> str:
 
 
 def placement(method_id: str, res: dict) -> dict:
-    """Nodes and GPUs per node of the student's pool and the teacher's. With several nodes the
-    teacher gets all but the first; on one node the two pools split its GPUs."""
+    """Nodes and GPUs per node of the three pools: the student (actor, rollout, reference), the
+    teacher's inference engine (scores the student; SCOUT also samples continuations from it) and,
+    for SCOUT, the teacher's trainer. With enough nodes each pool has whole nodes (the student
+    one, the engine one, the trainer the rest); otherwise they split a node's GPUs."""
     nodes, gpus = res["nodes"], res["gpus_per_node"]
-    if not METHODS[method_id].needs_teacher:
-        return {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
-    if nodes == 1:
-        return {"student_nodes": 1, "student_gpus": gpus - gpus // 2, "teacher_nodes": 1, "teacher_gpus": gpus // 2}
-    return {"student_nodes": 1, "student_gpus": gpus, "teacher_nodes": nodes - 1, "teacher_gpus": gpus}
+    m = METHODS[method_id]
+    out = {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
+    out |= {"train_nodes": 0, "train_gpus": 0}
+    if not m.needs_teacher:
+        return out
+    if not m.trains_teacher:
+        if nodes == 1:
+            return out | {
+                "student_nodes": 1,
+                "student_gpus": gpus - gpus // 2,
+                "teacher_nodes": 1,
+                "teacher_gpus": gpus // 2,
+            }
+        return out | {"student_nodes": 1, "teacher_nodes": nodes - 1, "teacher_gpus": gpus}
+    if nodes >= 3:
+        return out | {
+            "student_nodes": 1,
+            "teacher_nodes": 1,
+            "teacher_gpus": gpus,
+            "train_nodes": nodes - 2,
+            "train_gpus": gpus,
+        }
+    if nodes == 2:
+        half = gpus // 2
+        return out | {
+            "student_nodes": 1,
+            "teacher_nodes": 1,
+            "teacher_gpus": half,
+            "train_nodes": 1,
+            "train_gpus": gpus - half,
+        }
+    quarter = gpus // 4
+    if quarter < 1:
+        raise VerlConfigError(
+            f"{method_id} on one node needs at least 4 GPUs (student, teacher engine, teacher trainer)"
+        )
+    return out | {
+        "student_nodes": 1, "student_gpus": gpus - 2 * quarter,
+        "teacher_nodes": 1, "teacher_gpus": quarter, "train_nodes": 1, "train_gpus": quarter,
+    }  # fmt: skip
 
 
 def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
@@ -124,7 +162,14 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     extra = {
         "+scout.method": spec["method"],
         "+scout.domain": spec["domain"],
+        "+scout.total_steps": spec["total_steps"],
     }
+    if method.trains_teacher:
+        extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
+        extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
+    if spec.get("eval_every"):  # compute-matched runs evaluate intermediate checkpoints: keep them all
+        o["trainer.save_freq"] = math.gcd(spec["save_every"], spec["eval_every"])
+        o["trainer.max_actor_ckpt_to_keep"] = None
     for name, section in cfg.items():
         for key, value in _flatten(section):
             extra[f"+scout.{name}.{key}"] = value
