@@ -17,13 +17,10 @@ def _embedded():
 
 def _verl():
     try:
-        from scout.verl import trainer  # noqa: F401
+        from scout.verl import driver
     except ImportError as exc:
-        raise SystemExit(
-            "the 'verl' training backend needs the GPU extra (pip install '.[gpu]') and the verl "
-            f"integration module scout.verl: {exc}"
-        ) from exc
-    return trainer
+        raise SystemExit(f"the 'verl' training backend needs verl (pip install '.[gpu]' on GPU nodes): {exc}") from exc
+    return SimpleNamespace(train=driver.train)
 
 
 BACKENDS = {"embedded": _embedded, "verl": _verl}

@@ -64,7 +64,10 @@ def cmd_train(args) -> int:
     from scout.backends import get_backend
 
     spec = _spec(args.spec)
-    get_backend(spec["backend"]).train(spec, args.out, log=_log)
+    if args.dry_run and spec["backend"] != "verl":
+        raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
+    extra = {"dry_run": True} if args.dry_run else {}
+    get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
     return 0
 
 
@@ -160,7 +163,9 @@ def cmd_ray_run(args) -> int:
 
     driver = args.driver[1:] if args.driver[:1] == ["--"] else args.driver
     try:
-        return run(driver, cpus=args.cpus_per_node, gpus=args.gpus_per_node, object_store_mb=args.object_store_mb, log=_log)
+        return run(
+            driver, cpus=args.cpus_per_node, gpus=args.gpus_per_node, object_store_mb=args.object_store_mb, log=_log
+        )
     except RayClusterError as exc:
         raise SystemExit(f"scout ray-run: {exc}") from exc
 
@@ -190,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--out", required=True)
         if name == "evaluate":
             s.add_argument("--engine", choices=["transformers", "vllm"], help="override the spec's engine")
+        if name == "train":
+            s.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="verl backend: write the data's parquet twin and the checked verl config, do not train",
+            )
         s.set_defaults(func=func)
     s = sub.add_parser("grade", help="regrade saved generations without regenerating (see the README)")
     s.add_argument("generations", nargs="+", help="BENCHMARK.generations.jsonl file(s) of one benchmark")

@@ -127,7 +127,9 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
     train = res.get("train", {})
     for m in train.get("methods", {}):
         if m not in known:
-            errs.append(f"resources.train.methods.{m}: not a method or variant of the grid; expected one of {sorted(known)}")
+            errs.append(
+                f"resources.train.methods.{m}: not a method or variant of the grid; expected one of {sorted(known)}"
+            )
     for s, table in train.get("settings", {}).items():
         if s not in config["settings"]:
             errs.append(f"resources.train.settings.{s}: unknown setting; expected one of {sorted(config['settings'])}")

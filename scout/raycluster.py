@@ -91,7 +91,16 @@ def _ray_bin() -> str:
 class RayCluster:
     """Context manager: a running Ray cluster over ``nodes`` whose address is ``self.address``."""
 
-    def __init__(self, nodes: list[str], job_id: str | None, *, cpus: int, gpus: int, object_store_mb: int | None = None, log=print):
+    def __init__(
+        self,
+        nodes: list[str],
+        job_id: str | None,
+        *,
+        cpus: int,
+        gpus: int,
+        object_store_mb: int | None = None,
+        log=print,
+    ):
         self.nodes, self.job_id, self.log = nodes, job_id, log
         self.cpus, self.gpus, self.object_store_mb = cpus, gpus, object_store_mb
         self.port = ray_port(job_id)
@@ -124,7 +133,13 @@ class RayCluster:
         ip = addresses[0] if addresses else _out(self._cmd(head, ["hostname", "--ip-address"])).split()[0]
         self.address = f"{ip}:{self.port}"
         self.log(f"ray: head on {head} ({self.address}), {len(self.nodes) - 1} worker node(s)")
-        common = {"node_ip": ip, "port": self.port, "cpus": self.cpus, "gpus": self.gpus, "object_store_mb": self.object_store_mb}
+        common = {
+            "node_ip": ip,
+            "port": self.port,
+            "cpus": self.cpus,
+            "gpus": self.gpus,
+            "object_store_mb": self.object_store_mb,
+        }
         self._spawn(head, start_command(ray, head_address=None, **common))
         self._wait_for(1)
         for node in self.nodes[1:]:

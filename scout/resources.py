@@ -89,7 +89,12 @@ def _jobs(config: dict) -> list[dict]:
         target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"))
     for s in config.get("analysis", {}).get("settings", []):
-        add("analysis", "analysis", f"{grid.analysis_dir(config, s)}/continuation.csv", job_resources(config, "analysis"))
+        add(
+            "analysis",
+            "analysis",
+            f"{grid.analysis_dir(config, s)}/continuation.csv",
+            job_resources(config, "analysis"),
+        )
     return jobs
 
 
@@ -118,7 +123,12 @@ def summary(jobs: pd.DataFrame) -> pd.DataFrame:
         }
     ).reindex(order)
     out = out.fillna(0).astype({"jobs": int, "to_run": int, "max_nodes": int})
-    out.loc["total"] = [len(jobs), len(todo), int(todo["nodes"].max() if len(todo) else 0), *todo[["gpu_hours", "node_hours"]].sum()]
+    out.loc["total"] = [
+        len(jobs),
+        len(todo),
+        int(todo["nodes"].max() if len(todo) else 0),
+        *todo[["gpu_hours", "node_hours"]].sum(),
+    ]
     out.index.name = "experiment"
     return out
 

@@ -129,8 +129,16 @@ class SlurmCluster:
         subprocess.run([_bin("mungekey"), "-c", "-f", "-k", str(m / "munge.key")], check=True)
         self._daemon(
             "munged",
-            [_bin("munged"), "-F", "-f", f"--socket={m}/munge.socket", f"--key-file={m}/munge.key",
-             f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"],
+            [
+                _bin("munged"),
+                "-F",
+                "-f",
+                f"--socket={m}/munge.socket",
+                f"--key-file={m}/munge.key",
+                f"--pid-file={m}/munged.pid",
+                f"--log-file={m}/munged.log",
+                f"--seed-file={m}/munged.seed",
+            ],
         )
         self._wait(lambda: (m / "munge.socket").exists(), timeout, "munged did not create its socket")
         self._daemon("slurmctld", [_bin("slurmctld"), "-D", "-f", str(self.conf)])

@@ -34,18 +34,34 @@ LAYERED = {
 def test_layers_override_single_keys_in_order():
     cfg = {"resources": LAYERED}
     assert resources.job_resources(cfg, "evaluate") == {
-        "nodes": 1, "gpus_per_node": 4, "cpus_per_node": 2, "mem_mb": 1000, "runtime": 30
+        "nodes": 1,
+        "gpus_per_node": 4,
+        "cpus_per_node": 2,
+        "mem_mb": 1000,
+        "runtime": 30,
     }
     assert resources.job_resources(cfg, "analysis") == LAYERED["default"]
     assert resources.job_resources(cfg, "train", "small", "grpo", "grpo") == {
-        "nodes": 1, "gpus_per_node": 8, "cpus_per_node": 2, "mem_mb": 1000, "runtime": 100
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "cpus_per_node": 2,
+        "mem_mb": 1000,
+        "runtime": 100,
     }
     # method, then variant, then the setting's method, then the setting's variant
     assert resources.job_resources(cfg, "train", "small", "scout", "scout-f1") == {
-        "nodes": 3, "gpus_per_node": 8, "cpus_per_node": 2, "mem_mb": 2000, "runtime": 300
+        "nodes": 3,
+        "gpus_per_node": 8,
+        "cpus_per_node": 2,
+        "mem_mb": 2000,
+        "runtime": 300,
     }
     assert resources.job_resources(cfg, "train", "big", "scout", "scout-f1") == {
-        "nodes": 4, "gpus_per_node": 8, "cpus_per_node": 16, "mem_mb": 2000, "runtime": 300
+        "nodes": 4,
+        "gpus_per_node": 8,
+        "cpus_per_node": 16,
+        "mem_mb": 2000,
+        "runtime": 300,
     }
     assert resources.job_resources({}, "train", "x", "opd", "opd") == resources.FALLBACK
 
@@ -53,7 +69,12 @@ def test_layers_override_single_keys_in_order():
 def test_slurm_resources_per_node_gpus_and_tasks():
     gpu = {"nodes": 3, "gpus_per_node": 8, "cpus_per_node": 64, "mem_mb": 480000, "runtime": 2880}
     assert resources.slurm_resources(gpu) == {
-        "nodes": 3, "tasks": 0, "gres": "gpu:8", "cpus_per_task": 64, "mem_mb": 480000, "runtime": 2880
+        "nodes": 3,
+        "tasks": 0,
+        "gres": "gpu:8",
+        "cpus_per_task": 64,
+        "mem_mb": 480000,
+        "runtime": 2880,
     }
     cpu = {**gpu, "gpus_per_node": 0, "nodes": 2}
     assert resources.slurm_resources(cpu)["tasks"] == 2 and resources.slurm_resources(cpu)["gres"] == ""
@@ -110,8 +131,11 @@ def test_plan_counts_jobs_and_hours():
 def test_plan_of_the_paper_grid(capsys, tmp_path):
     assert main(["plan", "--config", str(REPO / "config" / "paper.yaml"), "--csv", str(tmp_path / "jobs.csv")]) == 0
     text = capsys.readouterr().out
-    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line and line.split()[0] in
-            ("main", "prefix0", "interval", "total")}
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line and line.split()[0] in ("main", "prefix0", "interval", "total")
+    }
     assert rows["main"][:2] == ["144", "144"]  # 4 settings x 6 methods x 3 seeds, trained and evaluated
     assert rows["prefix0"][:3] == ["18", "18", "4"]  # the q8b control places the 8B teacher on its own node
     assert rows["interval"][:2] == ["20", "20"]  # f=1 (1 seed) + f=5, 15, 20 (3 seeds), each + its evaluation
@@ -142,12 +166,28 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     and its driver starts under `scout ray-run`."""
     target = "results/train/q8b-q1.7b-math/scout/s1/train.json"
     out = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-         "--configfile", str(REPO / "config" / "paper.yaml"), "-n", "-p", "--cores", "1", target],
-        capture_output=True, text=True, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config" / "paper.yaml"),
+            "-n",
+            "-p",
+            "--cores",
+            "1",
+            target,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    block = out.stdout[out.stdout.index(f"output: {target}"):]
+    block = out.stdout[out.stdout.index(f"output: {target}") :]
     assert "nodes=4, tasks=0, gres=gpu:8, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
     assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout train" in block
 
@@ -167,7 +207,13 @@ def test_ray_commands():
     assert "--address=10.0.0.1:20042" in worker and "--head" not in worker
     assert f"--object-store-memory={100 * 1024 * 1024}" in worker
     assert raycluster.on_node("17", "gpu-a3", ["hostname"]) == [
-        "srun", "--overlap", "--jobid=17", "--nodes=1", "--ntasks=1", "--nodelist=gpu-a3", "hostname"
+        "srun",
+        "--overlap",
+        "--jobid=17",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=gpu-a3",
+        "hostname",
     ]
     # per job, outside Ray's worker port range 10002-19999
     assert raycluster.ray_port("12345") == 22345 and raycluster.ray_port(None) == 6379
@@ -179,8 +225,18 @@ def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     probe = tmp_path / "probe.json"
-    cmd = ["scout", "ray-run", "--cpus-per-node", "1", "--object-store-mb", "100", "--",
-           "sh", "-c", f"python -m scout.raycluster {probe} && exit 5"]
+    cmd = [
+        "scout",
+        "ray-run",
+        "--cpus-per-node",
+        "1",
+        "--object-store-mb",
+        "100",
+        "--",
+        "sh",
+        "-c",
+        f"python -m scout.raycluster {probe} && exit 5",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 5, out.stderr[-3000:]
     found = json.loads(probe.read_text())

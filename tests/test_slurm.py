@@ -57,8 +57,17 @@ def slurm_config(results: str) -> dict:
 
 def snakemake(cluster, workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile") -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, "-m", "snakemake", "-s", str(snakefile), "--directory", str(workdir),
-        "--profile", str(REPO / "profiles" / "slurm"), *FAST, *args,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(snakefile),
+        "--directory",
+        str(workdir),
+        "--profile",
+        str(REPO / "profiles" / "slurm"),
+        *FAST,
+        *args,
     ]
     if (workdir / "config.yaml").exists() and not any(a.startswith("--configfile") for a in args):
         cmd.append("--configfile=config.yaml")  # one value: targets may follow
@@ -126,7 +135,10 @@ def test_a_failing_job_is_reported_failed(cluster, grid_run):
     assert "Error in rule evaluate_math" in out.stderr
     failed = [j for j in slurm_jobs(cluster) if j["JobState"] == "FAILED" and "evaluate_math" in j["Comment"]]
     assert len(failed) == 1 and "_opd_" in failed[0]["Comment"] and failed[0]["ExitCode"] != "0:0"
-    assert "SafetensorError" in (work / "results" / "logs" / "eval" / "toy-l-s-math" / "opd" / "s1" / "final.log").read_text()
+    assert (
+        "SafetensorError"
+        in (work / "results" / "logs" / "eval" / "toy-l-s-math" / "opd" / "s1" / "final.log").read_text()
+    )
 
 
 def test_preempted_training_is_requeued_and_resumes(cluster, grid_run):
@@ -136,7 +148,9 @@ def test_preempted_training_is_requeued_and_resumes(cluster, grid_run):
     work = grid_run["work"]
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["experiments"]["long"] = {
-        "settings": ["toy-l-s-math"], "methods": [{"name": "opd-long", "method": "opd", "epochs": 100}], "seeds": [1]
+        "settings": ["toy-l-s-math"],
+        "methods": [{"name": "opd-long", "method": "opd", "epochs": 100}],
+        "seeds": [1],
     }
     (work / "long.yaml").write_text(yaml.safe_dump(cfg))
     ckpts = work / "results" / "train" / "toy-l-s-math" / "opd-long" / "s1" / "checkpoints"
@@ -152,7 +166,9 @@ def test_preempted_training_is_requeued_and_resumes(cluster, grid_run):
             cluster.run("scontrol", "requeue", job)
             # Slurm holds a requeued job for 120 s (BeginTime); release it, as a scheduler would
             # once the preempting job is done.
-            while not finished.is_set() and "JobState=PENDING" not in cluster.run("scontrol", "show", "job", job).stdout:
+            while (
+                not finished.is_set() and "JobState=PENDING" not in cluster.run("scontrol", "show", "job", job).stdout
+            ):
                 time.sleep(0.2)
             cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
 
@@ -193,7 +209,9 @@ def test_two_node_ray_job(cluster, tmp_path):
     """A two-node job with two (fake) GPUs per node: Ray head on one node, a worker on the other,
     one task on each that sees its node's GPU; Ray is gone afterwards, also when the driver fails."""
     (tmp_path / "Snakefile").write_text(RAY_SNAKEFILE)
-    out = snakemake(cluster, tmp_path, "probe-0.json", "probe-3.json", "--retries", "0", snakefile=tmp_path / "Snakefile")
+    out = snakemake(
+        cluster, tmp_path, "probe-0.json", "probe-3.json", "--retries", "0", snakefile=tmp_path / "Snakefile"
+    )
     log = (tmp_path / "probe-0.log").read_text()
     found = json.loads((tmp_path / "probe-0.json").read_text())
     assert sorted(f["slurm_node"] for f in found) == ["n1", "n2"], log
@@ -202,6 +220,10 @@ def test_two_node_ray_job(cluster, tmp_path):
     # the failing driver: its job fails (after the probe ran), and neither run leaves Ray behind
     assert out.returncode != 0 and "Error in rule ray_probe" in out.stderr
     assert "ray node on n2" in (tmp_path / "probe-3.log").read_text() and not ray_processes()
-    states = {j["Comment"].rsplit("_", 1)[-1]: j["JobState"] for j in slurm_jobs(cluster) if "ray_probe" in j.get("Comment", "")}
+    states = {
+        j["Comment"].rsplit("_", 1)[-1]: j["JobState"]
+        for j in slurm_jobs(cluster)
+        if "ray_probe" in j.get("Comment", "")
+    }
     assert states == {"0": "COMPLETED", "3": "FAILED"}
     assert all(j["NumNodes"] == "2" for j in slurm_jobs(cluster) if "ray_probe" in j.get("Comment", ""))

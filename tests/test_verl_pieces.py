@@ -346,3 +346,32 @@ def test_teacher_train_batch_refuses_mismatched_or_overlong_input():
         tp.teacher_train_batch(req, [[1]], [0.0, 1.0], PAD, 6)
     with pytest.raises(ValueError, match=r"exceeds the response width 6 for requests \[1\]"):
         tp.teacher_train_batch(req, [[1], [1, 2, 3, 4, 5]], [0.0, 1.0], PAD, 6)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # the installed package's verl.plugins entry point
+        {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "scout.verl.plugin"},  # what the driver sets
+    ],
+)
+def test_a_fresh_verl_process_has_the_scout_pieces_registered(env):
+    """Ray workers are fresh processes: `import verl` alone must register scout's pieces."""
+    import subprocess
+    import sys
+
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY as A\n"
+        "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as D\n"
+        "print('scout_grpo' in A, 'scout_optr' in D, 'scout_prune' in D)\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env})
+    assert done.stdout.split() == ["True", "True", "True"], done.stderr[-2000:]
+    if env:  # and without either route nothing is registered: the test can fail
+        off = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True,
+            env={**base, "VERL_USE_EXTERNAL_PLUGINS": "none"},
+        )  # fmt: skip
+        assert off.stdout.split() == ["False", "False", "False"]

@@ -83,8 +83,16 @@ def dataset_spec(wc):
 # -- training -----------------------------------------------------------------------------------
 
 
+def with_resources(spec, family, wc):
+    """The verl backend places its pools from the job's resources; the embedded one needs none
+    (and its specs stay as they were, so cached toy results are not rerun)."""
+    if config["backend"] == "verl":
+        spec = {**spec, "resources": _job_resources(family, wc)}
+    return as_json(spec)
+
+
 def train_spec(wc):
-    return as_json(grid.cell_spec(config, grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))))
+    return with_resources(grid.cell_spec(config, grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))), "train", wc)
 
 
 def train_inputs(wc):
@@ -95,7 +103,7 @@ def train_inputs(wc):
 
 
 def teacher_spec(wc):
-    return as_json(grid.teacher_prep_spec(config, wc.model))
+    return with_resources(grid.teacher_prep_spec(config, wc.model), "prepare_teacher", wc)
 
 
 def teacher_inputs(wc):

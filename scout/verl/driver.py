@@ -1,0 +1,127 @@
+"""``scout train`` for ``backend: verl``: one cell from its spec to Hugging Face checkpoints.
+
+prepared JSONL -> verl parquet -> checked verl config (written beside the results) -> verl's
+``run_ppo`` with scout's task runner (against the Ray cluster ``scout ray-run`` started over the
+Slurm allocation, or a local Ray on one GPU node) -> FSDP checkpoints under
+``{out}/checkpoints`` (resumed by verl after preemption) -> ``{out}/model/{name}`` in Hugging Face
+format via verl's model merger, for the evaluation rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scout import grid
+from scout.methods import METHODS
+from scout.verl import config as vc
+from scout.verl import data
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def latest_step(ckpt_dir: str | Path) -> int | None:
+    """The step of the last complete checkpoint (verl writes its tracker file last)."""
+    tracker = Path(ckpt_dir) / TRACKER
+    if not tracker.exists():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker}: not a step number: {text!r}")
+    return int(text)
+
+
+def checkpoint_steps(spec: dict, final: int) -> dict[str, int]:
+    """Export name -> verl global step: ``step{N}`` for evaluated intermediate checkpoints, ``final``."""
+    return {name: (final if name == "final" else int(name[4:])) for name in grid.checkpoints(spec)}
+
+
+def merge(src: Path, dst: Path) -> None:
+    """verl's FSDP -> Hugging Face merger, as its users run it; atomic, so an interrupted export
+    never looks like a model."""
+    if not (src / "fsdp_config.json").exists():
+        raise FileNotFoundError(f"{src}: no FSDP checkpoint here (fsdp_config.json is missing)")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp"]
+    cmd += ["--local_dir", str(src), "--target_dir", str(tmp)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"model merger failed for {src} (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=print) -> list[str]:
+    """Student (and, for SCOUT, teacher) of every evaluated checkpoint -> ``{out}/model/``."""
+    ckpt, out = Path(ckpt_dir), Path(out_dir)
+    final = latest_step(ckpt)
+    if final is None:
+        raise FileNotFoundError(f"{ckpt}: no finished checkpoint ({TRACKER} is missing)")
+    roles = [("actor", "")]
+    if METHODS[spec["method"]].trains_teacher:
+        from scout.verl.trainer import TEACHER_DIR
+
+        roles.append((TEACHER_DIR, "-teacher"))
+    written = []
+    for name, step in checkpoint_steps(spec, final).items():
+        for role, suffix in roles:
+            target = out / "model" / f"{name}{suffix}"
+            merge(ckpt / f"global_step_{step}" / role, target)
+            log(f"exported global_step_{step}/{role} -> {target}")
+            written.append(str(target))
+    return written
+
+
+def prepare(spec: dict, out_dir: str | Path):
+    """Everything before training: the parquet twin of the data and the checked config, written
+    to ``{out}/verl_config.yaml`` so a failed or refused job leaves what it would have run."""
+    from omegaconf import OmegaConf
+
+    res = spec.get("resources")
+    if not res:
+        raise ValueError("the verl backend needs the job's resources in the spec (the workflow adds them)")
+    data.export(spec["train_data"], vc.parquet_path(spec["train_data"]))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = vc.build(spec, res, str(out))
+    (out / "verl_config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    return cfg
+
+
+def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> dict:
+    import torch
+
+    cfg = prepare(spec, out_dir)
+    out = Path(out_dir)
+    resumed = latest_step(cfg.trainer.default_local_dir)
+    log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
+    if dry_run:
+        return {"config": str(out / "verl_config.yaml"), "resumed_from": resumed}
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            f"the verl backend trains on GPUs and this machine has none; the config is {out}/verl_config.yaml"
+        )
+    from verl.trainer.main_ppo import run_ppo
+
+    from scout.verl.trainer import ScoutTaskRunner
+
+    os.environ.update(vc.worker_env(spec))  # the driver process registers the plugin too
+    t0 = time.perf_counter()
+    run_ppo(cfg, task_runner_class=ScoutTaskRunner)
+    models = export_models(spec, cfg.trainer.default_local_dir, out, log)
+    summary = {
+        "spec": spec,
+        "steps": latest_step(cfg.trainer.default_local_dir),
+        "resumed_from": resumed,
+        "seconds": time.perf_counter() - t0,
+        "backend": "verl",
+        "models": models,
+    }
+    (out / "train.json").write_text(json.dumps(summary, indent=1))
+    return summary

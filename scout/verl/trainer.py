@@ -1,0 +1,312 @@
+"""SCOUT on verl: a subclass of verl's V1 synchronous trainer and the Ray task runner that builds it.
+
+The student side is verl's own OPD (``distillation.*``: K1 advantage in policy-gradient mode,
+scored by the teacher's inference engine on its own pool). ``ScoutTrainer`` adds the teacher's
+trainer, a second FSDP worker group on a pool of its own (``scout.teacher_train``), with a frozen
+reference copy for the KL to its initial weights. Every ``interval`` student steps it runs the
+teacher phase:
+
+1. read the step's student batch back from TransferQueue (``batch_from_tq``);
+2. build the continuation requests (``teacher_phase.continuation_requests``);
+3. sample K continuations per prefix from the teacher's inference engine (per-request budgets);
+4. grade prefix + continuation (``scout.verl.reward.compute_score``, the function verl's reward
+   manager calls) and build the update batch (``teacher_phase.teacher_train_batch``);
+5. old and reference log-probs, ``scout_grpo`` advantages, one update of the teacher worker group;
+6. push the new teacher weights into the inference engine (a ``CheckpointEngineManager`` over the
+   teacher's replicas, NCCL), so the next student steps are scored by the updated teacher.
+
+Everything except the worker-group calls is a pure function tested on CPU; the class itself needs
+GPUs and is exercised only by the smoke test in the README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from uuid import uuid4
+
+import numpy as np
+import ray
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from scout import algorithms as alg
+from scout.methods import METHODS
+from scout.verl import teacher_phase as tp
+from scout.verl.reward import compute_score
+
+log = logging.getLogger(__name__)
+
+TEACHER_POOL = "scout_teacher_train_pool"
+TEACHER_DIR = "teacher_actor"  # beside verl's actor/ in global_step_N/
+
+
+# -- pure pieces (tested on CPU) ---------------------------------------------------------------------
+
+
+def teacher_worker_config(cfg: DictConfig) -> DictConfig:
+    """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
+    teacher's model, its own LR, KL 0.001 to its initial weights, and NCCL weight sync into the
+    teacher's inference engine (a separate pool, so naive in-process sync cannot reach it)."""
+    sc = cfg.scout.scout
+    t = copy.deepcopy(cfg.actor_rollout_ref)
+    with open_dict(t):
+        t.model.path = cfg.distillation.teacher_models.teacher_model.model_path
+        t.actor.optim.lr = sc.teacher_lr
+        t.actor.optim.total_training_steps = max(1, cfg.scout.total_steps // sc.interval)
+        t.actor.use_kl_loss = sc.kl_beta > 0
+        t.actor.kl_loss_coef = sc.kl_beta
+        t.actor.kl_loss_type = "low_var_kl"
+        t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
+        t.rollout.n = sc.k
+        t.rollout.checkpoint_engine.backend = "nccl"
+    return t
+
+
+def teacher_step_due(global_step: int, interval: int) -> bool:
+    """verl counts steps from 1; ``alg.is_teacher_step`` from 0."""
+    return alg.is_teacher_step(global_step - 1, interval)
+
+
+def teacher_ratio(cfg: DictConfig, global_step: int) -> float:
+    sc = cfg.scout.scout
+    if sc.prefix_zero:
+        return 0.0
+    return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc.prefix_ratio)
+
+
+def _objects(values) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def batch_from_tq(td, pad_id: int):
+    """A step's student batch as TransferQueue holds it (jagged ``prompts``/``responses``, dataset
+    fields as non-tensor stacks) -> a DataProto with verl's padded layout."""
+    from verl import DataProto
+
+    prompts = list(td["prompts"].unbind())
+    responses = list(td["responses"].unbind())
+    p_ids, p_mask = tp.left_pad([p.tolist() for p in prompts], pad_id)
+    r_ids, r_mask = tp.right_pad([r.tolist() for r in responses], pad_id)
+    attn = torch.cat([p_mask, r_mask], dim=1)
+    non_tensor = {k: _objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
+    return DataProto.from_dict(
+        tensors={
+            "prompts": p_ids,
+            "responses": r_ids,
+            "input_ids": torch.cat([p_ids, r_ids], dim=1),
+            "attention_mask": attn,
+            "position_ids": tp.position_ids(attn),
+        },
+        non_tensors=non_tensor,
+    )
+
+
+def worker_batch(batch, **meta):
+    """verl's worker input: the padded batch in no-padding (jagged) form, plus metadata."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    keys = ["prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
+    keys += [k for k in ("old_log_probs", "ref_log_prob", "advantages") if k in batch.batch.keys()]
+    td = left_right_2_no_padding(batch.select(batch_keys=keys).to_tensordict())
+    tu.assign_non_tensor(td, **meta)
+    return td
+
+
+def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
+    r = cfg.actor_rollout_ref.rollout
+    return {"max_tokens": int(max_tokens), "temperature": r.temperature, "top_p": r.top_p}
+
+
+# -- the trainer (GPU only) --------------------------------------------------------------------------------
+
+
+def trainer_class(method_id: str):
+    """verl's own sync trainer for every method but those that train the teacher."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    return ScoutTrainer if METHODS[method_id].trains_teacher else PPOTrainerSync
+
+
+try:
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync as _Base
+except ImportError:  # verl without its verl-core extra: the pure pieces above still work
+    _Base = object
+
+
+class ScoutTrainer(_Base):
+    """verl's sync PPO trainer plus SCOUT's teacher phase (see the module docstring)."""
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        tt = self.config.scout.teacher_train
+        self.resource_pool_manager.resource_pool_spec[TEACHER_POOL] = [tt.n_gpus_per_node] * tt.nnodes
+        self.resource_pool_manager.mapping["scout_teacher"] = TEACHER_POOL
+
+    def _load_checkpoint(self):
+        # verl's _setup ends with _load_checkpoint: the teacher's workers must exist by then
+        self._init_teacher_workers()
+        super()._load_checkpoint()
+        if self.global_steps > 0:
+            path = f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}/{TEACHER_DIR}"
+            self.teacher_wg.load_checkpoint(path, None, False)
+
+    def _init_teacher_workers(self):
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+        from verl.single_controller.ray.base import create_colocated_worker_cls
+        from verl.workers.config import CheckpointEngineConfig
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        tcfg = teacher_worker_config(self.config)
+        worker = ray.remote(ActorRolloutRefWorker)
+        classes = {
+            "teacher_actor": RayClassWithInitArgs(cls=worker, config=tcfg, role="actor"),
+            "teacher_ref": RayClassWithInitArgs(cls=worker, config=tcfg, role="ref"),
+        }
+        pool = self.resource_pool_manager.get_resource_pool("scout_teacher")
+        groups = RayWorkerGroup(
+            resource_pool=pool,
+            ray_cls_with_init=create_colocated_worker_cls(class_dict=classes),
+            device_name=self.config.trainer.device,
+        ).spawn(prefix_set=classes.keys())
+        self.teacher_wg, self.teacher_ref_wg = groups["teacher_actor"], groups["teacher_ref"]
+        self.teacher_wg.init_model()
+        self.teacher_ref_wg.init_model()
+        replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
+        _bind_teacher_servers(replicas)
+        self.teacher_sync = CheckpointEngineManager(
+            config=CheckpointEngineConfig(backend="nccl"), actor_wg=self.teacher_wg, replicas=replicas
+        )
+
+    def on_init_end(self):
+        super().on_init_end()
+        if self.global_steps > 0:  # resumed: the engine still serves the initial teacher
+            self.teacher_sync.update_weights(self.global_steps)
+
+    def _save_checkpoint(self):
+        # the teacher first: verl writes its tracker file last, so a checkpoint it names is whole
+        path = f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}/{TEACHER_DIR}"
+        self.teacher_wg.save_checkpoint(path, None, self.global_steps, self.config.trainer.max_actor_ckpt_to_keep)
+        super()._save_checkpoint()
+
+    def step(self, metrics: dict, timing_raw: dict):
+        batch = super().step(metrics, timing_raw)
+        if teacher_step_due(self.global_steps, self.config.scout.scout.interval):
+            import transfer_queue as tq
+
+            keep = [i for i, t in enumerate(batch.tags) if not t.get("is_padding", False)]
+            fields = ["uid", "prompts", "responses", "data_source", "reward_model", "extra_info"]
+            td = tq.kv_batch_get(
+                keys=[batch.keys[i] for i in keep], partition_id=batch.partition_id, select_fields=fields
+            )
+            metrics.update(self.teacher_phase(batch_from_tq(td, self.tokenizer.pad_token_id)))
+        return batch
+
+    def teacher_phase(self, student) -> dict:
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        cfg, tok = self.config, self.tokenizer
+        sc, width = cfg.scout.scout, cfg.actor_rollout_ref.rollout.response_length
+        ratio = teacher_ratio(cfg, self.global_steps)
+        req = tp.continuation_requests(
+            student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width, decode=lambda ids: tok.decode(ids)
+        )
+        conts = self._generate(req)
+        texts = [tok.decode(c, skip_special_tokens=True) for c in conts]
+        nt = req.non_tensor_batch
+        rewards = [
+            compute_score(ds, text, rm["ground_truth"], info)["score"]
+            for ds, text, rm, info in zip(nt["data_source"], texts, nt["reward_model"], nt["extra_info"], strict=True)
+        ]
+        batch = tp.teacher_train_batch(req, conts, rewards, tok.pad_token_id, width)
+        temperature = cfg.actor_rollout_ref.rollout.temperature
+        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
+        old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
+        ref = no_padding_2_padding(tu.get(self.teacher_ref_wg.compute_ref_log_prob(td), "log_probs"), td).float()
+        batch.batch["old_log_probs"], batch.batch["ref_log_prob"] = old, ref
+        batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
+        size = len(batch)
+        td = worker_batch(
+            batch, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
+            global_batch_size=size, mini_batch_size=size, epochs=1, seed=cfg.actor_rollout_ref.actor.data_loader_seed,
+            dataloader_kwargs={"shuffle": False}, compute_loss=True, temperature=temperature,
+        )  # fmt: skip
+        out = tu.get(self.teacher_wg.update_actor(td), "metrics")
+        self.teacher_sync.update_weights(self.global_steps)
+        return {
+            "scout/teacher_update": 1,
+            "scout/teacher_prefix_ratio": ratio,
+            "scout/teacher_reward": float(np.mean(rewards)),
+            "scout/teacher_cont_length": float(np.mean([len(c) for c in conts])),
+            **{f"scout/teacher_{k}": v for k, v in out.items() if isinstance(v, int | float)},
+        }
+
+    def _generate(self, req) -> list[list[int]]:
+        client = self.get_teacher_client()["default"]
+        nt = req.non_tensor_batch
+
+        async def all_requests():
+            calls = [
+                client.generate(uuid4().hex, prompt_ids=list(p), sampling_params=sampling_params(self.config, m))
+                for p, m in zip(nt["raw_prompt_ids"], nt[tp.MAX_TOKENS], strict=True)
+            ]
+            return await asyncio.gather(*calls)
+
+        return [list(o.token_ids) for o in asyncio.run(all_requests())]
+
+
+def _bind_teacher_servers(replicas) -> None:
+    """verl's weight receiver looks its vLLM server up by the student's naming scheme; point each
+    of the teacher's receivers at the teacher's own server instead."""
+
+    def bind(worker, handle):
+        worker.server_adapter.server_handle = handle
+
+    for rep in replicas:
+        for i, w in enumerate(rep.workers):
+            server = rep.servers[i // rep.gpus_per_replica_node]
+            ray.get(w.__ray_call__.remote(bind, server))
+
+
+@ray.remote
+class ScoutTaskRunner:
+    """verl's TaskRunnerV1.run with the trainer class chosen per method (verl's runner resolves
+    its trainer through a registry in the Ray actor's process, which a driver cannot extend)."""
+
+    def run(self, config: DictConfig) -> int:
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+        from verl.utils.logging_utils import configure_verl_logging
+
+        configure_verl_logging()
+        with open_dict(config):
+            config.transfer_queue.enable = True
+        OmegaConf.resolve(config)
+        tq.init(config.transfer_queue)
+        trainer, ok = None, False
+        try:
+            trainer = trainer_class(config.scout.method)(config=config)
+            trainer.init()
+            loops = AgentLoopManagerTQ.create(
+                config=config,
+                llm_client=trainer.get_llm_client(),
+                teacher_client=trainer.get_teacher_client(),
+                reward_loop_worker_handles=trainer.get_reward_handles(),
+            )
+            trainer.fit(loops)
+            ok = True
+            return trainer.global_steps
+        finally:
+            try:
+                if getattr(trainer, "logger", None) is not None:
+                    trainer.logger.finish(exit_code=0 if ok else 1)
+            finally:
+                tq.close()

@@ -1,0 +1,203 @@
+"""The verl backend's driver and trainer on CPU: what `scout train` does before and after verl
+trains (parquet, checked config, refusal without GPUs, FSDP -> Hugging Face export and the
+checkpoint layout), and the trainer's pure pieces against verl's own classes and data structures."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from scout import grid, resources
+from tests.conftest import REPO
+
+pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+
+from scout.verl import driver  # noqa: E402
+from scout.verl import teacher_phase as tp  # noqa: E402
+from scout.verl import trainer as vt  # noqa: E402
+
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+
+
+def paper_spec(setting, variant, train_data, seed=1):
+    cell = grid.find_cell(PAPER, setting, variant, seed)
+    spec = grid.cell_spec(PAPER, cell)
+    spec["resources"] = resources.job_resources(PAPER, "train", setting, cell.method, variant)
+    spec["train_data"] = str(train_data)
+    return spec
+
+
+@pytest.fixture
+def math_rows(world, tmp_path):
+    src = tmp_path / "math-train.jsonl"
+    src.write_text((world["data"] / "math-train.jsonl").read_text())
+    return src
+
+
+def test_dry_run_through_the_cli_writes_the_parquet_and_the_checked_config(math_rows, tmp_path):
+    spec = paper_spec("q8b-q1.7b-math", "scout", math_rows)
+    out = tmp_path / "run"
+    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "scout.cli", "train", "--spec", json.dumps(spec), "--out", str(out), "--dry-run"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "math-train.verl.parquet").exists()
+    cfg = OmegaConf.load(out / "verl_config.yaml")
+    assert cfg.data.train_files == str(tmp_path / "math-train.verl.parquet")
+    assert cfg.trainer.default_local_dir == f"{out}/checkpoints" and cfg.scout.method == "scout"
+    assert (cfg.trainer.nnodes, cfg.distillation.nnodes, cfg.scout.teacher_train.nnodes) == (1, 1, 2)
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "scout.verl.plugin"
+
+
+def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tmp_path):
+    spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
+    with pytest.raises(SystemExit, match="trains on GPUs and this machine has none"):
+        driver.train(spec, tmp_path / "run", log=lambda *_: None)
+    assert (tmp_path / "run" / "verl_config.yaml").exists()
+    del spec["resources"]
+    with pytest.raises(ValueError, match="needs the job's resources"):
+        driver.train(spec, tmp_path / "run2", log=lambda *_: None)
+
+
+def _fsdp_checkpoint(model_dir: str, target) -> dict:
+    """A world-size-1 checkpoint in the layout verl's FSDP checkpoint manager writes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)  # "trained": differs from the initial weights
+    target.mkdir(parents=True)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save(state, target / "model_world_size_1_rank_0.pt")
+    (target / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
+    model.config.save_pretrained(target / "huggingface")
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(target / "huggingface")
+    return state
+
+
+def test_checkpoint_layout_and_export_to_hugging_face(world, tmp_path, math_rows):
+    """A compute-matched SCOUT run evaluated at step 40 and at the end: student and teacher of
+    both checkpoints come out as loadable Hugging Face models, named as the evaluation rules expect."""
+    from transformers import AutoModelForCausalLM
+
+    spec = paper_spec("q4b-q1.7b-math", "scout-cm", math_rows)
+    assert grid.checkpoints(spec)[0] == "step40"
+    ck = tmp_path / "run" / "checkpoints"
+    states = {}
+    for step in (40, 60):
+        states[step] = _fsdp_checkpoint(world["student"], ck / f"global_step_{step}" / "actor")
+        _fsdp_checkpoint(world["teacher"], ck / f"global_step_{step}" / vt.TEACHER_DIR)
+    with pytest.raises(FileNotFoundError, match="latest_checkpointed_iteration.txt is missing"):
+        driver.export_models(spec, ck, tmp_path / "run", log=lambda *_: None)
+    (ck / driver.TRACKER).write_text("60")
+    spec["eval_every"], spec["total_steps"] = 40, 60  # step40 and final
+    written = driver.export_models(spec, ck, tmp_path / "run", log=lambda *_: None)
+    names = sorted(os.path.basename(w) for w in written)
+    assert names == ["final", "final-teacher", "step40", "step40-teacher"]
+    final = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model" / "final")
+    for k, v in final.state_dict().items():  # the merger writes bf16, as verl's checkpoints train in
+        torch.testing.assert_close(v, states[60][k].to(v.dtype))
+    teacher = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model" / "final-teacher")
+    assert teacher.config.hidden_size == 48
+    # a checkpoint the export needs but verl did not keep is named
+    spec["eval_every"], spec["total_steps"] = 20, 60
+    with pytest.raises(FileNotFoundError, match="global_step_20/actor: no FSDP checkpoint"):
+        driver.export_models(spec, ck, tmp_path / "run", log=lambda *_: None)
+
+
+# -- the trainer's pure pieces -------------------------------------------------------------------------
+
+
+def scout_cfg(variant="scout", setting="q8b-q1.7b-math"):
+    from scout.verl import config as vc
+
+    cell = grid.find_cell(PAPER, setting, variant, 1)
+    return vc.build(
+        grid.cell_spec(PAPER, cell), resources.job_resources(PAPER, "train", setting, cell.method, variant), "out"
+    )
+
+
+def test_the_teacher_trainer_config():
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = scout_cfg()
+    t = vt.teacher_worker_config(cfg)
+    assert t.model.path == "results/teachers/Qwen3-8B-DAPO/model/final"
+    assert (t.actor.optim.lr, t.actor.use_kl_loss, t.actor.kl_loss_coef) == (5e-6, True, 0.001)
+    assert t.actor.optim.total_training_steps == 359 // 10 and t.rollout.n == 8
+    assert t.actor.ppo_mini_batch_size == 128 * 8 and t.rollout.checkpoint_engine.backend == "nccl"
+    assert cfg.actor_rollout_ref.model.path != t.model.path  # the student's config is untouched
+    actor = omega_conf_to_dataclass(t.actor)  # verl's own dataclass accepts it
+    assert actor.kl_loss_type == "low_var_kl"
+
+
+def test_teacher_schedule_in_verls_step_count():
+    cfg = scout_cfg()  # 359 steps, f = 10, ratio 0.1 -> 0.9
+    assert [s for s in range(1, 41) if vt.teacher_step_due(s, 10)] == [10, 20, 30, 40]
+    assert vt.teacher_ratio(cfg, 1) == pytest.approx(0.1) and vt.teacher_ratio(cfg, 359) == pytest.approx(0.9)
+    assert vt.teacher_ratio(cfg, 180) == pytest.approx(0.5)
+    assert vt.teacher_ratio(scout_cfg("opd_teacher_grpo", "q4b-q1.7b-math"), 180) == 0.0
+
+
+def test_batch_from_transfer_queue_rows():
+    """Rows as verl's agent loop stores them (jagged tensors, non-tensor stacks) -> padded DataProto."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rows = [
+        {"uid": "a", "prompts": torch.tensor([5, 6]), "responses": torch.tensor([11, 12, 2]),
+         "data_source": "scout/math", "reward_model": {"ground_truth": "1"}, "extra_info": {"row": "A"}},
+        {"uid": "b", "prompts": torch.tensor([7]), "responses": torch.tensor([21]),
+         "data_source": "scout/math", "reward_model": {"ground_truth": "2"}, "extra_info": {"row": "B"}},
+    ]  # fmt: skip
+    dp = vt.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0)
+    assert dp.batch["prompts"].tolist() == [[5, 6], [0, 7]]
+    assert dp.batch["responses"].tolist() == [[11, 12, 2], [21, 0, 0]]
+    assert dp.batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
+    assert list(dp.non_tensor_batch["uid"]) == ["a", "b"] and dp.non_tensor_batch["extra_info"][1] == {"row": "B"}
+    req = tp.continuation_requests(dp, 0.5, 2, 2, 0, 3, decode=str)
+    assert [list(x) for x in req.non_tensor_batch["raw_prompt_ids"]] == [[5, 6, 11]] * 2 + [[7]] * 2
+
+
+def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    prompts, responses = [[5, 6], [7]], [[11, 12, 2], [21]]
+    p, pm = tp.left_pad(prompts, 0)
+    r, rm = tp.right_pad(responses, 0)
+    attn = torch.cat([pm, rm], 1)
+    dp = DataProto.from_dict(
+        tensors={"prompts": p, "responses": r, "input_ids": torch.cat([p, r], 1), "attention_mask": attn,
+                 "position_ids": tp.position_ids(attn), "response_mask": torch.tensor([[0, 1, 1], [1, 0, 0]])},
+        non_tensors={"uid": np.array(["a", "b"], dtype=object)},
+    )  # fmt: skip
+    td = vt.worker_batch(dp, temperature=1.0, compute_loss=False)
+    assert [t.tolist() for t in td["input_ids"].unbind()] == [[5, 6, 11, 12, 2], [7, 21]]
+    assert td["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
+    # a model output over the full sequences comes back as response-aligned values
+    flat = torch.arange(7, dtype=torch.float32)  # positions 0..4 and 5..6
+    assert no_padding_2_padding(flat, td).tolist() == [[1.0, 2.0, 3.0], [5.0, 0.0, 0.0]]
+
+
+def test_scout_trainer_overrides_only_what_verls_trainer_has():
+    """Guards against verl API drift: every hook ScoutTrainer overrides exists in the pinned
+    verl's sync trainer with the same parameters."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    assert issubclass(vt.ScoutTrainer, PPOTrainerSync)
+    for name in ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"):
+        ours, theirs = getattr(vt.ScoutTrainer, name), getattr(PPOTrainerSync, name)
+        assert ours is not theirs
+        assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+    assert vt.trainer_class("scout") is vt.ScoutTrainer and vt.trainer_class("optr_scout") is vt.ScoutTrainer
+    assert vt.trainer_class("opd") is PPOTrainerSync and vt.trainer_class("grpo") is PPOTrainerSync
