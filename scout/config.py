@@ -104,8 +104,8 @@ def _reference_errors(config: dict) -> list[str]:
         for name, b in benches.items():
             if "toy" not in b:
                 errs.append(f"benchmarks.{name}.toy: required when world is 'toy' (generator settings)")
-        if config["backend"] != "embedded":
-            errs.append("backend: the toy world trains with the 'embedded' backend")
+        if config["backend"] == "verl" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
+            errs.append("backend: verl on the toy world needs GPUs in resources.default (see config/verl-smoke.yaml)")
     else:
         from scout.catalogue import CATALOGUE
 

@@ -168,3 +168,13 @@ def test_bad_config_stops_snakemake_before_any_job(tmp_path):
     out = dry_run(tmp_path, path)
     assert out.returncode != 0
     assert "training.batchsize: unknown key" in out.stdout + out.stderr
+
+
+def test_the_toy_world_on_verl_needs_gpus_and_the_smoke_overlay_gives_them():
+    from tests.conftest import toy_config
+
+    cfg = {**toy_config(), "backend": "verl"}
+    with pytest.raises(C.ConfigError, match="verl on the toy world needs GPUs in resources.default"):
+        C.validate(cfg)
+    overlay = yaml.safe_load((REPO / "config" / "verl-smoke.yaml").read_text())
+    C.validate({**toy_config(), **overlay})

@@ -64,6 +64,9 @@ def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tm
     with pytest.raises(SystemExit, match="trains on GPUs and this machine has none"):
         driver.train(spec, tmp_path / "run", log=lambda *_: None)
     assert (tmp_path / "run" / "verl_config.yaml").exists()
+    relay = paper_spec("q4b-q1.7b-math", "relay_opd", math_rows)
+    with pytest.raises(SystemExit, match="q4b-q1.7b-math/relay_opd: Relay-OPD needs the teacher inside"):
+        driver.train(relay, tmp_path / "relay", log=lambda *_: None)
     del spec["resources"]
     with pytest.raises(ValueError, match="needs the job's resources"):
         driver.train(spec, tmp_path / "run2", log=lambda *_: None)

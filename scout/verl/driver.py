@@ -23,6 +23,10 @@ from scout.verl import config as vc
 from scout.verl import data
 
 TRACKER = "latest_checkpointed_iteration.txt"
+NOT_ON_VERL = {
+    "relay_opd": "Relay-OPD needs the teacher inside the student's rollout, which verl 0.9.1's agent loops "
+    "cannot reach; docs/verl-backend.md says precisely what is missing. Train it with the embedded backend.",
+}
 
 
 def latest_step(ckpt_dir: str | Path) -> int | None:
@@ -83,6 +87,8 @@ def prepare(spec: dict, out_dir: str | Path):
     to ``{out}/verl_config.yaml`` so a failed or refused job leaves what it would have run."""
     from omegaconf import OmegaConf
 
+    if spec["method"] in NOT_ON_VERL:
+        raise SystemExit(f"{spec['setting']}/{spec['variant']}: {NOT_ON_VERL[spec['method']]}")
     res = spec.get("resources")
     if not res:
         raise ValueError("the verl backend needs the job's resources in the spec (the workflow adds them)")
@@ -100,6 +106,10 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
     cfg = prepare(spec, out_dir)
     out = Path(out_dir)
     resumed = latest_step(cfg.trainer.default_local_dir)
+    if METHODS[spec["method"]].budget == "prune":
+        log(
+            "Prune-OPD on verl: top-k overlap weights as in the paper; the response budget is fixed at max_response_length"
+        )
     log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
     if dry_run:
         return {"config": str(out / "verl_config.yaml"), "resumed_from": resumed}
