@@ -31,7 +31,7 @@ def _rows(t: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
     return [row[m.bool()].tolist() for row, m in zip(t, mask, strict=True)]
 
 
-def _objects(items: list) -> np.ndarray:
+def objects(items: list) -> np.ndarray:
     """A 1-d object array of lists (np.array would make a 2-d array of equal-length lists)."""
     out = np.empty(len(items), dtype=object)
     for i, x in enumerate(items):
@@ -114,11 +114,11 @@ def continuation_requests(
         info = dict(batch.non_tensor_batch["extra_info"][keep[j]]) if "extra_info" in batch.non_tensor_batch else {}
         info[PREFIX_KEY] = decode(prefix[i])
         extra.append(info)
-    non_tensor["extra_info"] = _objects(extra)
-    non_tensor[PROMPT_IDS] = _objects([prompts[keep[j]] for j in rep])
-    non_tensor[PREFIX_IDS] = _objects(prefix)
-    non_tensor[MAX_TOKENS] = _objects([response_length - ks[j] for j in rep])
-    non_tensor["raw_prompt_ids"] = _objects(inputs)
+    non_tensor["extra_info"] = objects(extra)
+    non_tensor[PROMPT_IDS] = objects([prompts[keep[j]] for j in rep])
+    non_tensor[PREFIX_IDS] = objects(prefix)
+    non_tensor[MAX_TOKENS] = objects([response_length - ks[j] for j in rep])
+    non_tensor["raw_prompt_ids"] = objects(inputs)
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids(mask)},
         non_tensors=non_tensor,

@@ -76,13 +76,6 @@ def teacher_ratio(cfg: DictConfig, global_step: int) -> float:
     return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc.prefix_ratio)
 
 
-def _objects(values) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out
-
-
 def batch_from_tq(td, pad_id: int):
     """A step's student batch as TransferQueue holds it (jagged ``prompts``/``responses``, dataset
     fields as non-tensor stacks) -> a DataProto with verl's padded layout."""
@@ -93,7 +86,7 @@ def batch_from_tq(td, pad_id: int):
     p_ids, p_mask = tp.left_pad([p.tolist() for p in prompts], pad_id)
     r_ids, r_mask = tp.right_pad([r.tolist() for r in responses], pad_id)
     attn = torch.cat([p_mask, r_mask], dim=1)
-    non_tensor = {k: _objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
+    non_tensor = {k: tp.objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
     return DataProto.from_dict(
         tensors={
             "prompts": p_ids,
