@@ -176,14 +176,10 @@ def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
     from verl.workers.utils.padding import no_padding_2_padding
 
     prompts, responses = [[5, 6], [7]], [[11, 12, 2], [21]]
-    p, pm = tp.left_pad(prompts, 0)
-    r, rm = tp.right_pad(responses, 0)
-    attn = torch.cat([pm, rm], 1)
     dp = DataProto.from_dict(
-        tensors={"prompts": p, "responses": r, "input_ids": torch.cat([p, r], 1), "attention_mask": attn,
-                 "position_ids": tp.position_ids(attn), "response_mask": torch.tensor([[0, 1, 1], [1, 0, 0]])},
+        tensors={**tp.padded_batch(prompts, responses, 0), "response_mask": torch.tensor([[0, 1, 1], [1, 0, 0]])},
         non_tensors={"uid": np.array(["a", "b"], dtype=object)},
-    )  # fmt: skip
+    )
     td = vt.worker_batch(dp, temperature=1.0, compute_loss=False)
     assert [t.tolist() for t in td["input_ids"].unbind()] == [[5, 6, 11, 12, 2], [7, 21]]
     assert td["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]

@@ -268,16 +268,8 @@ def _student_batch():
     right-padded responses as verl's rollout returns them."""
     prompts = [[5, 6], [5, 6], [7], [7]]
     responses = [[11, 12, 13, EOS], [14, EOS], [21, 22, 23, 24, 25], [26]]
-    p_ids, p_mask = tp.left_pad(prompts, PAD)
-    r_ids, r_mask = tp.right_pad(responses, PAD, 6)
-    attn = torch.cat([p_mask, r_mask], dim=1)
     return DataProto.from_dict(
-        tensors={
-            "prompts": p_ids,
-            "responses": r_ids,
-            "input_ids": torch.cat([p_ids, r_ids], 1),
-            "attention_mask": attn,
-        },
+        tensors=tp.padded_batch(prompts, responses, PAD, 6),
         non_tensors={
             "uid": np.array(["a", "a", "b", "b"], dtype=object),
             "data_source": np.array(["scout/math"] * 4, dtype=object),

@@ -121,7 +121,7 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
 
     from scout.verl.trainer import ScoutTaskRunner
 
-    os.environ.update(vc.worker_env(spec))  # the driver process registers the plugin too
+    os.environ.update(cfg.ray_kwargs.ray_init.runtime_env.env_vars)  # the driver process registers the plugin too
     t0 = time.perf_counter()
     run_ppo(cfg, task_runner_class=ScoutTaskRunner)
     models = export_models(spec, cfg.trainer.default_local_dir, out, log)

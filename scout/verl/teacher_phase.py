@@ -75,6 +75,21 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def padded_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, width: int | None = None) -> dict:
+    """verl's padded layout: left-padded prompts, right-padded responses, and the joined ids,
+    attention mask and positions."""
+    p_ids, p_mask = left_pad(prompts, pad_id)
+    r_ids, r_mask = right_pad(responses, pad_id, width)
+    attn = torch.cat([p_mask, r_mask], dim=1)
+    return {
+        "prompts": p_ids,
+        "responses": r_ids,
+        "input_ids": torch.cat([p_ids, r_ids], dim=1),
+        "attention_mask": attn,
+        "position_ids": position_ids(attn),
+    }
+
+
 def continuation_requests(
     batch,
     ratio: float,
@@ -104,17 +119,10 @@ def continuation_requests(
     prefix = [bodies[j][: ks[j]] for j in rep]
     inputs = [prompts[keep[j]] + prefix[i] for i, j in enumerate(rep)]
     ids, mask = left_pad(inputs, pad_id)
-    non_tensor = {}
-    for key, col in batch.non_tensor_batch.items():
-        non_tensor[key] = col[src]
-    uid = batch.non_tensor_batch["uid"]
-    non_tensor["uid"] = np.array([f"{uid[keep[j]]}/teacher" for j in rep], dtype=object)
-    extra = []
-    for i, j in enumerate(rep):
-        info = dict(batch.non_tensor_batch["extra_info"][keep[j]]) if "extra_info" in batch.non_tensor_batch else {}
-        info[PREFIX_KEY] = decode(prefix[i])
-        extra.append(info)
-    non_tensor["extra_info"] = objects(extra)
+    non_tensor = {key: col[src] for key, col in batch.non_tensor_batch.items()}
+    non_tensor["uid"] = np.array([f"{u}/teacher" for u in non_tensor["uid"]], dtype=object)
+    infos = non_tensor.get("extra_info", [{}] * len(src))
+    non_tensor["extra_info"] = objects([{**info, PREFIX_KEY: decode(p)} for info, p in zip(infos, prefix, strict=True)])
     non_tensor[PROMPT_IDS] = objects([prompts[keep[j]] for j in rep])
     non_tensor[PREFIX_IDS] = objects(prefix)
     non_tensor[MAX_TOKENS] = objects([response_length - ks[j] for j in rep])
@@ -140,23 +148,17 @@ def teacher_train_batch(requests, continuations: list[list[int]], rewards: list[
     too_long = [i for i, f in enumerate(full) if len(f) > width]
     if too_long:
         raise ValueError(f"prefix + continuation exceeds the response width {width} for requests {too_long}")
-    p_ids, p_mask = left_pad(prompts, pad_id)
-    r_ids, r_mask = right_pad(full, pad_id, width)
+    tensors = padded_batch(prompts, full, pad_id, width)
     ks = torch.tensor([len(p) for p in prefixes])
     lengths = torch.tensor([len(f) for f in full])
     response_mask = alg.continuation_mask(ks, lengths, width)
     scores = torch.zeros((len(full), width), dtype=torch.float32)
     last = (lengths - 1).clamp(min=0)
     scores[torch.arange(len(full)), last] = torch.tensor(rewards, dtype=torch.float32)
-    attn = torch.cat([p_mask, r_mask], dim=1)
     non_tensor = {key: col for key, col in nt.items() if key not in (PROMPT_IDS, PREFIX_IDS, "raw_prompt_ids")}
     return DataProto.from_dict(
         tensors={
-            "prompts": p_ids,
-            "responses": r_ids,
-            "input_ids": torch.cat([p_ids, r_ids], dim=1),
-            "attention_mask": attn,
-            "position_ids": position_ids(attn),
+            **tensors,
             "response_mask": response_mask,
             "token_level_scores": scores,
             "token_level_rewards": scores.clone(),

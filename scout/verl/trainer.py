@@ -28,7 +28,6 @@ from uuid import uuid4
 
 import numpy as np
 import ray
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scout import algorithms as alg
@@ -81,22 +80,10 @@ def batch_from_tq(td, pad_id: int):
     fields as non-tensor stacks) -> a DataProto with verl's padded layout."""
     from verl import DataProto
 
-    prompts = list(td["prompts"].unbind())
-    responses = list(td["responses"].unbind())
-    p_ids, p_mask = tp.left_pad([p.tolist() for p in prompts], pad_id)
-    r_ids, r_mask = tp.right_pad([r.tolist() for r in responses], pad_id)
-    attn = torch.cat([p_mask, r_mask], dim=1)
+    prompts = [p.tolist() for p in td["prompts"].unbind()]
+    responses = [r.tolist() for r in td["responses"].unbind()]
     non_tensor = {k: tp.objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
-    return DataProto.from_dict(
-        tensors={
-            "prompts": p_ids,
-            "responses": r_ids,
-            "input_ids": torch.cat([p_ids, r_ids], dim=1),
-            "attention_mask": attn,
-            "position_ids": tp.position_ids(attn),
-        },
-        non_tensors=non_tensor,
-    )
+    return DataProto.from_dict(tensors=tp.padded_batch(prompts, responses, pad_id), non_tensors=non_tensor)
 
 
 def worker_batch(batch, **meta):
