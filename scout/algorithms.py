@@ -10,6 +10,7 @@ tokens and 0 on padding (or on tokens a method excludes from the loss).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -125,25 +126,43 @@ class BudgetState:
     misses: int = 0
 
 
+def budget_hits(effective_lengths: Iterable[int], length: int, margin: int) -> int:
+    """How many samples use the budget up: effective length (tokens with w_t > 0) >= L - margin."""
+    return sum(1 for n in effective_lengths if n >= length - margin)
+
+
 def update_budget(
     state: BudgetState,
-    effective_lengths: list[int],
+    hits: float,
+    samples: float,
     *,
     hit_fraction: float,
-    margin: int,
     step: int,
     min_length: int,
     max_length: int,
     patience: int,
 ) -> BudgetState:
-    """Grow L when enough samples use it up; shrink it after ``patience`` misses in a row."""
-    reach = sum(1 for n in effective_lengths if n >= state.length - margin)
-    if effective_lengths and reach / len(effective_lengths) >= hit_fraction:
+    """Grow L when at least ``hit_fraction`` of the samples use it up; shrink it after ``patience``
+    misses in a row. ``hits`` and ``samples`` may share any scale (verl reports both averaged over
+    data-parallel ranks)."""
+    if samples > 0 and hits / samples >= hit_fraction:
         return BudgetState(min(state.length + step, max_length), 0)
     misses = state.misses + 1
     if misses >= patience:
         return BudgetState(max(state.length - step, min_length), 0)
     return BudgetState(state.length, misses)
+
+
+def budget_rule(prune_cfg: dict) -> dict:
+    """``update_budget``'s keyword arguments from a ``method_cfg['prune_opd']`` section."""
+    b = prune_cfg["budget"]
+    return dict(
+        hit_fraction=prune_cfg["hit_fraction"],
+        step=b["step"],
+        min_length=b["min"],
+        max_length=b["max"],
+        patience=b["patience"],
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -96,28 +96,46 @@ def test_prune_weights_by_hand():
     assert w.tolist()[0] == pytest.approx([0.4, 0.0, 0.0])
 
 
+def test_budget_hits_count_samples_within_the_margin():
+    # L = 1024, margin 100: 924 and above use the budget up
+    assert alg.budget_hits([924, 923, 1024, 10], length=1024, margin=100) == 2
+    assert alg.budget_hits([], length=1024, margin=100) == 0
+
+
 def test_budget_grows_when_enough_samples_reach_it():
     s = alg.BudgetState(1024)
-    kw = dict(hit_fraction=0.1, margin=100, step=100, min_length=1024, max_length=1200, patience=3)
+    kw = dict(hit_fraction=0.1, step=100, min_length=1024, max_length=1200, patience=3)
     # 1 of 10 samples reaches 1024 - 100 = 924 -> fraction 0.1 >= h -> grow
-    s = alg.update_budget(s, [924] + [10] * 9, **kw)
+    s = alg.update_budget(s, alg.budget_hits([924] + [10] * 9, s.length, 100), 10, **kw)
     assert s == alg.BudgetState(1124, 0)
-    s = alg.update_budget(s, [1100], **kw)  # grows, capped at max
+    s = alg.update_budget(s, 1, 1, **kw)  # grows, capped at max
     assert s == alg.BudgetState(1200, 0)
+    # hits and samples on a common scale (verl averages both over data-parallel ranks): 0.25 / 2.5 = 0.1
+    assert alg.update_budget(alg.BudgetState(1024), 0.25, 2.5, **kw) == alg.BudgetState(1124, 0)
+    assert alg.update_budget(alg.BudgetState(1024), 0.24, 2.5, **kw) == alg.BudgetState(1024, 1)
 
 
 def test_budget_shrinks_after_patience_misses():
-    kw = dict(hit_fraction=0.5, margin=0, step=10, min_length=30, max_length=100, patience=3)
+    kw = dict(hit_fraction=0.5, step=10, min_length=30, max_length=100, patience=3)
     s = alg.BudgetState(50)
-    s = alg.update_budget(s, [10, 10], **kw)
+    s = alg.update_budget(s, 0, 2, **kw)
     assert s == alg.BudgetState(50, 1)
-    s = alg.update_budget(s, [10, 10], **kw)
+    s = alg.update_budget(s, 0, 2, **kw)
     assert s == alg.BudgetState(50, 2)
-    s = alg.update_budget(s, [10, 10], **kw)
+    s = alg.update_budget(s, 0, 2, **kw)
     assert s == alg.BudgetState(40, 0)
     for _ in range(6):
-        s = alg.update_budget(s, [0], **kw)
+        s = alg.update_budget(s, 0, 1, **kw)
     assert s.length == 30  # floor at min
+    assert alg.update_budget(s, 0, 0, **kw).misses == 1  # no samples is a miss
+
+
+def test_budget_rule_reads_the_method_section():
+    pc = {
+        "hit_fraction": 0.1,
+        "budget": {"initial": 1024, "min": 1024, "max": 12288, "step": 100, "margin": 100, "patience": 3},
+    }
+    assert alg.budget_rule(pc) == dict(hit_fraction=0.1, step=100, min_length=1024, max_length=12288, patience=3)
 
 
 def test_relay_trigger_rule():

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from scout import algorithms as alg
 from scout import grid, resources
 from tests.conftest import REPO
 
@@ -188,15 +189,52 @@ def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
     assert no_padding_2_padding(flat, td).tolist() == [[1.0, 2.0, 3.0], [5.0, 0.0, 0.0]]
 
 
-def test_scout_trainer_overrides_only_what_verls_trainer_has():
-    """Guards against verl API drift: every hook ScoutTrainer overrides exists in the pinned
+def test_trainers_override_only_what_verls_trainer_has():
+    """Guards against verl API drift: every hook scout's trainers override exists in the pinned
     verl's sync trainer with the same parameters."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    assert issubclass(vt.ScoutTrainer, PPOTrainerSync)
-    for name in ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"):
-        ours, theirs = getattr(vt.ScoutTrainer, name), getattr(PPOTrainerSync, name)
-        assert ours is not theirs
-        assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+    hooks = {
+        vt.ScoutTrainer: ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"),
+        vt.PruneTrainer: ("__init__", "_load_checkpoint", "_save_checkpoint", "_next_train_batch", "_update_actor"),
+    }
+    for cls, names in hooks.items():
+        assert issubclass(cls, PPOTrainerSync)
+        for name in names:
+            ours, theirs = getattr(cls, name), getattr(PPOTrainerSync, name)
+            assert ours is not theirs
+            assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
     assert vt.trainer_class("scout") is vt.ScoutTrainer and vt.trainer_class("optr_scout") is vt.ScoutTrainer
+    assert vt.trainer_class("prune_opd") is vt.PruneTrainer
     assert vt.trainer_class("opd") is PPOTrainerSync and vt.trainer_class("grpo") is PPOTrainerSync
+
+
+PRUNE = {
+    "hit_fraction": 0.5,
+    "budget": {"initial": 100, "min": 50, "max": 110, "step": 20, "margin": 10, "patience": 2},
+}
+
+
+def test_prune_budget_follows_the_counts_the_loss_reported():
+    state = alg.BudgetState(100)
+    # 3 of 5 samples used the budget up (reported averaged over 2 data-parallel ranks: 1.5 / 2.5)
+    grown, log = vt.prune_budget_step(state, {"actor/distillation/prune_budget_hits": 1.5,
+                                              "actor/distillation/prune_budget_samples": 2.5}, PRUNE)  # fmt: skip
+    assert grown == alg.BudgetState(110, 0)  # +20, capped at the max
+    assert log == {"scout/prune_budget": 100, "scout/prune_budget_hit_fraction": 0.6, "scout/prune_budget_next": 110}
+    counts = {"actor/distillation/prune_budget_hits": 0.5, "actor/distillation/prune_budget_samples": 2.5}
+    missed, _ = vt.prune_budget_step(state, counts, PRUNE)
+    assert missed == alg.BudgetState(100, 1)
+    shrunk, log = vt.prune_budget_step(missed, counts, PRUNE)
+    assert shrunk == alg.BudgetState(80, 0) and log["scout/prune_budget_next"] == 80
+    with pytest.raises(RuntimeError, match="prune_budget_hits.*scout_prune"):
+        vt.prune_budget_step(state, {"actor/pg_loss": 0.1}, PRUNE)
+
+
+def test_prune_budget_is_checkpointed_beside_verls_state(tmp_path):
+    step = tmp_path / "global_step_40"
+    vt.save_budget(step, alg.BudgetState(1324, 2))
+    assert vt.load_budget(step) == alg.BudgetState(1324, 2)
+    assert [p.name for p in step.iterdir()] == ["scout_budget.json"]
+    with pytest.raises(FileNotFoundError, match="global_step_7/scout_budget.json.*cannot be resumed"):
+        vt.load_budget(tmp_path / "global_step_7")

@@ -250,6 +250,116 @@ def test_prune_weights_the_k1_signal_by_topk_overlap(monkeypatch):
     assert metrics["distillation/prune_sampled_in_teacher_topk"] == pytest.approx(2 / 3)
 
 
+def test_prune_counts_the_samples_that_used_the_budget_up(monkeypatch):
+    """Three samples in one micro-batch; the third is verl's padding sample (no response tokens).
+    tau 0.7, w_drop 0.5: overlaps (2, 1, 2)/2 -> one bad position -> w = (1, .5, .5), effective
+    length 3; overlaps (1, 1, 2)/2 -> bad, bad -> w = (.5, 0, 0), effective length 1. With L = 4 and
+    margin 1 a sample uses the budget up from 3 tokens: 1 hit of 2 samples."""
+    from verl.utils.metric import AggregationType
+
+    from scout.verl import plugin
+
+    pc = {**PAPER["methods"]["prune_opd"], "topk": 2, "tau": 0.7, "w_drop": 0.5, "w_base": 0.5}
+    pc["budget"] = {**pc["budget"], "margin": 1}
+    cfg = paper_cfg("prune_opd", method_cfg={"prune_opd": pc})
+    ids, lps = [[[11, 5], [3, 4], [7, 13]]] * 3, [[[-0.5, -1.5], [-0.2, -2.0], [-1.0, -1.2]]] * 3
+    data = _micro_batch(
+        [[11, 12, 13]] * 3, 2,
+        teacher_ids=_nested(ids, 2, 2).to(torch.long), teacher_logprobs=_nested(lps, 2, 2),
+        old_log_probs=torch.full((3, 3), -1.0),
+    )  # fmt: skip
+    data["response_mask"][2] = False
+    out = {
+        "log_probs": torch.full((15,), -1.0),
+        "overlap_count": _nested([[2, 1, 2], [1, 1, 2], [2, 2, 2]], 2).values(),
+    }
+    _, metrics = _loss(cfg, out, data, monkeypatch)
+    assert plugin.BUDGET_HITS not in metrics  # no budget passed: nothing to count against
+    tu.assign_non_tensor(data, **{plugin.BUDGET_KEY: 4})
+    _, metrics = _loss(cfg, out, data, monkeypatch)
+    hits, samples = metrics[plugin.BUDGET_HITS], metrics[plugin.BUDGET_SAMPLES]
+    assert (hits.values, samples.values) == ([1], [2])
+    assert hits.aggregation == samples.aggregation == AggregationType.SUM
+
+
+def test_budget_counts_survive_verls_metric_reduction():
+    """verl's path from the loss to the trainer: per-rank micro-batch lists (append_to_dict), the
+    data-parallel reduction (Metric.aggregate_dp: mean over ranks, then the SUM over micro-batches)
+    and the trainer's reduce_metrics. Hits 1+0 | 1+1 of samples 2+1 | 1+1: the trainer sees
+    1.5 / 2.5, the fraction 3/5."""
+    from verl.utils.metric import Metric, reduce_metrics
+    from verl.utils.py_functional import append_to_dict, rename_dict
+
+    from scout import algorithms as alg
+    from scout.verl import plugin
+    from scout.verl import trainer as vt
+
+    def micro_batch(effective: list[int]) -> dict:
+        w = torch.zeros(len(effective), 5)
+        for i, n in enumerate(effective):
+            w[i, :n] = 1.0
+        return plugin.budget_metrics(w, torch.ones(len(effective), 5), {plugin.BUDGET_KEY: 5}, margin=1)
+
+    ranks = [[[4, 1], [2]], [[5], [4]]]  # effective lengths per micro-batch; 4 and up use L = 5 up
+    per_rank = []
+    for mbs in ranks:
+        agg: dict = {}
+        for effective in mbs:
+            append_to_dict(agg, micro_batch(effective))
+        per_rank.append(agg)
+    worker = {k: Metric.aggregate_dp([r[k] for r in per_rank]) for k in per_rank[0]}
+    trainer: dict = {}
+    append_to_dict(trainer, worker)
+    metrics = reduce_metrics(rename_dict(trainer, "actor/"))
+    assert metrics["actor/" + plugin.BUDGET_HITS] == pytest.approx(1.5)
+    assert metrics["actor/" + plugin.BUDGET_SAMPLES] == pytest.approx(2.5)
+    pc = {"hit_fraction": 0.6, "budget": {"min": 1, "max": 9, "step": 1, "patience": 3}}
+    assert vt.prune_budget_step(alg.BudgetState(5), metrics, pc)[0] == alg.BudgetState(6, 0)
+
+
+class _Server:
+    """Stands in for verl's vLLM server client (GPU only): records each request's sampling params."""
+
+    def __init__(self):
+        self.params: list[dict] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.params.append(dict(sampling_params))
+        return TokenOutput(token_ids=[5, 6, 7], log_probs=[-0.1, -0.2, -0.3])
+
+
+def test_the_budget_reaches_each_rollout_request_through_scouts_agent_loop(tok):
+    """Loaded the way verl's AgentLoopWorker loads it: from agent_loop_config_path, instantiated by
+    Hydra with the worker's arguments. L becomes the request's max_tokens, capped at the
+    configured response length (16384)."""
+    import hydra
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    cfg = paper_cfg("prune_opd")
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert agent.default_agent_loop == vc.BUDGET_AGENT_LOOP
+    loops = {c.name: c for c in OmegaConf.load(agent.agent_loop_config_path)}
+    server = _Server()
+    loop = hydra.utils.instantiate(
+        loops[agent.default_agent_loop], trainer_config=DictConfigWrap(config=cfg), server_manager=server,
+        tokenizer=tok, processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+    )  # fmt: skip
+    base = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}
+    prompt = {"raw_prompt": [{"role": "user", "content": MATH["prompt"]}]}
+    outs = [  # on the event loop the agent loop was built in, as in verl's worker
+        loop.loop.run_until_complete(loop.run(dict(base), **prompt, **extra))
+        for extra in ({tp.MAX_TOKENS: 1124}, {tp.MAX_TOKENS: 20000}, {})
+    ]
+    assert [p.get("max_tokens") for p in server.params] == [1124, 16384, None]
+    assert all({k: p[k] for k in base} == base for p in server.params)
+    assert [o.response_ids for o in outs] == [[5, 6, 7]] * 3
+    assert paper_cfg("opd").actor_rollout_ref.rollout.agent.default_agent_loop == "single_turn_agent"
+
+
 def test_loss_settings_must_reach_the_workers(monkeypatch):
     from scout.verl import plugin
 

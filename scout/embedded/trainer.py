@@ -215,17 +215,9 @@ class Trainer:
         overlap = alg.topk_overlap(s_logits, t_logits, pc["topk"])
         w = alg.prune_weights(overlap, mask, pc["tau"], pc["w_drop"])
         effective = (w > 0).sum(dim=1).tolist()
-        b = pc["budget"]
-        self.progress.budget = alg.update_budget(
-            self.progress.budget,
-            effective,
-            hit_fraction=pc["hit_fraction"],
-            margin=b["margin"],
-            step=b["step"],
-            min_length=b["min"],
-            max_length=b["max"],
-            patience=b["patience"],
-        )
+        budget = self.progress.budget
+        hits = alg.budget_hits(effective, budget.length, pc["budget"]["margin"])
+        self.progress.budget = alg.update_budget(budget, hits, len(effective), **alg.budget_rule(pc))
         metrics["prune_overlap"] = float(alg.masked_mean(overlap, mask))
         return adv * (w + pc["w_base"]) * mask
 

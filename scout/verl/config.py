@@ -20,6 +20,9 @@ from scout.methods import METHODS
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "scout_prune"}
 PLUGIN = "scout.verl.plugin"
+# scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
+AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
+BUDGET_AGENT_LOOP = "scout_budget"
 
 
 class VerlConfigError(ValueError):
@@ -157,8 +160,10 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.distillation_loss.use_task_rewards": False,
             "distillation.distillation_loss.clip_ratio": spec["clip"],
         }
-    if method.budget == "prune":
+    if method.budget == "prune":  # the budget reaches the rollout through scout's agent loop
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
+        o["actor_rollout_ref.rollout.agent.default_agent_loop"] = BUDGET_AGENT_LOOP
+        o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(AGENT_LOOPS)
     extra = {
         "+scout.method": spec["method"],
         "+scout.domain": spec["domain"],

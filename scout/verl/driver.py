@@ -106,10 +106,6 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
     cfg = prepare(spec, out_dir)
     out = Path(out_dir)
     resumed = latest_step(cfg.trainer.default_local_dir)
-    if METHODS[spec["method"]].budget == "prune":
-        log(
-            "Prune-OPD on verl: top-k overlap weights as in the paper; the response budget is fixed at max_response_length"
-        )
     log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
     if dry_run:
         return {"config": str(out / "verl_config.yaml"), "resumed_from": resumed}

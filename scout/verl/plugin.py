@@ -10,7 +10,8 @@ Registered:
   teacher phase), grouping by verl's ``uid``;
 - distillation loss ``scout_optr``: OPTR's trust-region K1 (tokens with P_trust below the
   threshold get no OPD signal);
-- distillation loss ``scout_prune``: Prune-OPD's K1 with the cumulative top-k-overlap weights.
+- distillation loss ``scout_prune``: Prune-OPD's K1 with the cumulative top-k-overlap weights,
+  and the counts its budget rule needs (``budget_metrics``).
 
 Method settings the loss functions need (threshold, tau, ...) reach the workers as JSON in
 ``SCOUT_METHOD_CFG`` (verl's loss config dataclasses refuse unknown fields).
@@ -27,6 +28,11 @@ import torch
 from scout import algorithms as alg
 
 METHOD_CFG_ENV = "SCOUT_METHOD_CFG"
+# Prune-OPD's adaptive budget: the trainer passes L to the actor's loss under BUDGET_KEY and reads
+# back the two counts the budget rule needs.
+BUDGET_KEY = "scout_prune_budget"
+BUDGET_HITS = "distillation/prune_budget_hits"
+BUDGET_SAMPLES = "distillation/prune_budget_samples"
 
 
 def method_cfg(name: str) -> dict:
@@ -99,7 +105,7 @@ def teacher_logp_of_sampled(teacher_ids: torch.Tensor, teacher_lp: torch.Tensor,
     """The teacher's log-prob of each sampled token from its top-k lists, and whether it was there.
 
     verl's top-k path keeps only the top-k; a token outside it gets the k-th log-prob, an upper
-    bound on its true log-prob (see the closing note of issue 6 for what would remove this)."""
+    bound on its true log-prob (docs/verl-backend.md)."""
     hit = teacher_ids == tokens.unsqueeze(-1)
     found = hit.any(dim=-1)
     exact = (teacher_lp * hit).sum(dim=-1)
@@ -123,7 +129,27 @@ def prune_losses(config, distillation_config, model_output, data):
         "distillation/prune_effective_len": float((w > 0).sum(dim=1).float().mean()),
         "distillation/prune_sampled_in_teacher_topk": float(alg.masked_mean(found.float(), mask)),
     }
+    metrics |= budget_metrics(w, mask, data, pc["budget"]["margin"])
     return -adv, metrics
+
+
+def budget_metrics(w: torch.Tensor, mask: torch.Tensor, data, margin: int) -> dict:
+    """What the trainer's budget update needs from this micro-batch: how many samples used the
+    budget L up (``alg.budget_hits``) out of how many. Summed over micro-batches (verl's SUM
+    aggregation); verl's padding samples (no response tokens) are not counted. Reported only when
+    the trainer passed L (``BUDGET_KEY``)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.metric import AggregationType, Metric
+
+    budget = tu.get_non_tensor_data(data, BUDGET_KEY, None)
+    if budget is None:
+        return {}
+    real = mask.sum(dim=1) > 0
+    effective = (w > 0).sum(dim=1)[real].tolist()
+    return {
+        BUDGET_HITS: Metric(AggregationType.SUM, alg.budget_hits(effective, int(budget), margin)),
+        BUDGET_SAMPLES: Metric(AggregationType.SUM, len(effective)),
+    }
 
 
 def register() -> None:

@@ -1,4 +1,6 @@
-"""SCOUT on verl: a subclass of verl's V1 synchronous trainer and the Ray task runner that builds it.
+"""The trainers of scout's verl backend (subclasses of verl's V1 synchronous trainer) and the Ray
+task runner that builds them: ``ScoutTrainer`` for the methods that train the teacher,
+``PruneTrainer`` for Prune-OPD's adaptive response budget, verl's own trainer for the rest.
 
 The student side is verl's own OPD (``distillation.*``: K1 advantage in policy-gradient mode,
 scored by the teacher's inference engine on its own pool). ``ScoutTrainer`` adds the teacher's
@@ -23,7 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import json
 import logging
+from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
@@ -33,12 +38,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from scout import algorithms as alg
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
+from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
 from scout.verl.reward import compute_score
 
 log = logging.getLogger(__name__)
 
 TEACHER_POOL = "scout_teacher_train_pool"
 TEACHER_DIR = "teacher_actor"  # beside verl's actor/ in global_step_N/
+BUDGET_FILE = "scout_budget.json"  # Prune-OPD's budget state, beside verl's data.pt
 
 
 # -- pure pieces (tested on CPU) ---------------------------------------------------------------------
@@ -98,6 +105,39 @@ def worker_batch(batch, **meta):
     return td
 
 
+def prune_budget_step(state: alg.BudgetState, metrics: dict, prune_cfg: dict) -> tuple[alg.BudgetState, dict]:
+    """Prune-OPD's budget after a student step, from the counts its loss reported (``plugin.budget_metrics``,
+    under verl's ``actor/`` prefix), and what to log about it."""
+    try:
+        hits, samples = metrics[f"actor/{BUDGET_HITS}"], metrics[f"actor/{BUDGET_SAMPLES}"]
+    except KeyError as e:
+        raise RuntimeError(
+            f"the scout_prune loss reported no {e.args[0]!r}: is the actor's loss mode scout_prune?"
+        ) from e
+    new = alg.update_budget(state, hits, samples, **alg.budget_rule(prune_cfg))
+    log = {
+        "scout/prune_budget": state.length,
+        "scout/prune_budget_hit_fraction": hits / samples if samples else 0.0,
+        "scout/prune_budget_next": new.length,
+    }
+    return new, log
+
+
+def save_budget(step_dir: str | Path, state: alg.BudgetState) -> None:
+    path = Path(step_dir) / BUDGET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(state)))
+    tmp.replace(path)
+
+
+def load_budget(step_dir: str | Path) -> alg.BudgetState:
+    path = Path(step_dir) / BUDGET_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: a Prune-OPD checkpoint without its response budget cannot be resumed")
+    return alg.BudgetState(**json.loads(path.read_text()))
+
+
 def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
     r = cfg.actor_rollout_ref.rollout
     return {"max_tokens": int(max_tokens), "temperature": r.temperature, "top_p": r.top_p}
@@ -107,10 +147,13 @@ def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
 
 
 def trainer_class(method_id: str):
-    """verl's own sync trainer for every method but those that train the teacher."""
+    """verl's own sync trainer for every method but those that train the teacher or adapt a budget."""
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    return ScoutTrainer if METHODS[method_id].trains_teacher else PPOTrainerSync
+    method = METHODS[method_id]
+    if method.trains_teacher:
+        return ScoutTrainer
+    return PruneTrainer if method.budget == "prune" else PPOTrainerSync
 
 
 try:
@@ -241,6 +284,43 @@ class ScoutTrainer(_Base):
             return await asyncio.gather(*calls)
 
         return [list(o.token_ids) for o in asyncio.run(all_requests())]
+
+
+class PruneTrainer(_Base):
+    """verl's sync PPO trainer plus Prune-OPD's adaptive response budget L: each prompt batch
+    carries L to the rollout (``scout.verl.agent_loop``), the actor's loss gets L and counts the
+    samples that used it up (``plugin.budget_metrics``), and L moves by ``alg.update_budget``."""
+
+    def __init__(self, config: DictConfig):
+        super().__init__(config)
+        self.prune_cfg = OmegaConf.to_container(config.scout.prune_opd, resolve=True)
+        self.budget = alg.BudgetState(int(self.prune_cfg["budget"]["initial"]))
+
+    def _step_dir(self) -> str:
+        return f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}"
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.global_steps > 0:
+            self.budget = load_budget(self._step_dir())
+
+    def _save_checkpoint(self):
+        save_budget(self._step_dir(), self.budget)  # before verl writes its tracker file
+        super()._save_checkpoint()
+
+    def _next_train_batch(self, num_prompts: int | None = None):
+        from verl.utils import tensordict_utils as tu
+
+        batch = super()._next_train_batch(num_prompts)
+        tu.assign_non_tensor_data(batch, tp.MAX_TOKENS, self.budget.length)
+        return batch
+
+    def _update_actor(self, batch, metrics: dict):
+        batch.extra_info[BUDGET_KEY] = self.budget.length
+        batch = super()._update_actor(batch, metrics)
+        self.budget, log = prune_budget_step(self.budget, metrics, self.prune_cfg)
+        metrics.update(log)
+        return batch
 
 
 def _bind_teacher_servers(replicas) -> None:
