@@ -4,6 +4,7 @@ and checked by the installed verl's validators (CPU; no training)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -73,6 +74,8 @@ def test_baselines():
     relay = build("q4b-q1.7b-math", "relay_opd")  # one node: student and teacher split its 8 GPUs
     assert (relay.trainer.n_gpus_per_node, relay.distillation.n_gpus_per_node, relay.distillation.nnodes) == (4, 4, 1)
     assert relay.scout.relay_opd.max_legs == 2
+    assert relay.actor_rollout_ref.rollout.agent.default_agent_loop == "scout_relay"
+    assert relay.actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs == 5  # the student's top 5
     prune = build("sky7b-ds1.5b-math", "prune_opd")
     assert prune.scout.prune_opd.budget.initial == 2048  # the setting's override
     assert (prune.distillation.distillation_loss.loss_mode, prune.distillation.distillation_loss.topk) == (
@@ -81,6 +84,9 @@ def test_baselines():
     )
     assert build("q4b-q1.7b-code", "optr_scout").distillation.distillation_loss.loss_mode == "scout_optr"
     assert opd.distillation.distillation_loss.loss_mode == "k1"
+    agent = prune.actor_rollout_ref.rollout.agent  # scout's agent loops, from the file verl reads
+    assert agent.default_agent_loop == "scout_budget" and Path(agent.agent_loop_config_path).is_file()
+    assert opd.actor_rollout_ref.rollout.agent.default_agent_loop == "single_turn_agent"
     env = prune.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_USE_EXTERNAL_MODULES == "scout.verl.plugin"
     assert json.loads(env.SCOUT_METHOD_CFG)["prune_opd"]["tau"] == 0.7

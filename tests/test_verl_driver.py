@@ -66,8 +66,10 @@ def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tm
         driver.train(spec, tmp_path / "run", log=lambda *_: None)
     assert (tmp_path / "run" / "verl_config.yaml").exists()
     relay = paper_spec("q4b-q1.7b-math", "relay_opd", math_rows)
-    with pytest.raises(SystemExit, match="q4b-q1.7b-math/relay_opd: Relay-OPD needs the teacher inside"):
+    with pytest.raises(SystemExit, match="trains on GPUs"):
         driver.train(relay, tmp_path / "relay", log=lambda *_: None)
+    relay_cfg = OmegaConf.load(tmp_path / "relay" / "verl_config.yaml")
+    assert relay_cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "scout_relay"
     del spec["resources"]
     with pytest.raises(ValueError, match="needs the job's resources"):
         driver.train(spec, tmp_path / "run2", log=lambda *_: None)

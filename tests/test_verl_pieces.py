@@ -341,7 +341,7 @@ def test_the_budget_reaches_each_rollout_request_through_scouts_agent_loop(tok):
 
     cfg = paper_cfg("prune_opd")
     agent = cfg.actor_rollout_ref.rollout.agent
-    assert agent.default_agent_loop == vc.BUDGET_AGENT_LOOP
+    assert agent.default_agent_loop == "scout_budget"
     loops = {c.name: c for c in OmegaConf.load(agent.agent_loop_config_path)}
     server = _Server()
     loop = hydra.utils.instantiate(
@@ -358,6 +358,202 @@ def test_the_budget_reaches_each_rollout_request_through_scouts_agent_loop(tok):
     assert all({k: p[k] for k in base} == base for p in server.params)
     assert [o.response_ids for o in outs] == [[5, 6, 7]] * 3
     assert paper_cfg("opd").actor_rollout_ref.rollout.agent.default_agent_loop == "single_turn_agent"
+
+
+# -- Relay-OPD's agent loop ----------------------------------------------------------------------------
+
+
+class _ModelServer:
+    """Stands in for verl's vLLM server client (GPU only) with a real model on CPU: greedy
+    generation, and ``prompt_logprobs`` prefills in the layout of verl's ``extract_prompt_logprobs``
+    (entry j: the top-k ids predicting token j + 1; a dummy entry last)."""
+
+    def __init__(self, model, eos_id: int):
+        self.model, self.eos_id, self.requests = model, eos_id, 0
+
+    @torch.no_grad()
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests += 1
+        ids = list(prompt_ids)
+        k = sampling_params.get("prompt_logprobs")
+        if k is not None:
+            tops = self.model(torch.tensor([ids])).logits[0].topk(max(k, 1), dim=-1).indices.tolist()
+            return TokenOutput(token_ids=[tops[-1][0]], extra_fields={"prompt_ids": tops[:-1] + [[0] * max(k, 1)]})
+        assert sampling_params["temperature"] == 0.0
+        out: list[int] = []
+        while len(out) < sampling_params["max_tokens"] and (not out or out[-1] != self.eos_id):
+            out.append(int(self.model(torch.tensor([ids + out])).logits[0, -1].argmax()))
+        return TokenOutput(token_ids=out)
+
+
+@pytest.fixture(scope="module")
+def relay_models(world):
+    """Two tiny models with random weights of their own (untrained ones repeat one token)."""
+    from scout.toy.world import build_model
+    from tests.conftest import TINY
+
+    models = []
+    for seed in (1, 2):
+        model, tok = build_model({**TINY, "hidden_size": 32}, world["root"] / "tokenizer", seed=seed)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+        models.append(model.eval())
+    return (*models, tok)
+
+
+def test_relay_leg_and_trigger_hand_values():
+    from scout.verl import agent_loop as al
+
+    blank = torch.zeros(10, dtype=torch.bool)
+    blank[5] = True
+    cfg = al.RelaySettings(max_paragraphs=2, max_leg_tokens=10)
+    assert al.leg_length([9, 5, 7, 5, 8], blank, cfg) == 4  # the second blank line closes the leg
+    assert al.leg_length([9, 7, 8], blank, cfg) == 3  # the leg's tokens ran out first
+    assert al.leg_length([7] * 12, blank, cfg) == 10  # max_leg_tokens
+    assert al.leg_length([42, 5, 5], blank, cfg) == 3  # ids beyond the table are no blank lines
+    reflect = torch.zeros(10, dtype=torch.bool)
+    reflect[[2, 7]] = True
+    # position 0: the student sampled the teacher's argmax; 1: a reflection word, but in the
+    # student's top 2; 2: a reflection word the student neither sampled nor ranks -> fires
+    assert al.first_trigger([3, 4, 6], [3, 7, 2], [[3, 1], [4, 7], [6, 0]], reflect) == 2
+    assert al.first_trigger([3, 4], [3, 200], [[3, 1], [4, 7]], reflect) is None  # beyond the table
+    assert al.first_trigger([], [], [], reflect) is None
+
+
+class _Scripted:
+    """A server whose next-token choice is a rule over the prefix (hand-worked relay cases)."""
+
+    def __init__(self, argmax, generate):
+        self.argmax, self.gen = argmax, generate
+
+    async def __call__(self, ids, params):
+        from verl.workers.rollout.replica import TokenOutput
+
+        if params.get("prompt_logprobs") is not None:
+            tops = [[self.argmax(ids[: j + 1], ids[j + 1])] for j in range(len(ids) - 1)]
+            return TokenOutput(token_ids=[0], extra_fields={"prompt_ids": tops + [[0]]})
+        return TokenOutput(token_ids=self.gen(ids, params["max_tokens"]))
+
+
+@pytest.mark.parametrize(
+    "teacher_leg, paragraphs, response, owned",
+    [
+        ([8, 9], 3, [3, 7, 8, 9], [0, 1, 1, 1]),  # the teacher ends the answer: the rollout ends
+        ([5, 8, 9], 1, [3, 7, 5, 9], [0, 1, 1, 0]),  # a blank line closes the leg first: the student resumes
+    ],
+)
+def test_relay_rollout_hand_cases(teacher_leg, paragraphs, response, owned):
+    """Prompt (1, 2). The student samples (3, 4, 6, 9) and, after any leg, 9 (EOS). The teacher
+    agrees with every token but prefers 7 (a reflection word) after (1, 2, 3); the student's top
+    1 is its own token, so the trigger is at position 1: 3 is kept, 7 emitted, the leg follows."""
+    from scout.verl import agent_loop as al
+
+    reflect, blank = torch.zeros(10, dtype=torch.bool), torch.zeros(10, dtype=torch.bool)
+    reflect[7], blank[5] = True, True
+    student = _Scripted(lambda prefix, nxt: nxt, lambda ids, n: [3, 4, 6, 9] if ids == [1, 2] else [9])
+    teacher = _Scripted(lambda prefix, nxt: 7 if prefix == [1, 2, 3] else nxt, lambda ids, n: teacher_leg[:n])
+    cfg = al.RelaySettings(max_legs=2, max_paragraphs=paragraphs, max_leg_tokens=6, student_topk=1)
+    out = asyncio.run(al.relay_rollout([1, 2], student, teacher, {}, 20, cfg, reflect, blank, eos_id=9))
+    assert (out.response, out.teacher_owned, out.triggers) == (response, owned, 1)
+
+
+@pytest.mark.parametrize(
+    "seed, topk, budget",
+    [(0, 1, 40), (1, 1, 40), (2, 5, 40), (3, 1, 5)],
+)
+def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, seed, topk, budget):
+    """Greedy decoding makes both deterministic: the verl loop (student samples ahead, prefills
+    find the first trigger) must produce the embedded backend's token-by-token rollout exactly,
+    token for token and owner for owner. Random reflection and blank-line tables make triggers,
+    paragraph cuts, leg-length cuts and (budget 5) a cut mid-leg."""
+    from scout.embedded import lm
+    from scout.verl import agent_loop as al
+
+    student, teacher, tok = relay_models
+    vocab = student.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    reflect, blank = torch.rand(vocab, generator=g) < 0.3, torch.rand(vocab, generator=g) < 0.1
+    cfg = lm.RelayConfig(max_legs=2, max_paragraphs=2, max_leg_tokens=6, student_topk=topk)
+    prompt = lm.prompt_ids(tok, MATH["prompt"])
+    ref = lm.relay_sample(
+        student, teacher, [prompt], lm.Sampling(budget, temperature=0.0), cfg, reflect, blank,
+        tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    servers = [_ModelServer(m, tok.eos_token_id) for m in (student, teacher)]
+    gen = [al._client_generate(s) for s in servers]
+    ours = asyncio.run(
+        al.relay_rollout(
+            prompt, *gen, {"temperature": 0.0}, budget, al.RelaySettings(**vars(cfg)), reflect, blank, tok.eos_token_id
+        )
+    )
+    assert ref.triggers > 0
+    assert (ours.response, ours.teacher_owned, ours.triggers) == (ref.responses[0], ref.teacher_owned[0], ref.triggers)
+
+
+def test_relay_agent_loop_through_verls_loading(relay_models, monkeypatch):
+    """scout_relay as verl's worker builds it (agent_loop_config_path, Hydra), with the teacher's
+    server handed over the way RelayAgentLoopWorker does: the response is relay_rollout's on the
+    chat-templated prompt, every token of it in the loss."""
+    import hydra
+    from omegaconf import OmegaConf, open_dict
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from scout.verl import agent_loop as al
+
+    student, teacher, tok = relay_models
+    cfg = paper_cfg("relay_opd")
+    for k, v in cfg.ray_kwargs.ray_init.runtime_env.env_vars.items():
+        monkeypatch.setenv(k, v)
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.response_length = 24
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert agent.default_agent_loop == "scout_relay"
+    loops = {c.name: c for c in OmegaConf.load(agent.agent_loop_config_path)}
+    servers = [_ModelServer(m, tok.eos_token_id) for m in (student, teacher)]
+    loop = hydra.utils.instantiate(
+        loops["scout_relay"], trainer_config=DictConfigWrap(config=cfg), server_manager=servers[0],
+        tokenizer=tok, processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+    )  # fmt: skip
+    messages = [{"role": "user", "content": MATH["prompt"]}]
+    params = {"temperature": 0.0, "top_p": 1.0, "logprobs": False}
+    with pytest.raises(RuntimeError, match="needs the teacher's server"):
+        loop.loop.run_until_complete(loop.run(dict(params), raw_prompt=messages))
+    monkeypatch.setitem(al._TEACHER, "default", servers[1])
+    out = loop.loop.run_until_complete(loop.run(dict(params), raw_prompt=messages))
+    prompt = loop.loop.run_until_complete(loop.ct_build_initial_tokens(messages))
+    reflect, blank = al._vocab_flags(tok)
+    want = asyncio.run(
+        al.relay_rollout(
+            prompt, *[al._client_generate(s) for s in servers], {"temperature": 0.0}, 24,
+            al.RelaySettings(**PAPER["methods"]["relay_opd"]), reflect, blank, tok.eos_token_id,
+        )
+    )  # fmt: skip
+    assert out.prompt_ids == prompt and 0 < len(out.response_ids) <= 24
+    assert out.response_ids == want.response and out.response_mask == [1] * len(want.response)
+    assert servers[1].requests > 0  # the teacher checked the student's tokens
+
+
+def test_relay_workers_hand_the_teacher_to_the_loop():
+    """Drift guard: the worker's constructor is verl's, and Relay-OPD gets scout's manager."""
+    import inspect
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    from scout.verl import agent_loop as al
+    from scout.verl import trainer as vt
+
+    ours, theirs = inspect.signature(al.RelayAgentLoopWorker.__init__), inspect.signature(AgentLoopWorker.__init__)
+    assert list(ours.parameters) == list(theirs.parameters)
+    assert issubclass(al.RelayAgentLoopManager, AgentLoopManagerTQ)
+    assert vt.agent_loop_manager("relay_opd") is al.RelayAgentLoopManager
+    assert vt.agent_loop_manager("opd") is AgentLoopManagerTQ and vt.agent_loop_manager("scout") is AgentLoopManagerTQ
 
 
 def test_loss_settings_must_reach_the_workers(monkeypatch):

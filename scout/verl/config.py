@@ -22,7 +22,16 @@ LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "sc
 PLUGIN = "scout.verl.plugin"
 # scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
-BUDGET_AGENT_LOOP = "scout_budget"
+
+
+def agent_loop(method_id: str) -> str | None:
+    """The student rollout's agent loop, where verl's single-turn loop is not enough."""
+    method = METHODS[method_id]
+    if method.rollout == "relay":
+        return "scout_relay"  # the teacher takes over at reflection points
+    if method.budget == "prune":
+        return "scout_budget"  # the adaptive response budget
+    return None
 
 
 class VerlConfigError(ValueError):
@@ -160,15 +169,19 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.distillation_loss.use_task_rewards": False,
             "distillation.distillation_loss.clip_ratio": spec["clip"],
         }
-    if method.budget == "prune":  # the budget reaches the rollout through scout's agent loop
+    if method.budget == "prune":
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
-        o["actor_rollout_ref.rollout.agent.default_agent_loop"] = BUDGET_AGENT_LOOP
+    loop = agent_loop(spec["method"])
+    if loop:
+        o["actor_rollout_ref.rollout.agent.default_agent_loop"] = loop
         o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(AGENT_LOOPS)
     extra = {
         "+scout.method": spec["method"],
         "+scout.domain": spec["domain"],
         "+scout.total_steps": spec["total_steps"],
     }
+    if method.rollout == "relay":  # the relay loop reads the student's top-k from prefills
+        extra["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"] = cfg["relay_opd"]["student_topk"]
     if method.trains_teacher:
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]

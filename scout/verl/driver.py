@@ -23,10 +23,6 @@ from scout.verl import config as vc
 from scout.verl import data
 
 TRACKER = "latest_checkpointed_iteration.txt"
-NOT_ON_VERL = {
-    "relay_opd": "Relay-OPD needs the teacher inside the student's rollout, which verl 0.9.1's agent loops "
-    "cannot reach; docs/verl-backend.md says precisely what is missing. Train it with the embedded backend.",
-}
 
 
 def latest_step(ckpt_dir: str | Path) -> int | None:
@@ -87,8 +83,6 @@ def prepare(spec: dict, out_dir: str | Path):
     to ``{out}/verl_config.yaml`` so a failed or refused job leaves what it would have run."""
     from omegaconf import OmegaConf
 
-    if spec["method"] in NOT_ON_VERL:
-        raise SystemExit(f"{spec['setting']}/{spec['variant']}: {NOT_ON_VERL[spec['method']]}")
     res = spec.get("resources")
     if not res:
         raise ValueError("the verl backend needs the job's resources in the spec (the workflow adds them)")

@@ -156,6 +156,17 @@ def trainer_class(method_id: str):
     return PruneTrainer if method.budget == "prune" else PPOTrainerSync
 
 
+def agent_loop_manager(method_id: str):
+    """verl's agent-loop manager, or scout's for Relay-OPD (its loop needs the teacher's server)."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    if METHODS[method_id].rollout == "relay":
+        from scout.verl.agent_loop import RelayAgentLoopManager
+
+        return RelayAgentLoopManager
+    return AgentLoopManagerTQ
+
+
 try:
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync as _Base
 except ImportError:  # verl without its verl-core extra: the pure pieces above still work
@@ -338,12 +349,12 @@ def _bind_teacher_servers(replicas) -> None:
 
 @ray.remote
 class ScoutTaskRunner:
-    """verl's TaskRunnerV1.run with the trainer class chosen per method (verl's runner resolves
-    its trainer through a registry in the Ray actor's process, which a driver cannot extend)."""
+    """verl's TaskRunnerV1.run with the trainer and agent-loop manager chosen per method (verl's
+    runner resolves its trainer through a registry in the Ray actor's process, which a driver
+    cannot extend)."""
 
     def run(self, config: DictConfig) -> int:
         import transfer_queue as tq
-        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
         from verl.utils.logging_utils import configure_verl_logging
 
         configure_verl_logging()
@@ -355,7 +366,7 @@ class ScoutTaskRunner:
         try:
             trainer = trainer_class(config.scout.method)(config=config)
             trainer.init()
-            loops = AgentLoopManagerTQ.create(
+            loops = agent_loop_manager(config.scout.method).create(
                 config=config,
                 llm_client=trainer.get_llm_client(),
                 teacher_client=trainer.get_teacher_client(),
