@@ -181,6 +181,17 @@ def reflection_variants(words: tuple[str, ...] = REFLECTION_WORDS) -> set[str]:
     return out
 
 
+@dataclass(frozen=True)
+class RelayConfig:
+    """Relay-OPD's limits (SPEC defaults): teacher legs per rollout, paragraphs and tokens per
+    leg, and the student's top-k a trigger must miss."""
+
+    max_legs: int = 2
+    max_paragraphs: int = 3
+    max_leg_tokens: int = 256
+    student_topk: int = 5
+
+
 def relay_trigger(
     teacher_argmax: torch.Tensor,
     student_token: torch.Tensor,

@@ -194,7 +194,7 @@ def test_relay_rollout_hands_over_to_teacher_on_reflection(world):
         s_bias[wait] = -50.0
         s_emb.register_forward_hook(lambda m, i, o: o + s_bias)
     reflect, blanks = lm.vocab_flags(tok, emb.weight.shape[0])
-    cfg = lm.RelayConfig(max_legs=2, max_paragraphs=1, max_leg_tokens=5, student_topk=5)
+    cfg = alg.RelayConfig(max_legs=2, max_paragraphs=1, max_leg_tokens=5, student_topk=5)
     res = lm.relay_sample(
         student,
         teacher,

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from scout import algorithms as alg
 from scout import grid, resources
 from scout.catalogue import DataError
 from tests.conftest import REPO
@@ -290,7 +291,6 @@ def test_budget_counts_survive_verls_metric_reduction():
     from verl.utils.metric import Metric, reduce_metrics
     from verl.utils.py_functional import append_to_dict, rename_dict
 
-    from scout import algorithms as alg
     from scout.verl import plugin
     from scout.verl import trainer as vt
 
@@ -411,7 +411,7 @@ def test_relay_leg_and_trigger_hand_values():
 
     blank = torch.zeros(10, dtype=torch.bool)
     blank[5] = True
-    cfg = al.RelaySettings(max_paragraphs=2, max_leg_tokens=10)
+    cfg = alg.RelayConfig(max_paragraphs=2, max_leg_tokens=10)
     assert al.leg_length([9, 5, 7, 5, 8], blank, cfg) == 4  # the second blank line closes the leg
     assert al.leg_length([9, 7, 8], blank, cfg) == 3  # the leg's tokens ran out first
     assert al.leg_length([7] * 12, blank, cfg) == 10  # max_leg_tokens
@@ -457,7 +457,7 @@ def test_relay_rollout_hand_cases(teacher_leg, paragraphs, response, owned):
     reflect[7], blank[5] = True, True
     student = _Scripted(lambda prefix, nxt: nxt, lambda ids, n: [3, 4, 6, 9] if ids == [1, 2] else [9])
     teacher = _Scripted(lambda prefix, nxt: 7 if prefix == [1, 2, 3] else nxt, lambda ids, n: teacher_leg[:n])
-    cfg = al.RelaySettings(max_legs=2, max_paragraphs=paragraphs, max_leg_tokens=6, student_topk=1)
+    cfg = alg.RelayConfig(max_legs=2, max_paragraphs=paragraphs, max_leg_tokens=6, student_topk=1)
     out = asyncio.run(al.relay_rollout([1, 2], student, teacher, {}, 20, cfg, reflect, blank, eos_id=9))
     assert (out.response, out.teacher_owned, out.triggers) == (response, owned, 1)
 
@@ -478,7 +478,7 @@ def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, se
     vocab = student.get_output_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(seed)
     reflect, blank = torch.rand(vocab, generator=g) < 0.3, torch.rand(vocab, generator=g) < 0.1
-    cfg = lm.RelayConfig(max_legs=2, max_paragraphs=2, max_leg_tokens=6, student_topk=topk)
+    cfg = alg.RelayConfig(max_legs=2, max_paragraphs=2, max_leg_tokens=6, student_topk=topk)
     prompt = lm.prompt_ids(tok, MATH["prompt"])
     ref = lm.relay_sample(
         student, teacher, [prompt], lm.Sampling(budget, temperature=0.0), cfg, reflect, blank,
@@ -487,9 +487,7 @@ def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, se
     servers = [_ModelServer(m, tok.eos_token_id) for m in (student, teacher)]
     gen = [al._client_generate(s) for s in servers]
     ours = asyncio.run(
-        al.relay_rollout(
-            prompt, *gen, {"temperature": 0.0}, budget, al.RelaySettings(**vars(cfg)), reflect, blank, tok.eos_token_id
-        )
+        al.relay_rollout(prompt, *gen, {"temperature": 0.0}, budget, cfg, reflect, blank, tok.eos_token_id)
     )
     assert ref.triggers > 0
     assert (ours.response, ours.teacher_owned, ours.triggers) == (ref.responses[0], ref.teacher_owned[0], ref.triggers)
@@ -531,7 +529,7 @@ def test_relay_agent_loop_through_verls_loading(relay_models, monkeypatch):
     want = asyncio.run(
         al.relay_rollout(
             prompt, *[al._client_generate(s) for s in servers], {"temperature": 0.0}, 24,
-            al.RelaySettings(**PAPER["methods"]["relay_opd"]), reflect, blank, tok.eos_token_id,
+            alg.RelayConfig(**PAPER["methods"]["relay_opd"]), reflect, blank, tok.eos_token_id,
         )
     )  # fmt: skip
     assert out.prompt_ids == prompt and 0 < len(out.response_ids) <= 24

@@ -120,14 +120,6 @@ def sample(
 
 
 @dataclass
-class RelayConfig:
-    max_legs: int = 2
-    max_paragraphs: int = 3
-    max_leg_tokens: int = 256
-    student_topk: int = 5
-
-
-@dataclass
 class RelayResult:
     responses: list[list[int]]
     teacher_owned: list[list[int]] = field(default_factory=list)
@@ -152,7 +144,7 @@ def relay_sample(
     teacher: torch.nn.Module,
     prompts: list[list[int]],
     sampling: Sampling,
-    cfg: RelayConfig,
+    cfg: alg.RelayConfig,
     reflect: torch.Tensor,
     blank: torch.Tensor,
     eos_id: int,

@@ -174,7 +174,7 @@ class Trainer:
         models.student.eval()
         if m.rollout == "relay":
             rc = spec["method_cfg"]["relay_opd"]
-            cfg = lm.RelayConfig(rc["max_legs"], rc["max_paragraphs"], rc["max_leg_tokens"], rc["student_topk"])
+            cfg = alg.RelayConfig(**rc)
             relay = lm.relay_sample(
                 models.student, models.teacher, prompts, self.sampling(budget), cfg,
                 self.reflect, self.blank, self.eos, self.pad, g,

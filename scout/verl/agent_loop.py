@@ -33,6 +33,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+from verl.utils.profiler import simple_timer
 
 from scout import algorithms as alg
 from scout.verl.teacher_phase import MAX_TOKENS
@@ -59,14 +60,6 @@ class BudgetAgentLoop(SingleTurnAgentLoop):
 Generate = Callable[[list[int], dict[str, Any]], Awaitable[Any]]  # (prompt ids, sampling params) -> TokenOutput
 
 
-@dataclass(frozen=True)
-class RelaySettings:
-    max_legs: int = 2
-    max_paragraphs: int = 3
-    max_leg_tokens: int = 256
-    student_topk: int = 5
-
-
 @dataclass
 class RelayRollout:
     response: list[int] = field(default_factory=list)
@@ -74,7 +67,7 @@ class RelayRollout:
     triggers: int = 0
 
 
-def leg_length(tokens: list[int], blank: torch.Tensor, cfg: RelaySettings) -> int:
+def leg_length(tokens: list[int], blank: torch.Tensor, cfg: alg.RelayConfig) -> int:
     """How many of a leg's tokens (the trigger token first) the teacher keeps: up to the token that
     closes its ``max_paragraphs``-th paragraph or its ``max_leg_tokens``-th token."""
     paragraphs = 0
@@ -113,7 +106,7 @@ async def relay_rollout(
     teacher: Generate,
     sampling_params: dict[str, Any],
     max_tokens: int,
-    cfg: RelaySettings,
+    cfg: alg.RelayConfig,
     reflect: torch.Tensor,
     blank: torch.Tensor,
     eos_id: int,
@@ -181,14 +174,16 @@ class RelayAgentLoop(SingleTurnAgentLoop):
             raise RuntimeError("Relay-OPD's agent loop needs the teacher's server: run it under RelayAgentLoopManager")
         from scout.verl.plugin import method_cfg
 
-        cfg = RelaySettings(**method_cfg("relay_opd"))
+        cfg = alg.RelayConfig(**method_cfg("relay_opd"))
         reflect, blank = _vocab_flags(self.tokenizer)
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
-        relay = await relay_rollout(
-            prompt_ids, _client_generate(self.server_manager), _client_generate(_TEACHER["default"]),
-            {k: v for k, v in sampling_params.items() if k != "logprobs"}, self.response_length, cfg,
-            reflect, blank, self.tokenizer.eos_token_id,
-        )  # fmt: skip
+        metrics: dict[str, Any] = {}
+        with simple_timer("generate_sequences", metrics):
+            relay = await relay_rollout(
+                prompt_ids, _client_generate(self.server_manager), _client_generate(_TEACHER["default"]),
+                {k: v for k, v in sampling_params.items() if k != "logprobs"}, self.response_length, cfg,
+                reflect, blank, self.tokenizer.eos_token_id,
+            )  # fmt: skip
         merged, mask, _ = await self.ct_merge_assistant_token(prompt_ids, relay.response, [], None)
         response = merged.token_ids[-len(mask) :] if mask else []
         return AgentLoopOutput(  # the teacher's tokens are assistant tokens: the K1 loss covers them too
@@ -197,7 +192,7 @@ class RelayAgentLoop(SingleTurnAgentLoop):
             response_mask=mask[: self.response_length],
             multi_modal_data={},
             num_turns=2,
-            metrics={},
+            metrics=metrics,
             extra_fields={"turn_scores": [], "tool_rewards": [], "relay_triggers": relay.triggers,
                           "relay_teacher_tokens": sum(relay.teacher_owned)},
         )  # fmt: skip
