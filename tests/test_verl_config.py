@@ -109,6 +109,14 @@ def test_a_config_verl_refuses_names_the_cell(over, message):
         build("q4b-q1.7b-math", "opd", seed=2, **over)
 
 
+def test_optr_outlier_kl_is_refused_before_a_gpu_job_starts():
+    optr = {**PAPER["methods"]["optr"], "outlier": "topk_fkl"}
+    with pytest.raises(
+        vc.VerlConfigError, match="q4b-q1.7b-math/optr/s1: .*outlier loss 'topk_fkl' is not in the verl"
+    ):
+        build("q4b-q1.7b-math", "optr", method_cfg={"optr": optr})
+
+
 def test_override_values_survive_hydra_quoting():
     over = vc.overrides(
         {**grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-math", "opd", 1)), "student": "/m/a b,c=d"},

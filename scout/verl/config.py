@@ -246,6 +246,9 @@ def check(cfg) -> None:
         omega_conf_to_dataclass(section)
     if cfg.algorithm.adv_estimator not in ("gae", "grpo", *ADV_ESTIMATOR_REGISTRY):
         raise ValueError(f"unknown advantage estimator {cfg.algorithm.adv_estimator!r}")
+    optr = cfg.scout.get("optr")
+    if cfg.distillation.distillation_loss.loss_mode == "scout_optr" and optr.get("outlier", "mask") != "mask":
+        raise ValueError(f"OPTR's outlier loss {optr.outlier!r} is not in the verl path (docs/verl-backend.md)")
     batch, mini = cfg.data.train_batch_size, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if batch % mini:  # verl finds this only at the first update (or never, with dynamic batch sizes)
         raise ValueError(f"ppo_mini_batch_size {mini} does not divide train_batch_size {batch}")
