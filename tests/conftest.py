@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,15 @@ import yaml
 from scout.toy.world import build_data, build_model, build_tokenizer_files
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def dry_run(workdir, configfile, *args) -> subprocess.CompletedProcess:
+    """``snakemake -n`` of this repo's workflow in a scratch working directory."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(configfile), "--cores", "1", *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
 TINY = {
     "hidden_size": 32,
     "layers": 1,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -12,7 +10,7 @@ import yaml
 
 from scout import config as C
 from scout import grid
-from tests.conftest import REPO
+from tests.conftest import REPO, dry_run
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +133,6 @@ def test_conflicting_variant_definitions_are_refused(toy):
     }
     with pytest.raises(C.ConfigError, match="defined differently"):
         grid.cells(cfg)
-
-
-def dry_run(workdir, configfile, *args):
-    """``snakemake -n`` of this repo's workflow in a scratch working directory."""
-    cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(configfile), "--cores", "1", *args]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):

@@ -16,7 +16,7 @@ import yaml
 from scout import config as scout_config
 from scout import raycluster, resources
 from scout.cli import main
-from tests.conftest import REPO, toy_config
+from tests.conftest import REPO, dry_run, toy_config
 
 PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
 
@@ -165,27 +165,7 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     """A dry run of the paper grid: the SCOUT cell with the 8B teacher asks for 4 nodes of 8 GPUs
     and its driver starts under `scout ray-run`."""
     target = "results/train/q8b-q1.7b-math/scout/s1/train.json"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--configfile",
-            str(REPO / "config" / "paper.yaml"),
-            "-n",
-            "-p",
-            "--cores",
-            "1",
-            target,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
-    )
+    out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "-p", target)
     assert out.returncode == 0, out.stderr[-3000:]
     block = out.stdout[out.stdout.index(f"output: {target}") :]
     assert "nodes=4, tasks=0, gres=gpu:8, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
