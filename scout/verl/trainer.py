@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from uuid import uuid4
@@ -36,6 +35,7 @@ import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scout import algorithms as alg
+from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
@@ -123,19 +123,20 @@ def prune_budget_step(state: alg.BudgetState, metrics: dict, prune_cfg: dict) ->
     return new, log
 
 
-def save_budget(step_dir: str | Path, state: alg.BudgetState) -> None:
-    path = Path(step_dir) / BUDGET_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(state)))
-    tmp.replace(path)
+def step_dir(cfg: DictConfig, step: int) -> str:
+    """verl's checkpoint folder of a global step; scout's own state sits beside verl's there."""
+    return f"{cfg.trainer.default_local_dir}/global_step_{step}"
 
 
-def load_budget(step_dir: str | Path) -> alg.BudgetState:
-    path = Path(step_dir) / BUDGET_FILE
+def save_budget(folder: str | Path, state: alg.BudgetState) -> None:
+    write_jsonl(Path(folder) / BUDGET_FILE, [dataclasses.asdict(state)])  # one record: plain JSON too
+
+
+def load_budget(folder: str | Path) -> alg.BudgetState:
+    path = Path(folder) / BUDGET_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: a Prune-OPD checkpoint without its response budget cannot be resumed")
-    return alg.BudgetState(**json.loads(path.read_text()))
+    return alg.BudgetState(**read_jsonl(path)[0])
 
 
 def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
@@ -187,7 +188,7 @@ class ScoutTrainer(_Base):
         self._init_teacher_workers()
         super()._load_checkpoint()
         if self.global_steps > 0:
-            path = f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}/{TEACHER_DIR}"
+            path = f"{step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
             self.teacher_wg.load_checkpoint(path, None, False)
 
     def _init_teacher_workers(self):
@@ -225,7 +226,7 @@ class ScoutTrainer(_Base):
 
     def _save_checkpoint(self):
         # the teacher first: verl writes its tracker file last, so a checkpoint it names is whole
-        path = f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}/{TEACHER_DIR}"
+        path = f"{step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
         self.teacher_wg.save_checkpoint(path, None, self.global_steps, self.config.trainer.max_actor_ckpt_to_keep)
         super()._save_checkpoint()
 
@@ -307,16 +308,13 @@ class PruneTrainer(_Base):
         self.prune_cfg = OmegaConf.to_container(config.scout.prune_opd, resolve=True)
         self.budget = alg.BudgetState(int(self.prune_cfg["budget"]["initial"]))
 
-    def _step_dir(self) -> str:
-        return f"{self.config.trainer.default_local_dir}/global_step_{self.global_steps}"
-
     def _load_checkpoint(self):
         super()._load_checkpoint()
         if self.global_steps > 0:
-            self.budget = load_budget(self._step_dir())
+            self.budget = load_budget(step_dir(self.config, self.global_steps))
 
     def _save_checkpoint(self):
-        save_budget(self._step_dir(), self.budget)  # before verl writes its tracker file
+        save_budget(step_dir(self.config, self.global_steps), self.budget)  # before verl writes its tracker file
         super()._save_checkpoint()
 
     def _next_train_batch(self, num_prompts: int | None = None):
