@@ -1,5 +1,12 @@
 """Causal-LM plumbing for the embedded backend: loading, incremental sampling, Relay rollouts and
-per-token log-probs. Plain torch + transformers, so it runs on the CPU or one GPU alike."""
+per-token log-probs. Plain torch, so it runs on the CPU or one GPU alike.
+
+Qwen3-architecture checkpoints (every toy model, and Qwen3 itself) run on ``scout.embedded.qwen3``,
+a plain-torch implementation with a preallocated KV cache; any other architecture runs on
+transformers' ``AutoModelForCausalLM`` behind the same two calls, :func:`score` and
+:func:`decoder`. Tokenizer folders with a ``tokenizer.json`` are read by
+``scout.embedded.tokenizer`` (no transformers import, so a toy job starts in about 2 s).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from scout import algorithms as alg
+from scout.embedded.qwen3 import Qwen3, is_qwen3
+from scout.embedded.tokenizer import Tokenizer
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -19,15 +27,23 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 
 def load_model(path: str | Path, device: torch.device) -> torch.nn.Module:
+    if is_qwen3(path):
+        return Qwen3.from_pretrained(path, device)
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     return model.to(device)
 
 
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(path: str | Path):
+    if (Path(path) / "tokenizer.json").exists():
+        return Tokenizer(path)
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict], chat: dict | None = None) -> list[int]:
+def prompt_ids(tokenizer, prompt: str | list[dict], chat: dict | None = None) -> list[int]:
     """Token ids of a prompt rendered with the model's own chat template and its ``chat`` options
     (e.g. ``enable_thinking: false``)."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -35,36 +51,75 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict], cha
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-class Decoder:
-    """Incremental decoding with a KV cache over a left-padded batch of prompts."""
+def _attend(keys: torch.Tensor) -> torch.Tensor:
+    """Boolean [B, 1, T, T] mask: causal, padded keys hidden; a query always sees itself (so rows
+    of padding stay finite)."""
+    t = keys.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=keys.device).tril()
+    eye = torch.eye(t, dtype=torch.bool, device=keys.device)
+    return ((causal & keys.bool()[:, None, :]) | eye)[:, None]
 
-    def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int):
+
+def score(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """Logits [B, T, V] of right-padded sequences (positions past a row's end are garbage)."""
+    if isinstance(model, Qwen3):
+        positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        return model(ids, positions, None).float()
+    return model(input_ids=ids, attention_mask=attention).logits.float()
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+class Decoder:
+    """Incremental decoding over a left-padded batch of prompts: ``logits`` holds the next-token
+    logits [B, V]; ``step(tokens)`` appends one token per row. At most ``max_new`` steps."""
+
+    def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int, max_new: int):
         self.model = model
         device = next(model.parameters()).device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, device=device)
-            mask[i, width - len(p) :] = 1
+        ids, mask = _left_padded(prompts, pad_id, device)
+        width = ids.shape[1]
         pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        self.mask, self.cache = mask, out.past_key_values
+        self.native = isinstance(model, Qwen3)
+        if self.native:
+            self.cache = model.new_cache(len(prompts), width + max_new)
+            self.keys = torch.zeros((len(prompts), width + max_new), dtype=torch.bool, device=device)
+            self.keys[:, :width] = mask.bool()
+            out = model(ids, pos, _attend(mask), self.cache, 0)
+        else:
+            self.keys = mask
+            hf = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+            self.cache, out = hf.past_key_values, hf.logits
+        self.at = width
         self.next_pos = pos[:, -1] + 1
-        self.logits = out.logits[:, -1].float()
+        self.logits = out[:, -1].float()
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
-        out = self.model(
-            input_ids=tokens.unsqueeze(1),
-            attention_mask=self.mask,
-            position_ids=self.next_pos.unsqueeze(1),
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        self.cache = out.past_key_values
+        pos = self.next_pos.unsqueeze(1)
+        if self.native:
+            self.keys[:, self.at] = True
+            out = self.model(tokens.unsqueeze(1), pos, self.keys[:, None, None, : self.at + 1], self.cache, self.at)
+        else:
+            self.keys = torch.cat([self.keys, torch.ones_like(self.keys[:, :1])], dim=1)
+            hf = self.model(
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=self.keys,
+                position_ids=pos,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+            self.cache, out = hf.past_key_values, hf.logits
+        self.at += 1
         self.next_pos = self.next_pos + 1
-        self.logits = out.logits[:, -1].float()
+        self.logits = out[:, -1].float()
         return self.logits
 
 
@@ -106,7 +161,7 @@ def sample(
     done = [b <= 0 for b in budgets]
     if all(done):
         return out
-    dec = Decoder(model, prompts, pad_id)
+    dec = Decoder(model, prompts, pad_id, max(budgets))
     for _ in range(max(budgets)):
         tok = sample_from_logits(dec.logits, sampling.temperature, sampling.top_p, generator)
         for i, t in enumerate(tok.tolist()):
@@ -126,7 +181,7 @@ class RelayResult:
     triggers: int = 0
 
 
-def vocab_flags(tokenizer: PreTrainedTokenizerBase, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def vocab_flags(tokenizer, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token tables: is it a reflection word, does it contain a blank line."""
     words = alg.reflection_variants()
     reflect = torch.zeros(size, dtype=torch.bool)
@@ -153,7 +208,8 @@ def relay_sample(
 ) -> RelayResult:
     """Student rollout in which the teacher takes over at reflection points (Relay-OPD)."""
     n = len(prompts)
-    sdec, tdec = Decoder(student, prompts, pad_id), Decoder(teacher, prompts, pad_id)
+    sdec = Decoder(student, prompts, pad_id, sampling.max_new_tokens)
+    tdec = Decoder(teacher, prompts, pad_id, sampling.max_new_tokens)
     res = RelayResult([[] for _ in range(n)], [[] for _ in range(n)])
     done = [False] * n
     teacher_mode, legs, leg_tokens, paragraphs = [False] * n, [0] * n, [0] * n, [0] * n
@@ -221,7 +277,7 @@ def response_logits(
     """Logits predicting each response token [B, T, V], the tokens [B, T] and the mask [B, T]."""
     device = next(model.parameters()).device
     ids, att, rmask, t_max = pad_batch(prompts, responses, pad_id, device)
-    logits = model(input_ids=ids, attention_mask=att).logits.float()
+    logits = score(model, ids, att)
     idx = torch.stack(
         [torch.arange(len(p) - 1, len(p) - 1 + t_max, device=device).clamp(max=ids.shape[1] - 1) for p in prompts]
     )

@@ -1,0 +1,188 @@
+"""The Qwen3 architecture in plain torch, reading and writing Hugging Face's files for it.
+
+Why not transformers' ``Qwen3ForCausalLM``: for the toy world's models (0.1-0.3 M parameters)
+its per-call machinery (mask builders, cache objects, output classes) costs several times the
+arithmetic, and importing it costs about 3 s in every job. This module computes the same function
+(``tests/test_qwen3.py`` holds its logits equal to transformers' on the same weights, and has
+transformers load what it saves), with a preallocated KV cache for sampling.
+
+Parameter names follow Hugging Face's (``model.layers.0.self_attn.q_proj.weight``, ...), so
+``config.json`` + ``model.safetensors`` written here are an ordinary Qwen3 checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WEIGHTS = "model.safetensors"
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, half-split layout (as Hugging Face's ``rotate_half``)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        d, bias = c["hidden_size"], c.get("attention_bias", False)
+        self.q_proj = nn.Linear(d, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, d, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, c["rms_norm_eps"])
+        self.k_norm = RMSNorm(self.head_dim, c["rms_norm_eps"])
+
+    def forward(self, x, cos, sin, mask, cache=None, at: int = 0):
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if cache is not None:
+            keys, values = cache
+            keys[:, :, at : at + t] = k
+            values[:, :, at : at + t] = v
+            k, v = keys[:, :, : at + t], values[:, :, : at + t]
+        gqa = self.heads != self.kv_heads
+        if mask is None:  # right-padded full sequences: causal attention never reaches a pad key
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        d, i = c["hidden_size"], c["intermediate_size"]
+        self.gate_proj = nn.Linear(d, i, bias=False)
+        self.up_proj = nn.Linear(d, i, bias=False)
+        self.down_proj = nn.Linear(i, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+    def forward(self, x, cos, sin, mask, cache=None, at: int = 0):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, at)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Body(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c["num_hidden_layers"]))
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+
+class Qwen3(nn.Module):
+    """``forward(ids, positions, mask)`` -> logits; ``mask`` is a boolean [B, 1, Tq, Tk] (True =
+    attend), or None for causal attention over right-padded sequences. With ``cache`` (from :meth:`new_cache`) the keys and values of ``ids`` are written at
+    cache positions ``at ...`` and the queries attend to cache positions ``0 .. at + len(ids)``."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        if config.get("model_type") != "qwen3":
+            raise ValueError(f"not a Qwen3 config (model_type {config.get('model_type')!r})")
+        self.config = dict(config)
+        self.config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+        c = self.config
+        self.model = Body(c)
+        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        if c.get("tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+        theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
+        dim = c["head_dim"]
+        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache=None, at: int = 0):
+        x = self.model.embed_tokens(ids)
+        freqs = positions[..., None].float() * self.inv_freq
+        angles = torch.cat((freqs, freqs), dim=-1)[:, None]
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, mask, None if cache is None else cache[i], at)
+        return self.lm_head(self.model.norm(x))
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def new_cache(self, batch: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        c, p = self.config, self.lm_head.weight
+        shape = (batch, c["num_key_value_heads"], length, c["head_dim"])
+        return [(p.new_zeros(shape), p.new_zeros(shape)) for _ in range(c["num_hidden_layers"])]
+
+    def init_weights(self, seed: int) -> Qwen3:
+        """Hugging Face's initialisation: normal(0, initializer_range) weights, zero biases, unit norms."""
+        g = torch.Generator().manual_seed(seed)
+        std = self.config.get("initializer_range", 0.02)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                with torch.no_grad():
+                    module.weight.copy_(torch.randn(module.weight.shape, generator=g) * std)
+                    if getattr(module, "bias", None) is not None:
+                        module.bias.zero_()
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+        return self
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu") -> Qwen3:
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        model = cls(json.loads((path / "config.json").read_text()))
+        state = load_file(str(path / WEIGHTS))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if model.config.get("tie_word_embeddings", False):
+            missing = [k for k in missing if k != "lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(f"{path / WEIGHTS}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        return model.to(device)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """``config.json`` and ``model.safetensors`` as Hugging Face writes them (tied head left out)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self.config.get("tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(path / WEIGHTS), metadata={"format": "pt"})
+        (path / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+
+
+def is_qwen3(path: str | Path) -> bool:
+    config = Path(path) / "config.json"
+    return config.exists() and json.loads(config.read_text()).get("model_type") == "qwen3"

@@ -1,0 +1,119 @@
+"""The embedded backend's plain-torch Qwen3 and tokenizer reader against transformers' own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from scout.embedded import lm
+from scout.embedded.qwen3 import Qwen3, is_qwen3
+from scout.embedded.tokenizer import Tokenizer
+from scout.toy.tasks import Split, generate_split, worked_solution
+from scout.toy.world import build_model, build_tokenizer_files
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A toy Qwen3 (GQA: 2 query heads per key head, head_dim 32) with random weights, saved."""
+    root = tmp_path_factory.mktemp("qwen3")
+    build_tokenizer_files(root / "tok")
+    arch = {"hidden_size": 64, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate_size": 96}
+    model, tok = build_model(arch, root / "tok", seed=3)
+    with torch.no_grad():  # norms away from 1, so a wrong norm would show
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    return root / "model"
+
+
+def test_logits_equal_transformers_on_the_same_checkpoint(saved):
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(str(saved), dtype=torch.float32).eval()
+    ours = Qwen3.from_pretrained(saved).eval()
+    assert is_qwen3(saved) and json.loads((saved / "config.json").read_text())["head_dim"] == 32
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, len(Tokenizer(saved)), (3, 17), generator=g)
+    att = torch.ones_like(ids)
+    att[1, 12:] = 0  # right padding
+    att[2, 5:] = 0
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=att).logits
+        got = lm.score(ours, ids, att)
+    valid = att.bool()
+    assert torch.allclose(got[valid], want[valid], atol=1e-5)
+
+
+def test_incremental_decoding_matches_a_full_forward(saved):
+    """Left-padded prompts decoded step by step with the KV cache give the logits a full forward
+    of each unpadded sequence gives."""
+    model = Qwen3.from_pretrained(saved).eval()
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    steps = [[20, 21, 22], [23, 24, 25], [26, 27, 28]]
+    dec = lm.Decoder(model, prompts, pad_id=0, max_new=3)
+    seen = [dec.logits.clone()]
+    for j in range(2):
+        seen.append(dec.step(torch.tensor([s[j] for s in steps])).clone())
+    for i, (p, s) in enumerate(zip(prompts, steps, strict=True)):
+        seq = torch.tensor([p + s[:2]])
+        with torch.no_grad():
+            full = lm.score(model, seq, torch.ones_like(seq))[0]
+        for j in range(3):
+            assert torch.allclose(seen[j][i], full[len(p) - 1 + j], atol=1e-5)
+
+
+def test_transformers_loads_what_we_save_after_training(saved, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = Qwen3.from_pretrained(saved)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+    model.save_pretrained(tmp_path / "m")
+    ref = AutoModelForCausalLM.from_pretrained(str(tmp_path / "m"), dtype=torch.float32)
+    assert torch.equal(ref.model.layers[0].mlp.up_proj.weight, model.model.layers[0].mlp.up_proj.weight)
+    assert ref.lm_head.weight.data_ptr() == ref.model.embed_tokens.weight.data_ptr()  # still tied
+
+
+def test_tokenizer_reader_agrees_with_autotokenizer(saved):
+    from transformers import AutoTokenizer
+
+    ref, ours = AutoTokenizer.from_pretrained(str(saved)), Tokenizer(saved)
+    assert (ours.eos_token_id, ours.pad_token_id, ours.bos_token_id, len(ours)) == (
+        ref.eos_token_id, ref.pad_token_id, ref.bos_token_id, len(ref),
+    )  # fmt: skip
+    rng = __import__("random").Random(0)
+    texts = []
+    for domain in ("math", "code"):
+        for row in generate_split(Split("t", domain, 8, 1, 5), 0):
+            texts += [row["prompt"], worked_solution(row, rng, hasty=0.5)]
+    for text in texts:
+        ids = ours.encode(text)
+        assert ids == ref.encode(text, add_special_tokens=False)
+        assert ours.decode(ids) == ref.decode(ids) == text
+        msgs = [{"role": "user", "content": text}]
+        assert ours.apply_chat_template(msgs) == ref.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=True
+        )
+
+
+def test_chat_template_options_reach_the_template(tmp_path, saved):
+    """Template options (Qwen3's enable_thinking) are template variables, as in transformers."""
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "tok"
+    Tokenizer(saved).save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% if enable_thinking is defined and not enable_thinking %}"
+        "<think></think>{% endif %}{% endif %}"
+    )
+    ref, ours = AutoTokenizer.from_pretrained(str(folder)), Tokenizer(folder)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1"}]
+    for opts in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+        want = ref.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **opts)
+        assert ours.apply_chat_template(msgs, **opts) == want
+    assert ours.apply_chat_template(msgs, enable_thinking=False).endswith("<assistant><think></think>")
