@@ -13,6 +13,7 @@ mapping and filter) and the prompt template. A converter returns None for a row 
 
 from __future__ import annotations
 
+import ast
 import base64
 import io
 import json
@@ -21,6 +22,8 @@ import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from scout.grading.code import Unconvertible, calls_from_asserts
 
 
 class DataError(ValueError):
@@ -162,16 +165,47 @@ def lcb_v5(r: dict, i: int) -> dict:
     }
 
 
+def humaneval_plus_calls(test: str, entry: str) -> tuple[list[str], str]:
+    """evalplus's ``check(candidate)`` (base and plus inputs with their results, compared by its own
+    ``assertion``): the calls it makes, and its code without the final ``check(entry)``."""
+    tree = ast.parse(test)
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None:
+        raise Unconvertible("no check(candidate) function in the test")
+    inputs = None
+    for node in ast.walk(check):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["inputs"]:
+            try:
+                inputs = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise Unconvertible(f"its inputs are not literals ({exc})") from exc
+    if not isinstance(inputs, list) or not all(isinstance(args, list) for args in inputs):
+        raise Unconvertible("no literal list of argument lists `inputs` in check(candidate)")
+    calls = []
+    for args in inputs:
+        text = repr(args)
+        if ast.literal_eval(text) != args:  # nan, inf: not written back as literals
+            raise Unconvertible(f"input {text[:60]} does not round-trip as a literal")
+        calls.append(f"{entry}(*{text})")
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                                          and getattr(n.value.func, "id", None) == "check")]  # fmt: skip
+    return calls, ast.unparse(ast.Module(body=body, type_ignores=[]))
+
+
 def humaneval_plus(r: dict, i: int) -> dict:
+    # the values of every base and plus input are computed in the sandbox; evalplus's own check
+    # (expected results, float tolerance, find_zero's polynomial test) runs on them outside
+    calls, code = humaneval_plus_calls(r["test"], r["entry_point"])
     return {
         "id": r["task_id"],
         "domain": "code",
         "prompt": user(EVALPLUS_INSTRUCTION.format(prompt=r["prompt"].strip())),
         # the task's prompt first: its imports and helper functions; the answer's definition wins
         "tests": {
-            "type": "assert",
+            "type": "calls",
             "setup": r["prompt"],
-            "asserts": [r["test"], f"check({r['entry_point']})"],
+            "calls": calls,
+            "check": {"code": code, "replay": "check"},
             "extract": "sanitize",
             "timeout": 20,
         },
@@ -183,10 +217,10 @@ def mbpp(r: dict, i: int) -> dict:
         "id": f"mbpp-{r['task_id']}",
         "domain": "code",
         "prompt": user(MBPP_TEMPLATE.format(text=r["text"], tests="\n".join(r["test_list"]))),
+        # test_list's asserts become the calls of the function (sandbox) and the asserts over their
+        # values (outside): math.isclose, set(...) == ... and the like run as MBPP wrote them
         "tests": {
-            "type": "assert",
-            "setup": r["test_setup_code"],
-            "asserts": list(r["test_list"]),
+            **calls_from_asserts(list(r["test_list"]), r["test_setup_code"]),
             "extract": "sanitize",
             "timeout": 10,
         },
@@ -303,7 +337,14 @@ def check_row(row: dict) -> str | None:
     if not isinstance(t, dict):
         return "code row without 'tests'"
     if t.get("type") == "assert":
-        return None if isinstance(t.get("asserts"), list) and t["asserts"] else "assert tests without 'asserts'"
+        return "assert-style tests can be forged by the program under test; prepare the data again (it becomes 'calls')"
+    if t.get("type") == "calls":
+        calls, check = t.get("calls"), t.get("check")
+        if not isinstance(calls, list) or not calls or not all(isinstance(c, str) for c in calls):
+            return "calls tests need a non-empty list of 'calls' (expressions)"
+        if not isinstance(check, dict) or not (isinstance(check.get("asserts"), list) or "replay" in check):
+            return "calls tests need a 'check' with 'asserts' or a 'replay' function"
+        return None
     if t.get("type") in ("stdin", "functional"):
         cases = t.get("cases")
         if not isinstance(cases, list) or not cases or not all({"input", "output"} <= set(c) for c in cases):

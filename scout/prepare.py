@@ -10,6 +10,7 @@ Sources (config ``data.source``):
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from scout.catalogue import DataError, check_row, entry
+from scout.catalogue import DataError, Unconvertible, check_row, entry
 from scout.io import read_jsonl, write_jsonl
 
 
@@ -69,8 +70,14 @@ def fetch(spec: dict) -> list[dict]:
     return _read_files(spec, e.files) if e.files else _load_split(spec)
 
 
-def convert(name: str, source: list[dict]) -> tuple[list[dict], int, int]:
-    """Common-schema rows, plus how many rows the filter and the deduplication dropped."""
+def refused_path(out: str | Path) -> Path:
+    """The rows of a prepared file that could not be converted (beside it)."""
+    return Path(out).with_suffix(".refused.json")
+
+
+def convert(name: str, source: list[dict], refused: list | None = None) -> tuple[list[dict], int, int]:
+    """Common-schema rows, plus how many rows the filter and the deduplication dropped. Rows whose
+    tests cannot be converted to calls are appended to ``refused`` (id and reason)."""
     e = entry(name)
     if source:
         missing = [c for c in e.columns if all(c not in r for r in source[:100])]
@@ -81,6 +88,11 @@ def convert(name: str, source: list[dict]) -> tuple[list[dict], int, int]:
     for i, raw in enumerate(source):
         try:
             row = e.convert(raw, i)
+        except Unconvertible as exc:
+            if refused is None:
+                raise DataError(f"{name}: source row {i} cannot be graded by values: {exc}") from exc
+            refused.append({"row": i, "id": str(raw.get("task_id", raw.get("id", i))), "reason": str(exc)})
+            continue
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise DataError(f"{name}: source row {i} does not convert ({type(exc).__name__}: {exc})") from exc
         if row is None:
@@ -98,7 +110,7 @@ def convert(name: str, source: list[dict]) -> tuple[list[dict], int, int]:
     dup = next((i for i, n in Counter(r["id"] for r in rows).items() if n > 1), None)
     if dup is not None:
         raise DataError(f"{name}: duplicate row id {dup!r}")
-    return rows, filtered, len(source) - filtered - len(rows)
+    return rows, filtered, len(source) - filtered - len(rows) - len(refused or [])
 
 
 def prepare(spec: dict, out: str | Path, log=print) -> int:
@@ -106,15 +118,24 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
     t0 = time.perf_counter()
     log(f"{spec['name']}: fetching {spec['hub']} ({spec.get('source', 'hub')})")
     source = fetch(spec)
-    rows, filtered, dups = convert(spec["name"], source)
+    refused: list[dict] = []
+    rows, filtered, dups = convert(spec["name"], source, refused)
     log(f"{spec['name']}: {len(source)} source rows, {filtered} filtered out, {dups} duplicates dropped -> {len(rows)}")
-    if len(rows) != spec["rows"]:
+    for r in refused:
+        log(f"{spec['name']}: refused row {r['row']} ({r['id']}): its tests cannot be graded by values: {r['reason']}")
+    if len(rows) + len(refused) != spec["rows"]:
         raise DataError(
             f"{spec['name']}: {len(rows)} rows after filtering and deduplication, expected {spec['rows']} "
             f"({len(source)} source rows from {spec['hub']}, split {spec.get('split')}); a changed upstream "
             "dataset or a wrong source/config"
         )
     write_jsonl(out, rows)
+    side = refused_path(out)
+    if refused:
+        side.write_text(json.dumps(refused, indent=1))
+        log(f"{spec['name']}: {len(refused)} row(s) refused, listed in {side}")
+    elif side.exists():
+        side.unlink()
     log(f"{spec['name']}: wrote {out} in {time.perf_counter() - t0:.1f}s")
     return len(rows)
 
@@ -126,6 +147,9 @@ def load_rows(path: str | Path, expected: int | None = None, name: str | None = 
         problem = check_row(row)
         if problem:
             raise DataError(f"{path}: row {n}: {problem}")
+    side = refused_path(path)
+    if expected is not None and side.exists():  # refused at preparation: expected to be absent
+        expected -= len(json.loads(side.read_text()))
     if expected is not None and len(rows) != expected:
         raise DataError(f"{path}: {name or 'dataset'} has {len(rows)} rows, expected {expected}")
     return rows

@@ -3,8 +3,14 @@ the benchmark's tests on it in the sandbox. All tests must pass.
 
 Test kinds (the ``tests`` field of a code row; see the README):
 
-- ``assert``: ``setup``, the program, then ``asserts`` (toy world, MBPP, HumanEval+). A random
-  nonce printed after the asserts must come out, so exiting early with status 0 never passes.
+- ``calls``: the sandboxed program (``setup``, the candidate, a driver) only computes the values of
+  the ``calls`` the tests make and writes them out as plain data (``scout.grading.values``); the
+  benchmark's own checks then run on those values here, outside the sandbox, in a process that
+  never runs candidate code (toy world, MBPP, HumanEval+). Expected values never enter the
+  sandbox, and nothing the program prints, exits with or returns as an object decides the verdict.
+  ``check`` is either ``{"setup", "asserts"}`` (assert statements over ``_v[i]``, the value of
+  call i) or ``{"code", "replay"}`` (a test function, e.g. HumanEval+'s ``check(candidate)``,
+  called with a stand-in that hands back the computed values in order).
 - ``stdin``: ``cases`` of ``{input, output}``; the program runs once per case on its input and its
   output must match line by line (LiveCodeBench's rule: stripped lines equal, or equal as decimals
   token by token). Stops at the first failure.
@@ -14,22 +20,26 @@ Test kinds (the ``tests`` field of a code row; see the README):
   are compared outside the sandbox, so the program never sees an expected output.
 
 ``setup`` (optional for every kind) is prepended, e.g. LiveCodeBench's standard-library imports.
-``timeout`` is the per-case (or per-program for ``assert``) limit in seconds.
+``timeout`` is the per-case (or per-program for ``calls``) limit in seconds. Assert-style tests
+(``assert``) are converted to ``calls`` when data is prepared (:func:`calls_from_asserts`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
-import secrets
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from decimal import Decimal, InvalidOperation
 
+from scout.grading import values
 from scout.grading.sandbox import Limits, run_program
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python3?)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
@@ -99,10 +109,205 @@ def extract(response: str, how: str = "fenced") -> str:
     return EXTRACTORS[how](response)
 
 
-def assert_program(code: str, tests: dict, nonce: str) -> str:
-    """Setup, the candidate code, the asserts, then a secret the program cannot know in advance:
-    exiting early with status 0 never counts as passing."""
-    return "\n".join([tests.get("setup", ""), code, "", *tests["asserts"], f"print({nonce!r})", ""])
+class Unconvertible(ValueError):
+    """Assert-style tests that cannot become calls and checks (the reason says why)."""
+
+
+def _entry_calls(tree: ast.AST, entry: str) -> list[ast.Call]:
+    """Outermost calls of ``entry`` in an assert, in source order."""
+    found: list[ast.Call] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry:
+            found.append(node)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def entry_point(asserts: list[str], setup: str = "") -> str:
+    """The function the asserts test: the one name they call that neither Python's builtins nor the
+    setup code define."""
+    import builtins
+
+    defined = set(dir(builtins))
+    for node in ast.walk(ast.parse(setup or "")):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+    names = []
+    for text in asserts:
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in defined:
+                names.append(node.func.id)
+    distinct = list(dict.fromkeys(names))
+    if len(distinct) != 1:
+        raise Unconvertible(f"the asserts call {distinct or 'no function'}; expected exactly one function under test")
+    return distinct[0]
+
+
+class _ValueSlots(ast.NodeTransformer):
+    """Replaces the given call nodes by ``_v[i]``."""
+
+    def __init__(self, slots: dict[int, int]):
+        self.slots = slots
+
+    def visit_Call(self, node):  # noqa: N802 - ast's naming
+        if id(node) in self.slots:
+            return ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(self.slots[id(node)]), ast.Load())
+        return self.generic_visit(node)
+
+
+def calls_from_asserts(asserts: list[str], setup: str = "", entry: str | None = None) -> dict:
+    """Assert statements -> the calls of the function under test (computed in the sandbox) and the
+    same asserts over their values (run outside): ``assert f(2) == 5`` becomes the call ``f(2)``
+    and the check ``assert _v[0] == 5``."""
+    try:
+        entry = entry or entry_point(asserts, setup)
+        calls, checks = [], []
+        for text in asserts:
+            tree = ast.parse(text)
+            if not tree.body or not all(isinstance(stmt, ast.Assert) for stmt in tree.body):
+                raise Unconvertible(f"not an assert statement: {text[:80]!r}")
+            found = _entry_calls(tree, entry)
+            if not found:
+                raise Unconvertible(f"{text[:80]!r} does not call {entry}")
+            slots = _ValueSlots({id(node): len(calls) + i for i, node in enumerate(found)})
+            calls += [ast.unparse(node) for node in found]
+            checks.append(ast.unparse(ast.fix_missing_locations(slots.visit(tree))))
+    except SyntaxError as exc:
+        raise Unconvertible(f"an assert does not parse: {exc.msg}") from exc
+    return {
+        "type": "calls",
+        "setup": setup,
+        "calls": calls,
+        "check": {"setup": _check_setup(checks, setup), "asserts": checks},
+    }
+
+
+def _check_setup(checks: list[str], setup: str) -> str:
+    """The checks run outside, without the candidate's globals: standard-library modules they use
+    (``math.isclose``; MBPP leaves the import to the answer) are imported for them. A check that
+    needs any other name from the answer cannot run outside."""
+    import builtins
+
+    known = set(dir(builtins)) | {"_v"}
+    for node in ast.walk(ast.parse(setup or "")):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            known.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            known |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            known.add(node.id)
+    imports = []
+    for check in checks:
+        tree = ast.parse(check)
+        local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in known | local:
+                if node.id not in sys.stdlib_module_names:
+                    raise Unconvertible(f"the check {check[:60]!r} uses {node.id!r}, which only the answer defines")
+                imports.append(node.id)
+                known.add(node.id)
+    return "\n".join([*(f"import {m}" for m in imports), setup or ""]).strip()
+
+
+_CALLS_DRIVER = """
+
+{encoder}
+
+def _scout_run_calls():
+    import json, sys
+    out = []
+    for expr in {calls!r}:
+        try:
+            value = eval(expr, globals())
+        except BaseException as exc:
+            out.append(["raised", type(exc).__name__])
+            continue
+        data = _scout_encode(value)
+        out.append(["value", data] if data is not None else ["opaque", type(value).__name__])
+    sys.stdout.write("\\n" + {mark!r} + json.dumps(out) + "\\n")
+    sys.stdout.flush()
+
+
+_scout_run_calls()
+"""
+
+
+def calls_program(code: str, tests: dict) -> str:
+    """Setup, the candidate, then a driver that evaluates each call and writes the values out."""
+    encoder = values.encoder_source().replace("encode(", "_scout_encode(")
+    driver = _CALLS_DRIVER.format(encoder=encoder, calls=list(tests["calls"]), mark=RESULT_MARK)
+    return "\n".join([tests.get("setup", ""), code, driver])
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(source: str):
+    return compile(source, "<benchmark check>", "exec")
+
+
+class _Deadline:
+    """SIGALRM deadline for the trusted check (graders run checks in their main thread)."""
+
+    def __init__(self, seconds: int):
+        self.seconds = seconds
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, self._fire)
+            signal.alarm(self.seconds)
+
+    @staticmethod
+    def _fire(*_):
+        raise TimeoutError("benchmark check deadline")
+
+    def __exit__(self, *exc):
+        if threading.current_thread() is threading.main_thread():
+            signal.alarm(0)
+
+
+def check_values(tests: dict, results: list | None, seconds: int = 30) -> bool:
+    """The verdict: every call returned a plain value, and the benchmark's checks pass on them.
+    Runs here, outside the sandbox; ``results`` is the program's data, trusted for nothing."""
+    if not isinstance(results, list) or len(results) != len(tests["calls"]):
+        return False
+    got = []
+    for item in results:
+        if not (isinstance(item, list) and len(item) == 2 and item[0] == "value"):
+            return False  # a call raised, or returned something that is not a plain value
+        try:
+            got.append(values.decode(item[1]))
+        except values.Malformed:
+            return False
+    check = tests["check"]
+    try:
+        with _Deadline(seconds):
+            if "replay" in check:
+                ns: dict = {}
+                exec(_compiled(check["code"]), ns)
+                served = iter(got)
+                count = [0]
+
+                def candidate(*args, **kwargs):
+                    count[0] += 1
+                    return next(served)
+
+                ns[check["replay"]](candidate)
+                return count[0] == len(got)
+            ns = {"_v": got}
+            exec(_compiled(check.get("setup", "")), ns)
+            for statement in check["asserts"]:
+                exec(_compiled(statement), ns)
+    except Exception:  # noqa: BLE001 - a failed assertion, or a check that cannot run on these values
+        return False
+    return True
 
 
 def stdin_output_matches(got: str, expected: str) -> bool:
@@ -171,10 +376,10 @@ def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
     if not code.strip():
         return False
     seconds = float(tests.get("timeout", limits.wall_seconds))
-    if kind == "assert":
-        nonce = "tests-passed-" + secrets.token_hex(8)
-        out = run_program(assert_program(code, tests, nonce), limits=_case_limits(limits, seconds))
-        return out.ok and out.stdout.rstrip().endswith(nonce)
+    if kind == "calls":
+        room = max(limits.output_bytes, 1 << 22)  # values of every call, however large
+        out = run_program(calls_program(code, tests), limits=replace(_case_limits(limits, seconds), output_bytes=room))
+        return check_values(tests, values.results_line(RESULT_MARK, out.stdout))
     if kind == "stdin":
         program = "\n".join([tests.get("setup", ""), code])
         for case in tests["cases"]:
@@ -198,7 +403,7 @@ def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
             return all(json.loads(r) == json.loads(c["output"]) for r, c in zip(results, cases, strict=False))
         except ValueError:
             return False
-    raise ValueError(f"unsupported test type {kind!r}; expected assert, stdin or functional")
+    raise ValueError(f"unsupported test type {kind!r}; expected calls, stdin or functional")
 
 
 class CodeGrader:

@@ -117,7 +117,9 @@ def _supervise(child: int) -> None:
         os._exit(125)
 
 
-HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home")
+HIDE_ENV = "SCOUT_SANDBOX_HIDE"  # more folders to hide (os.pathsep-separated), e.g. a results folder
+SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys")
 
 
 def _under(path: str, folder: str) -> bool:
@@ -126,17 +128,22 @@ def _under(path: str, folder: str) -> bool:
 
 @cache
 def _hidden_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Shared scratch places (and the sockets in them) the program should not see, each replaced
-    by an empty tmpfs; and the folders inside them the interpreter needs (a venv under /tmp), which
-    are bound back in place. Facts of the host, worked out once per process, not per program."""
+    """Places the program should not see, each replaced by an empty tmpfs: shared scratch places
+    (and the sockets in them), home folders, the grader's working directory (where the results
+    and the benchmarks' expected values live) and any folder named in $SCOUT_SANDBOX_HIDE; and the
+    folders inside them the interpreter needs (a venv), which are bound back in place. Facts of
+    the host, worked out once per process, not per program."""
     python = sandbox_python()
     needed = [os.path.dirname(os.path.realpath(python))]
     if python == sys.executable:
         needed += [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)]
+    extra = [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
     hidden = []
-    for d in (*HIDDEN, os.path.realpath(tempfile.gettempdir())):
-        if os.path.isdir(d) and not os.path.islink(d) and d not in hidden:
-            hidden.append(d)
+    for d in (*HIDDEN, tempfile.gettempdir(), os.getcwd(), os.path.expanduser("~"), *extra):
+        d = os.path.realpath(d)
+        system = d == "/" or any(_under(s, d) for s in SYSTEM)  # never an ancestor of /usr, /etc, ...
+        if os.path.isdir(d) and not system and not any(_under(d, h) for h in hidden):
+            hidden = [h for h in hidden if not _under(h, d)] + [d]
     keep = tuple(sorted({n for n in needed if any(_under(n, d) and n != d for d in hidden)}))
     return tuple(d for d in hidden if not any(_under(d, n) for n in needed)), keep
 

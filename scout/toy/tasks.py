@@ -1,21 +1,27 @@
 """Synthetic verifiable tasks of the toy world, generated deterministically from a seed.
 
 Toy math: chains of single-digit additions and subtractions, solved one step per paragraph and
-ending in a boxed answer. A small share of worked solutions makes a slip and corrects it with a
-reflection word ("Wait, ..."), so the tiny models learn to emit the tokens Relay-OPD watches for.
+ending in a boxed answer. A small share of worked steps goes wrong the ways small models go wrong
+(a wrong result, a miscopied operand, a miscarried running value) and is corrected at once with a
+reflection word ("Wait, ..."): the tiny models learn to emit the tokens Relay-OPD watches for, and
+a teacher has seen recoveries that RL on student prefixes (SCOUT) can build on.
 
 Toy code: write ``f(x)`` applying a described chain of arithmetic operations; graded by running
 asserts in the sandbox, exactly as the real code benchmarks are.
 
 Rows follow the common dataset schema used for real benchmarks too:
 ``{"id", "domain", "prompt", "answer"}`` for math and ``{"id", "domain", "prompt", "tests"}`` for
-code, where ``tests = {"type": "assert", "setup": str, "asserts": [str]}``.
+code, where ``tests`` are calls of ``f`` (computed in the sandbox) and asserts over their values
+(checked outside), as MBPP's asserts become when prepared.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
+
+from scout.grading.code import calls_from_asserts
 
 SLIP_RATE = 0.15
 
@@ -46,13 +52,31 @@ def _math_problem(rng: random.Random, n_ops: int) -> tuple[str, list[tuple[int, 
     return expr, steps
 
 
-def math_solution(steps: list[tuple[int, str, int, int]], rng: random.Random | None = None) -> str:
-    """Worked solution: one step per paragraph, optional slip-and-correct, boxed answer."""
+def _slip(a: int, op: str, b: int, c: int, rng: random.Random) -> str:
+    """A wrong version of the step ``a op b = c``: a wrong result, or a miscopied operand or
+    running value worked through correctly."""
+    kind = rng.choice(("result", "operand", "carry"))
+    delta = rng.choice([-2, -1, 1, 2])
+    if kind == "operand" and 1 <= b + delta <= 9 and (op == "+" or a >= b + delta):
+        b2 = b + delta
+        return f"{a}{op}{b2}={a + b2 if op == '+' else a - b2}"
+    if kind == "carry" and a + delta >= 0 and (op == "+" or a + delta >= b):
+        a2 = a + delta
+        return f"{a2}{op}{b}={a2 + b if op == '+' else a2 - b}"
+    return f"{a}{op}{b}={c + delta}"
+
+
+def math_solution(steps: list[tuple[int, str, int, int]], rng: random.Random, hasty: float = 0.0) -> str:
+    """Worked solution: one paragraph per step, slips corrected at once, boxed answer. With
+    probability ``hasty`` the solution stops writing steps part-way and states the answer
+    (the rest done in the head: right in the data, out of reach for a small model that imitates it)."""
+    stop = len(steps)
+    if len(steps) > 1 and rng.random() < hasty:
+        stop = rng.randint(1, len(steps) - 1)
     paras = []
-    for a, op, b, c in steps:
-        if rng is not None and rng.random() < SLIP_RATE:
-            wrong = c + rng.choice([-2, -1, 1, 2])
-            paras.append(f"{a}{op}{b}={wrong}")
+    for a, op, b, c in steps[:stop]:
+        if rng.random() < SLIP_RATE:
+            paras.append(_slip(a, op, b, c, rng))
             paras.append(f"Wait, {a}{op}{b}={c}")
         else:
             paras.append(f"{a}{op}{b}={c}")
@@ -60,41 +84,90 @@ def math_solution(steps: list[tuple[int, str, int, int]], rng: random.Random | N
     return "\n\n".join(paras)
 
 
-def math_row(rng: random.Random, n_ops: int, idx: str, with_solution: bool) -> dict:
+_MATH_PROMPT = re.compile(r"Compute (\d+)((?:[+-]\d)+)\.")
+
+
+def _math_steps(prompt: str) -> list[tuple[int, str, int, int]]:
+    m = _MATH_PROMPT.fullmatch(prompt)
+    if m is None:
+        raise ValueError(f"not a toy math prompt: {prompt!r}")
+    value, steps = int(m.group(1)), []
+    for op, b in re.findall(r"([+-])(\d)", m.group(2)):
+        new = value + int(b) if op == "+" else value - int(b)
+        steps.append((value, op, int(b), new))
+        value = new
+    return steps
+
+
+def math_row(rng: random.Random, n_ops: int, idx: str) -> dict:
     expr, steps = _math_problem(rng, n_ops)
-    row = {"id": idx, "domain": "math", "prompt": f"Compute {expr}.", "answer": str(steps[-1][3])}
-    if with_solution:
-        row["solution"] = math_solution(steps, rng)
-    return row
+    return {"id": idx, "domain": "math", "prompt": f"Compute {expr}.", "answer": str(steps[-1][3])}
 
 
 _CODE_OPS = [("add", "+"), ("subtract", "-"), ("multiply by", "*")]
+_CODE_SYMBOL = dict(_CODE_OPS)
 
 
-def code_row(rng: random.Random, n_ops: int, idx: str, with_solution: bool) -> dict:
+def _apply(ops: list[tuple[str, int]], x: int) -> int:
+    for sym, k in ops:
+        x = x + k if sym == "+" else x - k if sym == "-" else x * k
+    return x
+
+
+def code_row(rng: random.Random, n_ops: int, idx: str) -> dict:
     ops = []
     for _ in range(n_ops):
         word, sym = rng.choice(_CODE_OPS)
-        k = rng.randint(2, 5) if sym == "*" else rng.randint(1, 19)
+        k = rng.randint(2, 9) if sym == "*" else rng.randint(1, 19)
         ops.append((word, sym, k))
     desc = ", then ".join(f"{w} {k}" for w, _, k in ops)
-
-    def f(x: int) -> int:
-        for _, sym, k in ops:
-            x = x + k if sym == "+" else x - k if sym == "-" else x * k
-        return x
-
-    asserts = [f"assert f({x}) == {f(x)}" for x in (0, 1, 2, 5, 7)]
-    row = {
+    sym_ops = [(sym, k) for _, sym, k in ops]
+    asserts = [f"assert f({x}) == {_apply(sym_ops, x)}" for x in (0, 1, 2, 5, 7)]
+    return {
         "id": idx,
         "domain": "code",
         "prompt": f"Write f(x): {desc}.",
-        "tests": {"type": "assert", "setup": "", "asserts": asserts},
+        "tests": calls_from_asserts(asserts, entry="f"),
     }
-    if with_solution:
-        body = "\n".join(f"    x = x {sym} {k}" for _, sym, k in ops)
-        row["solution"] = f"```python\ndef f(x):\n{body}\n    return x\n```"
-    return row
+
+
+def _code_ops(prompt: str) -> list[tuple[str, int]]:
+    if not (prompt.startswith("Write f(x): ") and prompt.endswith(".")):
+        raise ValueError(f"not a toy code prompt: {prompt!r}")
+    ops = []
+    for part in prompt[len("Write f(x): ") : -1].split(", then "):
+        word, _, k = part.rpartition(" ")
+        if word not in _CODE_SYMBOL or not k.isdigit():
+            raise ValueError(f"not a toy code prompt: {prompt!r}")
+        ops.append((_CODE_SYMBOL[word], int(k)))
+    return ops
+
+
+def code_solution(ops: list[tuple[str, int]], rng: random.Random, hasty: float = 0.0) -> str:
+    """One line per operation, or with probability ``hasty`` a run of additions and
+    subtractions folded into one net constant (``x = x + 8`` for add 3, then add 5)."""
+    lines, i = [], 0
+    while i < len(ops):
+        j = i + 1
+        if ops[i][0] != "*" and rng.random() < hasty:
+            while j < len(ops) and ops[j][0] != "*":
+                j += 1
+        if j - i == 1:
+            sym, k = ops[i]
+        else:
+            net = sum(k if sym == "+" else -k for sym, k in ops[i:j])
+            sym, k = ("+", net) if net >= 0 else ("-", -net)
+        lines.append(f"    x = x {sym} {k}")
+        i = j
+    body = "\n".join(lines)
+    return f"```python\ndef f(x):\n{body}\n    return x\n```"
+
+
+def worked_solution(row: dict, rng: random.Random, hasty: float = 0.0) -> str:
+    """The worked solution a tiny model is pretrained on, in a style set by ``hasty``."""
+    if row["domain"] == "math":
+        return math_solution(_math_steps(row["prompt"]), rng, hasty)
+    return code_solution(_code_ops(row["prompt"]), rng, hasty)
 
 
 def generate_split(split: Split, seed: int, exclude: set[str] | None = None) -> list[dict]:
@@ -110,7 +183,7 @@ def generate_split(split: Split, seed: int, exclude: set[str] | None = None) -> 
         if attempts > 200 * split.rows:
             raise ValueError(f"toy split {split.name}: cannot draw {split.rows} distinct prompts")
         n_ops = rng.randint(split.min_ops, split.max_ops)
-        row = make(rng, n_ops, f"{split.name}-{len(rows)}", with_solution=split.name.endswith("train"))
+        row = make(rng, n_ops, f"{split.name}-{len(rows)}")
         if row["prompt"] in seen:
             continue
         seen.add(row["prompt"])
@@ -124,6 +197,6 @@ def sample_corpus_texts(seed: int = 0, n: int = 400) -> list[str]:
     texts = []
     for i in range(n):
         for make in (math_row, code_row):
-            row = make(rng, 1 + i % 5, "v", with_solution=True)
-            texts += [row["prompt"], row["solution"]]
+            row = make(rng, 1 + i % 5, "v")
+            texts += [row["prompt"], worked_solution(row, rng, hasty=0.5)]
     return texts
