@@ -98,6 +98,9 @@ def _reference_errors(config: dict) -> list[str]:
                     f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
                 )
     errs += _resource_errors(config, variants)
+    errs += _silent_no_ops(config)
+    if not errs:  # the per-cell checks resolve every cell, which needs valid references
+        errs += _step_no_ops(config)
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")
@@ -116,6 +119,87 @@ def _reference_errors(config: dict) -> list[str]:
         source = config.get("data", {})
         if source.get("source") == "mirror" and not source.get("mirror"):
             errs.append("data.mirror: required when data.source is 'mirror' (the folder of repository snapshots)")
+    return errs
+
+
+def _silent_no_ops(config: dict) -> list[str]:
+    """Values the schema accepts but that would quietly turn a method into another one or switch a
+    part of it off: refused here, with the key, before any job runs."""
+    errs = []
+    tr, methods = config["training"], config["methods"]
+    if tr["grpo"]["n"] < 2:
+        errs.append(
+            f"training.grpo.n: {tr['grpo']['n']} sample per prompt makes every GRPO advantage 0 "
+            "(a group of one has no spread); use 2 or more"
+        )
+    resp = tr["max_response_length"]
+    if methods["esr"]["max_tokens"] >= resp:
+        errs.append(
+            f"methods.esr.max_tokens: {methods['esr']['max_tokens']} is not below training.max_response_length "
+            f"{resp}, so ESR would be OPD"
+        )
+    budget = methods["prune_opd"]["budget"]
+    if budget["min"] > budget["max"]:
+        errs.append(f"methods.prune_opd.budget: min {budget['min']} is above max {budget['max']}")
+    elif not budget["min"] <= budget["initial"] <= budget["max"]:
+        errs.append(
+            f"methods.prune_opd.budget.initial: {budget['initial']} is outside [min, max] = "
+            f"[{budget['min']}, {budget['max']}]"
+        )
+    if budget["max"] > resp:
+        errs.append(
+            f"methods.prune_opd.budget.max: {budget['max']} exceeds training.max_response_length {resp}; "
+            "the budget could never use it"
+        )
+    lo, hi = methods["scout"]["prefix_ratio"]
+    if lo > hi:
+        errs.append(
+            f"methods.scout.prefix_ratio: [{lo}, {hi}] shrinks; the curriculum grows from short to long prefixes"
+        )
+    if methods["optr"]["threshold"] == 0:
+        errs.append("methods.optr.threshold: 0 trusts every token, so OPTR would be OPD")
+    for exp, e in config["experiments"].items():
+        for i, m in enumerate(e["methods"]):
+            if not isinstance(m, dict) or m["method"] not in METHODS:
+                continue
+            where = f"experiments.{exp}.methods[{i}]"
+            if m["name"] in METHODS and m["name"] != m["method"]:
+                errs.append(
+                    f"{where}.name: {m['name']!r} is the id of another method; this variant is {m['method']!r} "
+                    "(tables and tests would mistake one for the other)"
+                )
+            if "teacher_lr" in m and not METHODS[m["method"]].trains_teacher:
+                errs.append(f"{where}.teacher_lr: method {m['method']!r} has no teacher updates")
+    return errs
+
+
+def _step_no_ops(config: dict) -> list[str]:
+    """Per cell: a teacher update interval or an evaluation interval the run never reaches."""
+    from scout import grid
+
+    errs, seen = [], set()
+    try:
+        cells = grid.cells(config)
+    except ConfigError as exc:
+        return [str(exc)]
+    for cell in cells:
+        spec = grid.cell_spec(config, cell)
+        total, over = spec["total_steps"], dict(cell.overrides)
+        key = (cell.variant, cell.setting)
+        if key in seen:
+            continue
+        seen.add(key)
+        sc = spec["method_cfg"].get("scout")
+        if sc and sc["interval"] > total:
+            errs.append(
+                f"{cell.setting}/{cell.variant}: teacher update interval {sc['interval']} exceeds the run's "
+                f"{total} steps, so the teacher would never be updated"
+            )
+        if over.get("eval_every") and over["eval_every"] >= total:
+            errs.append(
+                f"{cell.setting}/{cell.variant}: eval_every {over['eval_every']} is not below the run's "
+                f"{total} steps, so only the final checkpoint would be evaluated"
+            )
     return errs
 
 

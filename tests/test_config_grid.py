@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -46,6 +48,48 @@ def toy():
             lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "opd", "interval": 3}),
             "experiments.main.methods[6].interval: method 'opd' has no teacher updates",
         ),
+        # values the schema accepts that would silently switch a method off or into another one
+        (
+            lambda c: c["training"]["grpo"].update(n=1),
+            "training.grpo.n: 1 sample per prompt makes every GRPO advantage 0",
+        ),
+        (
+            lambda c: c["methods"]["esr"].update(max_tokens=16384),
+            "methods.esr.max_tokens: 16384 is not below training.max_response_length 16384, so ESR would be OPD",
+        ),
+        (
+            lambda c: c["methods"]["prune_opd"]["budget"].update(min=4096, max=2048),
+            "methods.prune_opd.budget: min 4096 is above max 2048",
+        ),
+        (
+            lambda c: c["methods"]["prune_opd"]["budget"].update(initial=512),
+            "methods.prune_opd.budget.initial: 512 is outside [min, max] = [1024, 12288]",
+        ),
+        (
+            lambda c: c["methods"]["prune_opd"]["budget"].update(max=20000),
+            "methods.prune_opd.budget.max: 20000 exceeds training.max_response_length 16384",
+        ),
+        (
+            lambda c: c["experiments"]["interval"]["methods"].append({"name": "opd", "method": "scout", "interval": 3}),
+            "experiments.interval.methods[4].name: 'opd' is the id of another method; this variant is 'scout'",
+        ),
+        (
+            lambda c: c["experiments"]["main"]["methods"].append(
+                {"name": "opd-lr", "method": "opd", "teacher_lr": 1e-6}
+            ),
+            "experiments.main.methods[6].teacher_lr: method 'opd' has no teacher updates",
+        ),
+        (
+            lambda c: c["experiments"]["interval"]["methods"].append(
+                {"name": "scout-f999", "method": "scout", "interval": 999}
+            ),
+            "q8b-q1.7b-math/scout-f999: teacher update interval 999 exceeds the run's",
+        ),
+        (
+            lambda c: c["methods"]["scout"].update(prefix_ratio=[0.9, 0.1]),
+            "methods.scout.prefix_ratio: [0.9, 0.1] shrinks",
+        ),
+        (lambda c: c["methods"]["optr"].update(threshold=0), "methods.optr.threshold: 0 trusts every token"),
     ],
 )
 def test_bad_config_names_key_and_expectation(paper, mutate, expected):
@@ -169,3 +213,14 @@ def test_the_toy_world_on_verl_needs_gpus_and_the_smoke_overlay_gives_them():
         C.validate(cfg)
     overlay = yaml.safe_load((REPO / "config" / "verl-smoke.yaml").read_text())
     C.validate({**toy_config(), **overlay})
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "paper.yaml"])
+def test_snakemake_lint_is_clean(tmp_path, configfile):
+    """Snakemake's own conventions: a software environment per rule, output folders derived from
+    the outputs (so --sdm conda and runs without a shared file system work)."""
+    cmd = [sys.executable, "-m", "snakemake", "--lint", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(REPO / "config" / configfile)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    assert "Lints for" not in text and "good condition" in text, text[-3000:]
