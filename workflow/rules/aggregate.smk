@@ -7,8 +7,10 @@ rule aggregate:
     output:
         summary_files(),
     params:
-        out=f"{RES}/summary",
+        out=folder_of(),
     log:
         f"{RES}/logs/aggregate.log",
+    conda:
+        CPU_ENV
     shell:
         "scout aggregate --out {params.out} {input} > {log} 2>&1"

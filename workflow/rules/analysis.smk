@@ -1,5 +1,5 @@
-# Analysis: probes of the initial and the SCOUT-trained teacher on the final SCOUT students'
-# responses (continuation accuracy by prefix ratio; entropy on own vs student responses).
+# Analysis: probes of the initial and the SCOUT-trained teacher on student and own responses
+# (continuation accuracy by prefix ratio; entropy on own vs student responses).
 
 
 rule analysis:
@@ -8,13 +8,18 @@ rule analysis:
     output:
         f"{RES}/analysis/{{setting}}/continuation.csv",
         f"{RES}/analysis/{{setting}}/entropy.csv",
+        f"{RES}/analysis/{{setting}}/entropy_responses.csv",
     params:
         spec=lambda wc: as_json(grid.analysis_spec(config, wc.setting)),
-        out=f"{RES}/analysis/{{setting}}",
+        out=folder_of(),
     log:
         f"{RES}/logs/analysis/{{setting}}.log",
+    benchmark:
+        f"{RES}/benchmarks/analysis/{{setting}}.tsv"
     threads: cluster_threads("analysis")
     resources:
         **cluster_resources("analysis"),
+    conda:
+        EVAL_ENV
     shell:
         "scout analyze --spec {params.spec:q} --out {params.out} > {log} 2>&1"

@@ -1,6 +1,7 @@
 # Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
 import json
 import re
+from pathlib import Path
 
 from scout import config as scout_config
 from scout import grid
@@ -29,6 +30,25 @@ wildcard_constraints:
     ckpt=r"final|step\d+",
     model=_alternatives(config["models"]),
     dataset=r"[A-Za-z0-9_.-]+",
+
+
+# -- software environments (snakemake --sdm conda) and output folders ----------------------------
+
+# Paths are relative to the rule files (workflow/rules/). GPU rules get the gpu extra (verl, vLLM).
+CPU_ENV = "../../envs/scout.yaml"
+GPU_ENV = "../../envs/gpu.yaml"
+TRAIN_ENV = GPU_ENV if config["backend"] == "verl" else CPU_ENV
+EVAL_ENV = GPU_ENV if config["evaluation"].get("engine") == "vllm" else CPU_ENV
+
+
+def folder_of(index=0):
+    """A job's output folder, derived from one of its outputs (not spelled out a second time, so it
+    follows the outputs wherever Snakemake stages them)."""
+
+    def folder(wildcards, output):
+        return str(Path(output[index]).parent)
+
+    return folder
 
 
 # -- cluster resources (profiles/slurm) ----------------------------------------------------------
@@ -158,5 +178,7 @@ def analysis_files():
 
 
 def report_files():
+    """The PDF is an output only when it is required (report.pdf: true); with `auto` it is written
+    where TeX is installed and the manifest says why it is not elsewhere."""
     out = [f"{RES}/report/manifest.json"]
-    return out + ([f"{RES}/report/report.pdf"] if report_settings(config)["pdf"] else [])
+    return out + ([f"{RES}/report/report.pdf"] if report_settings(config)["pdf"] is True else [])

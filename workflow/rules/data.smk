@@ -13,5 +13,7 @@ if not TOY:
             spec=dataset_spec,
         log:
             f"{RES}/logs/data/{{dataset}}.log",
+        conda:
+            CPU_ENV
         shell:
             "scout prepare-data --spec {params.spec:q} --out {output} > {log} 2>&1"

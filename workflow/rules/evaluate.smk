@@ -10,12 +10,16 @@ if settings_of("math"):
             setting=_alternatives(settings_of("math")),
         params:
             spec=eval_spec,
-            out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
+            out=folder_of(),
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        benchmark:
+            f"{RES}/benchmarks/evaluate_math/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.tsv"
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
+        conda:
+            EVAL_ENV
         shell:
             "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -31,11 +35,15 @@ if settings_of("code"):
             setting=_alternatives(settings_of("code")),
         params:
             spec=eval_spec,
-            out=f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}",
+            out=folder_of(),
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
+        benchmark:
+            f"{RES}/benchmarks/evaluate_code/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.tsv"
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
+        conda:
+            EVAL_ENV
         shell:
             "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"

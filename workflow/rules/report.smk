@@ -16,6 +16,8 @@ rule report:
         out=f"{RES}/report",
     log:
         f"{RES}/logs/report.log",
+    conda:
+        CPU_ENV
     shell:
         "scout report --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -28,8 +30,10 @@ rule grid_report:
         report_files(),
     params:
         spec=as_json(config),
-        out=f"{RES}/report",
+        out=folder_of(),
     log:
         f"{RES}/logs/grid_report.log",
+    conda:
+        CPU_ENV
     shell:
         "scout report --spec {params.spec:q} --out {params.out} > {log} 2>&1"

@@ -6,12 +6,14 @@ if TOY:
             expand(f"{RES}/toy/data/{{name}}.jsonl", name=[*config["toy"]["splits"], *config["benchmarks"]]),
         params:
             spec=as_json({"toy": config["toy"], "benchmarks": config["benchmarks"]}),
-            out=f"{RES}/toy/data",
+            out=folder_of(),
         log:
             f"{RES}/logs/toy/data.log",
         threads: cluster_threads("toy")
         resources:
             **cluster_resources("toy"),
+        conda:
+            CPU_ENV
         shell:
             "scout toy-data --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -19,12 +21,14 @@ if TOY:
         output:
             f"{RES}/toy/tokenizer/tokenizer.json",
         params:
-            out=f"{RES}/toy/tokenizer",
+            out=folder_of(),
         log:
             f"{RES}/logs/toy/tokenizer.log",
         threads: cluster_threads("toy")
         resources:
             **cluster_resources("toy"),
+        conda:
+            CPU_ENV
         shell:
             "scout toy-tokenizer --out {params.out} > {log} 2>&1"
 
@@ -43,11 +47,15 @@ if TOY:
                     "seed": config["toy"]["seed"],
                 }
             ),
-            out=f"{RES}/toy/models/{{model}}",
+            out=folder_of(),
         log:
             f"{RES}/logs/toy/pretrain-{{model}}.log",
+        benchmark:
+            f"{RES}/benchmarks/toy_pretrain/{{model}}.tsv"
         threads: cluster_threads("toy")
         resources:
             **cluster_resources("toy"),
+        conda:
+            CPU_ENV
         shell:
             "scout toy-pretrain --spec {params.spec:q} --out {params.out} > {log} 2>&1"

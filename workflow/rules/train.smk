@@ -8,13 +8,17 @@ rule prepare_teacher:
         f"{RES}/teachers/{{model}}/train.json",
     params:
         spec=teacher_spec,
-        out=f"{RES}/teachers/{{model}}",
+        out=folder_of(),
         launch=launcher("prepare_teacher"),
     log:
         f"{RES}/logs/teachers/{{model}}.log",
+    benchmark:
+        f"{RES}/benchmarks/prepare_teacher/{{model}}.tsv"
     threads: cluster_threads("prepare_teacher")
     resources:
         **cluster_resources("prepare_teacher"),
+    conda:
+        TRAIN_ENV
     shell:
         "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
@@ -26,12 +30,16 @@ rule train:
         f"{RES}/train/{{setting}}/{{variant}}/s{{seed}}/train.json",
     params:
         spec=train_spec,
-        out=f"{RES}/train/{{setting}}/{{variant}}/s{{seed}}",
+        out=folder_of(),
         launch=launcher("train"),
     log:
         f"{RES}/logs/train/{{setting}}/{{variant}}/s{{seed}}.log",
+    benchmark:
+        f"{RES}/benchmarks/train/{{setting}}/{{variant}}/s{{seed}}.tsv"
     threads: cluster_threads("train")
     resources:
         **cluster_resources("train"),
+    conda:
+        TRAIN_ENV
     shell:
         "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
