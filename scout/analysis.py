@@ -1,9 +1,19 @@
-"""Teacher continuation from student prefixes: the paper's probe of the off-policy teacher.
+"""Teacher continuation from prefixes: the paper's probe of the off-policy teacher.
 
-For each student response, keep the first ``ratio`` of its tokens and let a teacher continue it;
-the continuation accuracy (graded like any answer) says how well the teacher recovers from
-student-generated contexts. The teacher's token entropy along student responses, against along its
-own, says how uncertain it is there. The report draws both (``scout.figures``).
+Keep the first ``ratio`` of a response's tokens and let a teacher continue it ``k`` times; the
+continuation accuracy (prefix + continuation graded like any answer) says how well the teacher
+recovers from that context. Responses come from the evaluation stage's generations (every repeat
+is one response), so nothing is sampled twice:
+
+- the initial teacher on the initial student's prefixes, and on its **own** prefixes at the same
+  ratios (the reference: the same teacher on contexts from its own distribution);
+- each SCOUT run's trained teacher on the same initial-student prefixes (the fixed-prefix
+  comparison: did SCOUT make the teacher better at continuing a student?);
+- the initial and the trained teacher on the final SCOUT student's prefixes (matched checkpoints).
+
+The teacher's token entropy along student responses against along its own says how uncertain it
+is there. Generation runs behind ``scout.generation``'s interface, so the same probes run on the
+embedded engine (toy world, CPU) and on vLLM.
 """
 
 from __future__ import annotations
@@ -11,99 +21,126 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from scout.algorithms import token_entropy
-from scout.embedded import lm
+from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
 
+CONTINUATION = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "accuracy", "n", "prefix_tokens",
+                "continuation_tokens"]  # fmt: skip
+ENTROPY = ["setting", "teacher", "seed", "context", "position", "entropy", "count"]
+ENTROPY_RESPONSES = ["setting", "teacher", "seed", "context", "response", "entropy"]
 
-@torch.no_grad()
+
+def split_point(length: int, ratio: float) -> int:
+    """Tokens kept of a response of ``length`` tokens at prefix ``ratio`` (as SCOUT cuts them)."""
+    return int(ratio * length)
+
+
+def responses(path: str | Path, rows_by_id: dict[str, dict]) -> list[tuple[dict, str]]:
+    """(row, response) for every sample of an evaluation's generations file."""
+    out = []
+    for g in read_jsonl(path):
+        if g["id"] not in rows_by_id:
+            raise ValueError(f"{path}: sample id {g['id']!r} is not a row of the benchmark")
+        out.append((rows_by_id[g["id"]], g["response"]))
+    return out
+
+
 def continuation_accuracy(
-    teacher_path: str,
-    rows: list[dict],
-    responses: list[str],
-    ratio: float,
-    k: int = 4,
-    max_new_tokens: int = 64,
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> float:
-    """Mean accuracy of ``k`` teacher continuations per (row, student response) prefix."""
-    device = lm.pick_device("auto")
-    tok = lm.load_tokenizer(teacher_path)
-    teacher = lm.load_model(teacher_path, device).eval()
-    prompts, prefixes, graded_rows = [], [], []
-    for row, resp in zip(rows, responses, strict=True):
-        ids = tok.encode(resp, add_special_tokens=False)
-        cut = ids[: int(ratio * len(ids))]
-        for _ in range(k):
-            prompts.append(lm.prompt_ids(tok, row["prompt"]) + cut)
+    engine, grader: Grader, pairs: list[tuple[dict, str]], ratios: list[float], k: int, sampling: dict, seed: int
+) -> list[dict]:
+    """Per ratio: accuracy of ``k`` continuations of every response's prefix, and mean lengths."""
+    tok = engine.tokenizer
+    out = []
+    for i, ratio in enumerate(ratios):
+        prompts, prefixes, graded = [], [], []
+        for row, text in pairs:
+            ids = tok.encode(text, add_special_tokens=False)
+            cut = ids[: split_point(len(ids), ratio)]
+            prompts.append(engine.render(row["prompt"]) + cut)
             prefixes.append(cut)
-            graded_rows.append(row)
-    g = torch.Generator().manual_seed(seed)
-    conts = lm.sample(teacher, prompts, lm.Sampling(max_new_tokens, temperature), tok.eos_token_id, tok.pad_token_id, g)
-    texts = [tok.decode([t for t in p + c if t != tok.eos_token_id]) for p, c in zip(prefixes, conts, strict=True)]
-    with Grader() as grader:
-        verdicts = grader.grade(texts, graded_rows)
-    return sum(verdicts) / max(1, len(verdicts))
+            graded.append(row)
+        conts = engine.complete(prompts, k, sampling, seed * 1009 + i)
+        texts = [tok.decode(p + list(c.token_ids)) for p, cs in zip(prefixes, conts, strict=True) for c in cs]
+        verdicts = grader.grade(texts, [r for r in graded for _ in range(k)])
+        out.append(
+            {
+                "prefix_ratio": ratio,
+                "accuracy": sum(verdicts) / max(1, len(verdicts)),
+                "n": len(verdicts),
+                "prefix_tokens": sum(map(len, prefixes)) / max(1, len(prefixes)),
+                "continuation_tokens": sum(len(c.token_ids) for cs in conts for c in cs) / max(1, len(verdicts)),
+            }
+        )
+    return out
 
 
-def entropy_by_position(logits: torch.Tensor, mask: torch.Tensor) -> list[float]:
-    """Mean next-token entropy at each response position [T] over the rows that reach it."""
-    ent = token_entropy(logits) * mask
-    counts = mask.sum(dim=0)
-    return [float(e / c) if c > 0 else float("nan") for e, c in zip(ent.sum(dim=0), counts, strict=True)]
+def entropy_along(engine, pairs: list[tuple[dict, str]], max_tokens: int) -> list[list[float]]:
+    """The engine's next-token entropy at every token of each response (first ``max_tokens``)."""
+    tok = engine.tokenizer
+    prompts = [engine.render(row["prompt"]) for row, _ in pairs]
+    resp = [tok.encode(text, add_special_tokens=False)[:max_tokens] for _, text in pairs]
+    return engine.entropies(prompts, resp)
 
 
-@torch.no_grad()
-def teacher_entropy(
-    teacher_path: str, rows: list[dict], responses: list[str], max_new_tokens: int = 64, seed: int = 0
-) -> dict[str, list[float]]:
-    """The teacher's entropy along its own sampled responses vs along the student's responses."""
-    device = lm.pick_device("auto")
-    tok = lm.load_tokenizer(teacher_path)
-    teacher = lm.load_model(teacher_path, device).eval()
-    prompts = [lm.prompt_ids(tok, r["prompt"]) for r in rows]
-    g = torch.Generator().manual_seed(seed)
-    own = lm.sample(teacher, prompts, lm.Sampling(max_new_tokens), tok.eos_token_id, tok.pad_token_id, g)
-    student = [tok.encode(r, add_special_tokens=False)[:max_new_tokens] for r in responses]
-    out = {}
-    for context, resp in (("own", own), ("student", student)):
-        logits, _, mask = lm.response_logits(teacher, prompts, resp, tok.pad_token_id)
-        out[context] = entropy_by_position(logits, mask)
+def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
+    """(position, mean entropy, responses reaching it) over curves of different lengths."""
+    out = []
+    for pos in range(max(map(len, curves), default=0)):
+        vals = [c[pos] for c in curves if len(c) > pos]
+        out.append((pos, sum(vals) / len(vals), len(vals)))
     return out
 
 
 def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
-    """Continuation accuracy and entropy of the initial and the SCOUT-trained teacher, from the
-    final SCOUT students' responses (repeat 0) on one benchmark; one CSV each."""
+    """Every probe of one setting; writes continuation.csv, entropy.csv and entropy_responses.csv."""
+    import torch
+
     torch.set_num_threads(spec.get("threads", 1))
     rows_by_id = {r["id"]: r for r in read_jsonl(spec["benchmark_path"])}
-    cont, ent = [], []
-    for run_ in spec["runs"]:
-        gens = [g for g in read_jsonl(run_["generations"]) if g["repeat"] == 0]
-        rows = [rows_by_id[g["id"]] for g in gens]
-        responses = [g["response"] for g in gens]
-        for teacher, path in (("initial", spec["teacher"]), ("scout", run_["teacher"])):
-            tok = lm.load_tokenizer(path)
-            lengths = [len(tok.encode(r, add_special_tokens=False)) for r in responses]
-            for ratio in spec["ratios"]:
-                acc = continuation_accuracy(
-                    path, rows, responses, ratio, spec["k"], spec["max_new_tokens"], seed=run_["seed"]
-                )
-                tokens = sum(int(ratio * n) for n in lengths) / max(1, len(lengths))
-                cont.append((spec["setting"], teacher, run_["seed"], ratio, acc, tokens))
-                log(f"seed {run_['seed']} {teacher} teacher, prefix {ratio:.0%}: continuation accuracy {acc:.3f}")
-            curves = teacher_entropy(path, rows, responses, spec["max_new_tokens"], seed=run_["seed"])
-            for context, curve in curves.items():
-                ent += [(spec["setting"], teacher, run_["seed"], context, i, e) for i, e in enumerate(curve)]
+    initial_student = responses(spec["student_generations"], rows_by_id)
+    own = responses(spec["teacher_generations"], rows_by_id)
+    sampling = {**spec["sampling"], "max_new_tokens": spec["max_new_tokens"]}
+    ratios, k, setting = spec["ratios"], spec["k"], spec["setting"]
+    cont, ent, ent_resp = [], [], []
+
+    def probe(engine, grader, teacher, seed, prefixes, pairs):
+        for point in continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed):
+            cont.append({"setting": setting, "teacher": teacher, "seed": seed, "prefixes": prefixes, **point})
+            log(f"{teacher} teacher (seed {seed}) on {prefixes} prefixes at {point['prefix_ratio']:.0%}: "
+                f"continuation accuracy {point['accuracy']:.3f} ({point['n']} continuations)")  # fmt: skip
+
+    def entropy(engine, teacher, seed, context, pairs):
+        curves = entropy_along(engine, pairs, spec["max_new_tokens"])
+        ent.extend({"setting": setting, "teacher": teacher, "seed": seed, "context": context, "position": p,
+                    "entropy": e, "count": n} for p, e, n in by_position(curves))  # fmt: skip
+        ent_resp.extend({"setting": setting, "teacher": teacher, "seed": seed, "context": context, "response": i,
+                         "entropy": sum(c) / len(c)} for i, c in enumerate(curves) if c)  # fmt: skip
+
+    with Grader() as grader:
+        engine = make_generator(spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"))
+        probe(engine, grader, "initial", 0, "initial-student", initial_student)
+        probe(engine, grader, "initial", 0, "own", own)
+        entropy(engine, "initial", 0, "own", own)
+        entropy(engine, "initial", 0, "student", initial_student)
+        finals = {r["seed"]: responses(r["generations"], rows_by_id) for r in spec["runs"]}
+        for seed, pairs in finals.items():
+            probe(engine, grader, "initial", seed, "final-student", pairs)
+        del engine
+        for r in spec["runs"]:
+            engine = make_generator(r["teacher"], spec.get("engine", "transformers"), spec.get("chat"))
+            probe(engine, grader, "scout", r["seed"], "initial-student", initial_student)
+            probe(engine, grader, "scout", r["seed"], "final-student", finals[r["seed"]])
+            # the trained teacher's own responses, sampled here with the evaluation's settings
+            gens = engine.generate([row["prompt"] for row in rows_by_id.values()], 1, sampling, seed=r["seed"])
+            own_trained = [(row, cs[0].text) for row, cs in zip(rows_by_id.values(), gens, strict=True)]
+            entropy(engine, "scout", r["seed"], "own", own_trained)
+            entropy(engine, "scout", r["seed"], "student", finals[r["seed"]])
+            del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cols = ["setting", "teacher", "seed"]
-    pd.DataFrame(cont, columns=[*cols, "prefix_ratio", "accuracy", "prefix_tokens"]).to_csv(
-        out / "continuation.csv", index=False
-    )
-    pd.DataFrame(ent, columns=[*cols, "context", "position", "entropy"]).to_csv(out / "entropy.csv", index=False)
+    pd.DataFrame(cont, columns=CONTINUATION).to_csv(out / "continuation.csv", index=False)
+    pd.DataFrame(ent, columns=ENTROPY).to_csv(out / "entropy.csv", index=False)
+    pd.DataFrame(ent_resp, columns=ENTROPY_RESPONSES).to_csv(out / "entropy_responses.csv", index=False)
     return len(cont), len(ent)

@@ -5,14 +5,18 @@ absent is skipped with a notice that says which file or records it needed.
 
 Analysis inputs (written by the analysis stage per setting, ``analysis/{setting}/``; one row per
 point, extra columns such as ``seed`` are averaged over):
-- ``continuation.csv``: setting, teacher (e.g. initial / trained), prefix_ratio, accuracy,
-  prefix_tokens -- teacher continuation accuracy from student prefixes;
+- ``continuation.csv``: setting, teacher (initial / scout), prefixes (initial-student /
+  final-student / own), prefix_ratio, accuracy, prefix_tokens -- teacher continuation accuracy;
 - ``entropy.csv``: setting, teacher, context (own / student), position, entropy -- the
   teacher's token entropy along its own responses vs along student prefixes.
+
+SCOUT's teacher phase is drawn from the training runs' own logs (``train/.../metrics.jsonl``):
+the teacher's continuation reward at every teacher update.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -24,7 +28,7 @@ import pandas as pd  # noqa: E402
 from scout import grid  # noqa: E402
 from scout.tables import AVG, Cache, interval_variants  # noqa: E402
 
-CONTINUATION_COLUMNS = ["setting", "teacher", "prefix_ratio", "accuracy", "prefix_tokens"]
+CONTINUATION_COLUMNS = ["setting", "teacher", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
 ENTROPY_COLUMNS = ["setting", "teacher", "context", "position", "entropy"]
 
 
@@ -123,35 +127,122 @@ def _read_analysis(paths: list[Path], columns: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _curve(ax, d: pd.DataFrame, label: str, colour: str, style: str = "-") -> None:
+    """Mean over seeds at each ratio, with a +-SD band when there are several seeds."""
+    per_seed = d.groupby(["seed", "prefix_ratio"])["accuracy"].mean().unstack("seed") * 100
+    if per_seed.empty:
+        return
+    mean = per_seed.mean(axis=1)
+    ax.plot(mean.index * 100, mean.values, marker="o", ms=4, ls=style, color=colour, label=label)
+    if per_seed.shape[1] > 1:
+        sd = per_seed.std(axis=1, ddof=1)
+        ax.fill_between(mean.index * 100, mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+
+
+def _continuation_axes(d: pd.DataFrame, prefixes: str):
+    fig, ax = plt.subplots(figsize=(4.6, 3.2))
+    bars = ax.twinx()
+    tokens = d[d.prefixes == prefixes].groupby("prefix_ratio")["prefix_tokens"].mean()
+    xs = tokens.index.to_numpy() * 100
+    width = 0.6 * (min(pd.Series(xs).diff().dropna(), default=25.0) or 25.0)
+    bars.bar(xs, tokens.values, width=width, color="#e3e3e3", zorder=0)
+    bars.set_ylabel("student prefix length (tokens)", color="#888888")
+    ax.set_zorder(bars.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.set_xticks(xs)
+    ax.set_xlabel("prefix (% of the response)")
+    ax.set_ylabel("teacher continuation accuracy (%)")
+    return fig, ax
+
+
 def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
-    """Teacher continuation accuracy vs student-prefix ratio, with the prefix length as bars."""
+    """Per setting: (1) the initial teacher on student prefixes and on its own, beside the SCOUT-
+    trained teacher on the same initial-student prefixes; (2) both teachers on the final SCOUT
+    student's prefixes (matched checkpoints)."""
     df = _read_analysis(paths, CONTINUATION_COLUMNS)
+    if "seed" not in df.columns:
+        df["seed"] = 0
     out = []
     for setting, d in df.groupby("setting", sort=False):
-        fig, ax = plt.subplots(figsize=(4.2, 3.0))
-        bars = ax.twinx()
-        tokens = d.groupby("prefix_ratio")["prefix_tokens"].mean()
-        xs = tokens.index.to_numpy() * 100
-        width = 0.6 * (min(pd.Series(xs).diff().dropna(), default=25.0) or 25.0)
-        bars.bar(xs, tokens.values, width=width, color="#dddddd", zorder=0)
-        bars.set_ylabel("prefix length (tokens)", color="#888888")
-        ax.set_zorder(bars.get_zorder() + 1)
-        ax.patch.set_visible(False)
-        for (teacher, g), colour in zip(
-            d.groupby("teacher", sort=False), ["#666666", "#1f5fa8", "#b5651d"], strict=False
-        ):
-            g = g.groupby("prefix_ratio")["accuracy"].mean()
-            ax.plot(g.index * 100, g.values * 100, marker="o", color=colour, label=str(teacher))
-        ax.set_xticks(xs)
-        ax.set_xlabel("student prefix (% of its response)")
-        ax.set_ylabel("teacher continuation accuracy (%)")
-        ax.legend(fontsize=8)
-        ax.set_title(str(setting), fontsize=9)
+        name = str(setting).replace("_", "-")
+        fig, ax = _continuation_axes(d, "initial-student")
+        _curve(
+            ax,
+            d[(d.teacher == "initial") & (d.prefixes == "initial-student")],
+            "initial teacher, student prefixes",
+            "#b5651d",
+        )
+        _curve(
+            ax,
+            d[(d.teacher == "initial") & (d.prefixes == "own")],
+            "initial teacher, its own prefixes",
+            "#666666",
+            "--",
+        )
+        _curve(
+            ax,
+            d[(d.teacher == "scout") & (d.prefixes == "initial-student")],
+            "SCOUT teacher, student prefixes",
+            "#1f5fa8",
+        )
+        ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=9)
         out.append(
             {
                 **_save(fig, out_dir, f"continuation_{setting}"),
-                "caption": f"Teacher continuation accuracy from student prefixes on {str(setting).replace('_', '-')}, "
-                "by teacher; bars: mean prefix length.",
+                "caption": f"Teacher continuation accuracy on {name} from prefixes of the initial student's responses "
+                "and of the teacher's own, at the same ratios; blue: the SCOUT-trained teacher on the same "
+                "initial-student prefixes (mean $\\pm$ SD over seeds). Bars: mean student prefix length.",
+            }
+        )
+        final = d[d.prefixes == "final-student"]
+        if len(final):
+            fig, ax = _continuation_axes(d, "final-student")
+            _curve(ax, final[final.teacher == "initial"], "initial teacher", "#b5651d")
+            _curve(ax, final[final.teacher == "scout"], "SCOUT teacher", "#1f5fa8")
+            ax.legend(fontsize=7)
+            ax.set_title(f"{name}: final SCOUT students", fontsize=9)
+            out.append(
+                {
+                    **_save(fig, out_dir, f"continuation_matched_{setting}"),
+                    "caption": f"Matched checkpoints on {name}: the initial and the SCOUT-trained teacher continuing "
+                    "prefixes of the final SCOUT student of the same run (mean $\\pm$ SD over seeds).",
+                }
+            )
+    return out
+
+
+def teacher_update_figures(train_dir: Path, settings: list[str], out_dir: Path) -> list[dict]:
+    """SCOUT's teacher phase per run: the teacher's continuation reward at each update, with the
+    prefix ratio of that update (the curriculum makes later prefixes longer)."""
+    out = []
+    for setting in settings:
+        runs = sorted((train_dir / setting / "scout").glob("s*/metrics.jsonl"))
+        points = []
+        for path in runs:
+            for line in path.read_text().splitlines():
+                m = json.loads(line)
+                if "teacher_reward" in m:
+                    points.append((path.parent.name, m["step"], m["teacher_reward"], m.get("teacher_prefix_ratio")))
+        if not points:
+            continue
+        d = pd.DataFrame(points, columns=["run", "step", "reward", "ratio"])
+        fig, ax = plt.subplots(figsize=(4.6, 3.2))
+        ratio_ax = ax.twinx()
+        for (run, g), colour in zip(d.groupby("run"), ["#1f5fa8", "#b5651d", "#2e8b57", "#7b3fa0"], strict=False):
+            ax.plot(g.step, g.reward * 100, marker="o", ms=3, color=colour, label=f"run {run}")
+        ratio = d.groupby("step")["ratio"].mean()
+        ratio_ax.plot(ratio.index, ratio.values * 100, ls=":", color="#888888")
+        ratio_ax.set_ylabel("prefix ratio of the update (%)", color="#888888")
+        ax.set_xlabel("student step of the teacher update")
+        ax.set_ylabel("teacher continuation reward (%)")
+        ax.legend(fontsize=7)
+        ax.set_title(setting, fontsize=9)
+        out.append(
+            {
+                **_save(fig, out_dir, f"teacher_updates_{setting}"),
+                "caption": f"SCOUT's teacher phase on {setting.replace('_', '-')}: mean reward of the teacher's "
+                "continuations of student prefixes at each update, per run; dotted: the prefix ratio.",
             }
         )
     return out
@@ -199,6 +290,11 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
                 figs.append(fig)
             else:
                 notices.append(f"figure {what} ({s}) skipped: no cached records for its runs")
+    scout_settings = [s for s in cfg["settings"] if cache.seeds.get((s, "scout"))]
+    made = teacher_update_figures(analysis_dir.parent / "train", scout_settings, out_dir)
+    figs += made
+    if scout_settings and not made:
+        notices.append("figure teacher updates skipped: no SCOUT training logs (train/*/scout/s*/metrics.jsonl)")
     for name, make in (("continuation", continuation_figures), ("entropy", entropy_figures)):
         paths = sorted(analysis_dir.glob(f"*/{name}.csv")) + sorted(analysis_dir.glob(f"{name}.csv"))
         if not paths:

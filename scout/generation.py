@@ -1,9 +1,12 @@
-"""Generation backends behind one small interface: ``generate(prompts, n, sampling, seed)``.
+"""Generation backends behind one small interface: ``generate(prompts, n, sampling, seed)`` for
+rendered prompts, ``complete(ids, n, sampling, seed)`` to continue given token ids (the analysis
+stage's teacher continuations of student prefixes).
 
-``transformers`` (CPU or one GPU) serves the toy world and small checks; ``vllm`` (GPU only, the
-``gpu`` extra) serves real checkpoints. Both render prompts with the model's own chat template and
-the same template options (e.g. ``enable_thinking: false`` for Qwen3 in non-thinking mode), so a
-prompt reaches either engine as the same token ids.
+``transformers`` (CPU or one GPU: the embedded models of ``scout.embedded.lm``) serves the toy
+world and small checks; ``vllm`` (GPU only, the ``gpu`` extra) serves real checkpoints. Both render
+prompts with the model's own chat template and the same template options (e.g.
+``enable_thinking: false`` for Qwen3 in non-thinking mode), so a prompt reaches either engine as the
+same token ids.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Protocol
 
 import torch
 
+from scout.algorithms import token_entropy
 from scout.embedded import lm
 
 
@@ -20,19 +24,32 @@ from scout.embedded import lm
 class Completion:
     text: str
     finish_reason: str  # "stop" (end of sequence) or "length" (cut at max_new_tokens)
+    token_ids: tuple[int, ...] = ()  # the generated tokens (end-of-sequence left out)
 
 
 class Generator(Protocol):
+    tokenizer: object
+
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         """``n`` completions for each prompt (a string or a chat message list)."""
+
+    def complete(self, ids: list[list[int]], n: int, sampling: dict, seed: int) -> list[list[Completion]]:
+        """``n`` completions for each token-id sequence, continued as it is (no template)."""
+
+    def render(self, prompt) -> list[int]:
+        """A prompt's token ids, rendered with the chat template and options this engine uses."""
 
 
 def vllm_requests(tokenizer, prompts: list, n: int, sampling: dict, seed: int, chat: dict | None = None) -> list[dict]:
     """One request per prompt carrying all ``n`` samples (vLLM seeds them ``seed``, ``seed+1``, ...);
     prompts are token ids so vLLM sees exactly what the transformers backend would."""
+    return token_requests([lm.prompt_ids(tokenizer, p, chat) for p in prompts], n, sampling, seed)
+
+
+def token_requests(ids: list[list[int]], n: int, sampling: dict, seed: int) -> list[dict]:
     return [
         {
-            "prompt_token_ids": lm.prompt_ids(tokenizer, p, chat),
+            "prompt_token_ids": list(p),
             "sampling": {
                 "n": n,
                 "temperature": sampling["temperature"],
@@ -41,28 +58,46 @@ def vllm_requests(tokenizer, prompts: list, n: int, sampling: dict, seed: int, c
                 "seed": seed + i * n,
             },
         }
-        for i, p in enumerate(prompts)
+        for i, p in enumerate(ids)
     ]
 
 
 class TransformersGenerator:
     def __init__(self, model_path: str, chat: dict | None = None, device: str = "auto", batch_size: int = 256):
         self.device = lm.pick_device(device)
-        self.tok = lm.load_tokenizer(model_path)
+        self.tokenizer = self.tok = lm.load_tokenizer(model_path)
         self.model = lm.load_model(model_path, self.device).eval()
         self.chat, self.batch_size = chat or {}, batch_size
 
+    def render(self, prompt) -> list[int]:
+        return lm.prompt_ids(self.tok, prompt, self.chat)
+
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
-        ids = [lm.prompt_ids(self.tok, p, self.chat) for p in prompts for _ in range(n)]
+        return self.complete([self.render(p) for p in prompts], n, sampling, seed)
+
+    def complete(self, ids: list[list[int]], n: int, sampling: dict, seed: int) -> list[list[Completion]]:
+        flat = [x for x in ids for _ in range(n)]
         s = lm.Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
         g = torch.Generator().manual_seed(seed)
         eos = self.tok.eos_token_id
         out: list[Completion] = []
-        for i in range(0, len(ids), self.batch_size):
-            for r in lm.sample(self.model, ids[i : i + self.batch_size], s, eos, self.tok.pad_token_id, g):
+        for i in range(0, len(flat), self.batch_size):
+            for r in lm.sample(self.model, flat[i : i + self.batch_size], s, eos, self.tok.pad_token_id, g):
                 ended = bool(r) and r[-1] == eos
-                out.append(Completion(self.tok.decode([t for t in r if t != eos]), "stop" if ended else "length"))
-        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+                body = r[:-1] if ended else r
+                out.append(Completion(self.tok.decode(body), "stop" if ended else "length", tuple(body)))
+        return [out[i * n : (i + 1) * n] for i in range(len(ids))]
+
+    @torch.no_grad()
+    def entropies(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
+        """The model's next-token entropy (nats) at every token of each response."""
+        out = []
+        for i in range(0, len(prompts), self.batch_size):
+            p, r = prompts[i : i + self.batch_size], responses[i : i + self.batch_size]
+            logits, _, mask = lm.response_logits(self.model, p, r, self.tok.pad_token_id)
+            ent = token_entropy(logits)
+            out += [ent[j, : int(mask[j].sum())].tolist() for j in range(len(p))]
+        return out
 
 
 class VLLMGenerator:
@@ -77,18 +112,26 @@ class VLLMGenerator:
                 f"(pip install '.[gpu]'): {exc}"
             ) from exc
         self.llm = LLM(model=model_path, **(options or {}))
-        self.tok = self.llm.get_tokenizer()
+        self.tokenizer = self.tok = self.llm.get_tokenizer()
         self.chat = chat or {}
 
+    def render(self, prompt) -> list[int]:
+        return lm.prompt_ids(self.tok, prompt, self.chat)
+
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
+        return self.complete([self.render(p) for p in prompts], n, sampling, seed)
+
+    def complete(self, ids: list[list[int]], n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         from vllm import SamplingParams, TokensPrompt
 
-        reqs = vllm_requests(self.tok, prompts, n, sampling, seed, self.chat)
+        reqs = token_requests(ids, n, sampling, seed)
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=r["prompt_token_ids"]) for r in reqs],
             [SamplingParams(**r["sampling"]) for r in reqs],
         )
-        return [[Completion(o.text, o.finish_reason or "stop") for o in out.outputs] for out in outs]
+        return [
+            [Completion(o.text, o.finish_reason or "stop", tuple(o.token_ids)) for o in out.outputs] for out in outs
+        ]
 
 
 ENGINES = ("transformers", "vllm")

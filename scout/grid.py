@@ -190,6 +190,8 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
         "eval_every": over.get("eval_every"),
     }
+    if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
+        spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
     sections = {"esr": "esr", "prune": "prune_opd"}
     wanted = [sections[method.budget]] if method.budget in sections else []
     wanted += ["relay_opd"] if method.rollout == "relay" else []
@@ -295,14 +297,19 @@ def analysis_dir(config: dict, setting: str) -> str:
 
 
 def analysis_spec(config: dict, setting: str) -> dict:
-    """The teacher probes of one setting: the initial teacher and each SCOUT run's trained teacher,
-    on the final SCOUT students' responses to one benchmark."""
+    """The teacher probes of one setting: the initial teacher on the initial student's and its own
+    responses to one benchmark (the base rows' evaluation generations), and each SCOUT run's
+    trained teacher on the initial and the final student's responses."""
     a = config["analysis"]
     bench = a["benchmark"]
+    teacher = config["settings"][setting]["teacher"]
+    thinking = config["models"][teacher].get("thinking")
     return {
         "setting": setting,
-        "teacher": model_path(config, config["settings"][setting]["teacher"]),
+        "teacher": model_path(config, teacher),
         "benchmark_path": data_path(config, bench),
+        "student_generations": f"{eval_dir(config, setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher_generations": f"{eval_dir(config, setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
         "runs": [
             {
                 "seed": seed,
@@ -314,6 +321,9 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "ratios": a["ratios"],
         "k": a["k"],
         "max_new_tokens": a["max_new_tokens"],
+        "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
+        "engine": config["evaluation"].get("engine", "transformers"),
+        "chat": {} if thinking is None else {"enable_thinking": thinking},
         "threads": config["training"].get("threads", 1),
     }
 
@@ -321,6 +331,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
 def analysis_inputs(config: dict, setting: str) -> list[str]:
     bench = config["analysis"]["benchmark"]
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
+    out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for seed in variant_seeds(config).get((setting, "scout"), []):
         out += [
             f"{train_dir(config, setting, 'scout', seed)}/train.json",

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from scout import grid, results, tables
+from scout import claims, grid, results, tables
 from scout.figures import all_figures
 
 TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
@@ -25,7 +25,14 @@ class ReportError(RuntimeError):
 
 def settings(config: dict) -> dict:
     """The report section of the config with its defaults."""
-    return {"test": "welch", "alpha": 0.1, "baseline": "opd", "pdf": True, **config.get("report", {})}
+    return {"test": "welch", "alpha": 0.1, "baseline": "opd", "pdf": "auto", **config.get("report", {})}
+
+
+def missing_tex() -> str | None:
+    """Why the PDF cannot be compiled here (pdflatex missing), or None when it can."""
+    if shutil.which("pdflatex"):
+        return None
+    return f"pdflatex not found: install TeX (Debian: apt-get install {TEX_PACKAGES})"
 
 
 def missing_evaluations(config: dict, df) -> list[str]:
@@ -43,14 +50,40 @@ def missing_evaluations(config: dict, df) -> list[str]:
     return out
 
 
+_VERDICT_TEX = {
+    claims.HOLDS: r"\textcolor{green!45!black}{holds}",
+    claims.FAILS: r"\textcolor{red!70!black}{does not hold}",
+    claims.UNMEASURED: r"\textcolor{gray}{not measured}",
+}
+
+
+def claims_page(env, found: list, alpha: float) -> str:
+    """The first page: one row per claim with its statistic, test, p and verdict."""
+    rows = [
+        {
+            "claim": tables.tex(c.claim),
+            "setting": tables.tex(c.setting),
+            "statistic": tables.tex(c.statistic or c.why),
+            "test": tables.tex(c.test),
+            "p": tables.p_text(c.p),
+            "verdict": _VERDICT_TEX[c.verdict],
+        }
+        for c in found
+    ]
+    counts = claims.summary(found)
+    return env.get_template("claims.tex.j2").render(
+        claims=rows,
+        alpha=f"{alpha:g}",
+        counts={"holds": counts[claims.HOLDS], "fails": counts[claims.FAILS], "unmeasured": counts[claims.UNMEASURED]},
+    )
+
+
 def compile_pdf(tex_path: Path, log=print) -> Path:
     """pdflatex in batch mode; on failure the error names the log file and quotes its first error."""
+    why = missing_tex()
+    if why:
+        raise ReportError(f"{why}, or render without the PDF (scout report --no-pdf; config report.pdf: auto or false)")
     engine = shutil.which("pdflatex")
-    if engine is None:
-        raise ReportError(
-            f"pdflatex not found: install TeX (Debian: apt-get install {TEX_PACKAGES}), "
-            "or render without the PDF (scout report --no-pdf; config report.pdf: false)"
-        )
     cmd = [engine, "-interaction=nonstopmode", "-halt-on-error", "-file-line-error", tex_path.name]
     proc = subprocess.run(cmd, cwd=tex_path.parent, capture_output=True, text=True, errors="replace")
     pdf = tex_path.with_suffix(".pdf")
@@ -64,8 +97,11 @@ def compile_pdf(tex_path: Path, log=print) -> Path:
     return pdf
 
 
-def build(config: dict, out_dir: str | Path | None = None, pdf: bool | None = None, log=print) -> dict:
-    """Render the report into ``out_dir`` (default ``{results}/report``); returns the manifest."""
+def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | None = None, log=print) -> dict:
+    """Render the report into ``out_dir`` (default ``{results}/report``); returns the manifest.
+
+    ``pdf``: True compiles the PDF (and fails without TeX), False does not, ``"auto"`` compiles it
+    where pdflatex is installed and otherwise says what to install, in the log and the manifest."""
     t0 = time.perf_counter()
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
@@ -80,6 +116,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | None = No
     for t in made:
         (out / "tables" / f"{t['name']}.tex").write_text(tables.render(t, env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
+    found = claims.all_claims(cache, root / "analysis", opts["alpha"])
     for n in notices:
         log(f"notice: {n}")
     missing = missing_evaluations(config, df)
@@ -103,6 +140,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | None = No
             "n_figures": len(figs),
             "notices": [tables.tex(n) for n in notices],
             "entries": items,
+            "claims": claims_page(env, found, opts["alpha"]),
         }
     )
     tex_path = out / "report.tex"
@@ -116,9 +154,13 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | None = No
         "skipped": notices,
         "missing": missing,
         "test": opts["test"],
+        "claims": claims.as_records(found),
         "pdf": None,
     }
-    if pdf:
+    if pdf == "auto" and missing_tex():
+        manifest["pdf_skipped"] = f"{missing_tex()}; tables and figures are written, the PDF is not"
+        log(f"warning: {manifest['pdf_skipped']}")
+    elif pdf:
         manifest["pdf"] = str(compile_pdf(tex_path, log))
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))

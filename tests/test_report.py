@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 from scout import analysis, grid, results, tables
 from scout.cli import main as scout_main
@@ -231,24 +230,25 @@ def test_empty_cache_renders_dashes(tmp_path):
 def test_config_tables(tmp_path):
     cfg = toy(tmp_path)
     hyper = tables.render(tables.hyper_table(cfg))
-    assert "Max Response Length & 64" in hyper and "Steps per Epoch & 30" in hyper
+    assert "Max Response Length & 64" in hyper and "Steps per Epoch & 60" in hyper
     lr = tables.render(tables.lr_table(cfg))
-    assert r"toy-large & toy-small & Math & $3{\times}10^{-4}$ & $1{\times}10^{-4}$" in lr
+    assert r"toy-medium-grpo & toy-small & Math & $3{\times}10^{-4}$ & $5{\times}10^{-4}$" in lr
     bench = tables.render(tables.benchmark_table(cfg))
-    assert r"\# Questions & 32 & 32 & 16 & 32 & 24" in bench
+    assert r"\# Questions & 32 & 32 & 32 & 32 & 32" in bench
 
 
 def write_analysis(cfg: dict) -> None:
     d = Path(cfg["results"]) / "analysis"
     d.mkdir(parents=True, exist_ok=True)
     rows = [
-        ("toy-l-s-math", t, r, a, 20 * r)
-        for t, off in (("initial", 0), ("scout", 0.03))
+        ("toy-l-s-math", t, seed, prefixes, r, a, 20 * r)
+        for t, seed, off in (("initial", 0, 0), ("scout", 1, 0.03), ("scout", 2, 0.05))
+        for prefixes in ("initial-student", "final-student", "own")
         for r, a in ((0.25, 0.24 + off), (0.5, 0.14), (0.75, 0.09))
+        if not (t == "scout" and prefixes == "own")
     ]
-    pd.DataFrame(rows, columns=["setting", "teacher", "prefix_ratio", "accuracy", "prefix_tokens"]).to_csv(
-        d / "continuation.csv", index=False
-    )
+    columns = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
+    pd.DataFrame(rows, columns=columns).to_csv(d / "continuation.csv", index=False)
     ent = [
         ("toy-l-s-math", t, c, p, 2.0 - p / 64 + (0.4 if c == "student" else 0))
         for t in ("initial", "scout")
@@ -258,6 +258,12 @@ def write_analysis(cfg: dict) -> None:
     pd.DataFrame(ent, columns=["setting", "teacher", "context", "position", "entropy"]).to_csv(
         d / "entropy.csv", index=False
     )
+    for seed in (1, 2):  # SCOUT's teacher-phase log, as the trainer writes it
+        run = Path(grid.train_dir(cfg, "toy-l-s-math", "scout", seed))
+        run.mkdir(parents=True, exist_ok=True)
+        lines = [{"step": st, "loss": 0.1} | ({"teacher_reward": 0.4 + st / 100, "teacher_prefix_ratio": st / 60}
+                 if st % 10 == 0 else {}) for st in range(1, 61)]  # fmt: skip
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
 @pytest.mark.skipif(not tex_available(), reason="pdflatex not installed")
@@ -272,16 +278,18 @@ def test_full_report_compiles_with_every_table_and_figure(tmp_path):
     assert len(m["tables"]) == 15  # 2 main, 3 per-run, 2+2 prefix-0/OPTR per-run, 2 summaries, f-sweep, 3 config
     assert sorted(m["figures"]) == [
         "compute_matched_toy-l-s-math",
+        "continuation_matched_toy-l-s-math",
         "continuation_toy-l-s-math",
         "entropy_toy-l-s-math",
         "interval_toy-mg-s-math",
+        "teacher_updates_toy-l-s-math",
     ]
     out = Path(cfg["results"]) / "report"
     for f in m["figures"]:
         assert (out / "figures" / f"{f}.pdf").stat().st_size > 0 and (out / "figures" / f"{f}.png").stat().st_size > 0
     pdf = PdfReader(out / "report.pdf")
-    # title page, one page per table and per figure, the missing-results page
-    assert len(pdf.pages) == 1 + len(m["tables"]) + len(m["figures"]) + 1
+    # title and claims page, the summary page, one page per table and per figure, the missing-results page
+    assert len(pdf.pages) == 2 + len(m["tables"]) + len(m["figures"]) + 1
     text = "\n".join(p.extract_text() for p in pdf.pages)
     assert len(set(re.findall(r"Table (\d+):", text))) == len(m["tables"])
     assert len(set(re.findall(r"Figure (\d+):", text))) == len(m["figures"])
@@ -292,8 +300,14 @@ def test_report_without_tex_says_what_to_install(tmp_path, monkeypatch):
     cfg = toy(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ReportError, match="pdflatex not found: install TeX .*texlive-latex-extra"):
-        build(cfg, log=lambda m: None)
+        build(cfg, pdf=True, log=lambda m: None)
     assert build(cfg, pdf=False, log=lambda m: None)["pdf"] is None
+    # auto (the default): tables and figures, no PDF, and a warning that names the packages
+    said = []
+    m = build(cfg, log=said.append)
+    assert m["pdf"] is None and "texlive-latex-recommended texlive-latex-extra" in m["pdf_skipped"]
+    assert any(line.startswith("warning: pdflatex not found") for line in said)
+    assert (Path(cfg["results"]) / "report" / "tables" / "main_toy-l-s-math.tex").exists()
 
 
 def test_paper_grid_report_renders_every_table(tmp_path):
@@ -312,13 +326,9 @@ def test_paper_grid_report_renders_every_table(tmp_path):
 
 
 def test_entropy_by_position_by_hand():
-    # row 0 uniform over two tokens at both positions: ln 2 = 0.693147; row 1 at position 0 has
-    # p = (1/4, 3/4): H = 0.25 ln 4 + 0.75 ln(4/3) = 0.562335, and its position 1 is padding
-    logits = torch.tensor([[[0.0, 0.0], [0.0, 0.0]], [[0.0, float(torch.log(torch.tensor(3.0)))], [5.0, 0.0]]])
-    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    got = analysis.entropy_by_position(logits, mask)
-    assert got == pytest.approx([(0.693147 + 0.562335) / 2, 0.693147], abs=1e-6)
-    assert torch.isnan(torch.tensor(analysis.entropy_by_position(logits, torch.zeros(2, 2)))).all()
+    # two responses of 2 and 1 tokens: position 0 averages both, position 1 only the longer
+    assert analysis.by_position([[0.5, 0.25], [1.5]]) == [(0, 1.0, 2), (1, 0.25, 1)]
+    assert analysis.by_position([]) == []
 
 
 def test_analysis_config_is_checked(tmp_path):
