@@ -3,7 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install test toy lint
+.PHONY: install test toy lint tex
+# The report's PDF needs TeX: installed where we can (root with apt-get); elsewhere the report is
+# written without the PDF, with a warning that names these packages.
+TEX_PACKAGES := texlive-latex-base texlive-latex-recommended texlive-latex-extra
 
 install: $(VENV)/.installed
 
@@ -20,5 +23,18 @@ lint: install
 test: lint
 	pytest -q
 
-toy: install
+toy: install tex
 	snakemake --cores 2
+
+tex:
+	@command -v pdflatex >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing TeX for the report's PDF ($(TEX_PACKAGES))"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q --no-install-recommends $(TEX_PACKAGES) >/dev/null 2>&1 \
+			|| { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $(TEX_PACKAGES) >/dev/null 2>&1; } \
+			|| echo "note: could not install TeX; the report will be written without its PDF"; \
+	else \
+		echo "note: pdflatex not found and TeX cannot be installed here (needs root and apt-get):"; \
+		echo "      the report is written without its PDF; to get it: apt-get install $(TEX_PACKAGES)"; \
+	fi

@@ -68,7 +68,8 @@ def mini_config(results: str) -> dict:
     cfg["methods"]["scout"].update(interval=2, k=2)
     cfg["methods"]["esr"]["max_tokens"] = 8
     cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=24, step=4, margin=2)
-    cfg["report"]["pdf"] = tex_available()
+    cfg["report"]["pdf"] = "auto"  # the default: a PDF where TeX is installed
+    tex_available()  # CI requires TeX (SCOUT_REQUIRE_TEX=1): fail early without it
     cfg["analysis"].update(settings=["toy-l-s-math"], ratios=[0.25, 0.75], k=2, max_new_tokens=24)
     cfg["experiments"] = {
         "main": {
