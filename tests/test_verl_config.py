@@ -150,3 +150,50 @@ def test_placement(method, nodes, gpus, expected):
 def test_scout_on_too_few_gpus_is_refused():
     with pytest.raises(vc.VerlConfigError, match="at least 4 GPUs"):
         vc.placement("scout", {"nodes": 1, "gpus_per_node": 2})
+
+
+def _teacher_inference(cfg):
+    """The teacher engine's RolloutConfig as verl builds it at run time (its own dataclasses)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    return next(iter(omega_conf_to_dataclass(cfg.distillation).teacher_models.values())).inference
+
+
+SCOUT_FAMILY = sorted(
+    {(c.setting, c.variant) for c in grid.cells(PAPER) if c.method in ("scout", "opd_teacher_grpo", "optr_scout")}
+)
+
+
+@pytest.mark.parametrize("setting, variant", SCOUT_FAMILY)
+def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant):
+    """verl's CheckpointEngineManager calls prepare() on every receiver; the default receiver,
+    naive, raises there. The teacher's engine must receive with the backend its trainer sends."""
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+
+    from scout.verl.trainer import teacher_worker_config
+
+    cfg = build(setting, variant)
+    sender = teacher_worker_config(cfg).rollout.checkpoint_engine.backend
+    receiver = _teacher_inference(cfg).checkpoint_engine.backend
+    assert sender == receiver == "nccl"
+    with pytest.raises(NotImplementedError):  # what the old default receiver does
+        CheckpointEngineRegistry.new("naive", bucket_size=1).prepare()
+
+
+def test_teacher_engine_serves_prompt_plus_response_with_its_gpus():
+    for setting, variant, length in (("q4b-q1.7b-math", "opd", 1024 + 16384 + 1), ("q4b-q1.7b-code", "scout", 1536 + 16384 + 1),
+                                     ("sky7b-ds1.5b-math", "esr", 1024 + 4096 + 1)):  # fmt: skip
+        inference = _teacher_inference(build(setting, variant))
+        assert inference.max_model_len == length and inference.gpu_memory_utilization == vc.TEACHER_GPU_MEMORY
+
+
+@pytest.mark.parametrize("clip", [0.2, 0.28])
+def test_the_clip_value_reaches_the_bounds_verl_reads(clip):
+    """verl's policy loss reads clip_ratio_low and clip_ratio_high; a clip of 0.28 must reach both."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = build("q4b-q1.7b-math", "scout", clip=clip)
+    actor = cfg.actor_rollout_ref.actor
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (clip, clip)
+    loss = omega_conf_to_dataclass(cfg.distillation).distillation_loss
+    assert (loss.clip_ratio_low, loss.clip_ratio_high) == (clip, clip)

@@ -22,6 +22,9 @@ LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "sc
 PLUGIN = "scout.verl.plugin"
 # scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
+TEACHER_INFERENCE = "distillation.teacher_models.teacher_model.inference"
+TEACHER_GPU_MEMORY = 0.85  # share of each GPU the teacher's vLLM engine may take (it has them alone)
+WEIGHT_SYNC = "nccl"  # SCOUT's teacher trainer -> teacher engine (separate pools: never naive)
 
 
 def agent_loop(method_id: str) -> str | None:
@@ -121,7 +124,10 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "actor_rollout_ref.actor.optim.lr_warmup_steps": 0,
         "actor_rollout_ref.actor.ppo_mini_batch_size": spec["mini_batch_size"],
         "actor_rollout_ref.actor.ppo_epochs": spec["ppo_epochs"],
+        # verl's loss reads the low and high bounds; clip_ratio alone is a default for neither
         "actor_rollout_ref.actor.clip_ratio": spec["clip"],
+        "actor_rollout_ref.actor.clip_ratio_low": spec["clip"],
+        "actor_rollout_ref.actor.clip_ratio_high": spec["clip"],
         "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
         "actor_rollout_ref.actor.use_kl_loss": spec["kl_beta"] > 0,
         "actor_rollout_ref.actor.kl_loss_coef": spec["kl_beta"],
@@ -168,6 +174,12 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.distillation_loss.use_policy_gradient": True,
             "distillation.distillation_loss.use_task_rewards": False,
             "distillation.distillation_loss.clip_ratio": spec["clip"],
+            "distillation.distillation_loss.clip_ratio_low": spec["clip"],
+            "distillation.distillation_loss.clip_ratio_high": spec["clip"],
+            # the engine serves prompt + response tokens, not the model's full context (262k for
+            # Qwen3-4B-Instruct-2507), and has its GPUs to itself (placement never shares them)
+            f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
+            f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
         }
     if method.budget == "prune":
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
@@ -182,7 +194,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     }
     if method.rollout == "relay":  # the relay loop reads the student's top-k from prefills
         extra["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"] = cfg["relay_opd"]["student_topk"]
-    if method.trains_teacher:
+    if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
+        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
+        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = WEIGHT_SYNC
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
     if spec.get("eval_every"):  # compute-matched runs evaluate intermediate checkpoints: keep them all

@@ -38,6 +38,7 @@ from scout import algorithms as alg
 from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
+from scout.verl.config import WEIGHT_SYNC
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
 from scout.verl.reward import compute_score
 
@@ -66,7 +67,7 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
         t.actor.kl_loss_type = "low_var_kl"
         t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
         t.rollout.n = sc.k
-        t.rollout.checkpoint_engine.backend = "nccl"
+        t.rollout.checkpoint_engine.backend = WEIGHT_SYNC
     return t
 
 
@@ -216,7 +217,7 @@ class ScoutTrainer(_Base):
         replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
         _bind_teacher_servers(replicas)
         self.teacher_sync = CheckpointEngineManager(
-            config=CheckpointEngineConfig(backend="nccl"), actor_wg=self.teacher_wg, replicas=replicas
+            config=CheckpointEngineConfig(backend=WEIGHT_SYNC), actor_wg=self.teacher_wg, replicas=replicas
         )
 
     def on_init_end(self):
