@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scout.grading.code import CodeGrader
+from scout.grading.code import CodeGrader, calls_from_asserts
 from scout.grading.sandbox import Limits
 
 LIMITS = Limits(wall_seconds=3, cpu_seconds=2, memory_bytes=512 << 20)
@@ -175,7 +175,7 @@ def run() -> dict:
         unix.listen()
         unix.settimeout(0.1)
         grader = CodeGrader(LIMITS, workers=1)
-        tests = {"type": "assert", "setup": "", "asserts": ["assert f(1) == 2"]}
+        tests = calls_from_asserts(["assert f(1) == 2"], entry="f")
         worker = grader._worker(0).pid
         values = {
             "VICTIM": str(victim),

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from scout.grading import Grader
-from scout.grading.code import extract_code
+from scout.grading.code import calls_from_asserts, extract_code
 from scout.grading.math import MathGrader, last_boxed
 from scout.grading.sandbox import Limits
 
@@ -74,7 +74,7 @@ def test_math_worker_that_hangs_is_killed_and_counted_wrong(monkeypatch):
 
 
 def test_code_malformed_outputs_are_wrong(grader):
-    tests = {"type": "assert", "setup": "", "asserts": ["assert f(1) == 2", "assert f(5) == 6"]}
+    tests = calls_from_asserts(["assert f(1) == 2", "assert f(5) == 6"], entry="f")
     cases = {
         "```python\ndef f(x):\n    return x + 1\n```": True,
         "def f(x):\n    return x + 1": True,  # unfenced

@@ -24,6 +24,7 @@ from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
+from scout.grading.code import calls_from_asserts
 from scout.verl import config as vc  # noqa: E402
 from scout.verl import data as vdata  # noqa: E402
 from scout.verl import teacher_phase as tp  # noqa: E402
@@ -34,7 +35,7 @@ CODE = {
     "id": "c1",
     "domain": "code",
     "prompt": "Write f(x): add 13.",
-    "tests": {"type": "assert", "setup": "", "asserts": ["assert f(0) == 13", "assert f(5) == 18"]},
+    "tests": calls_from_asserts(["assert f(0) == 13", "assert f(5) == 18"], entry="f"),
 }
 
 
@@ -135,6 +136,25 @@ def test_the_reward_function_grades_prefix_and_continuation_as_one_answer(tok):
         return [(await mgr.run_single(item))["reward_score"] for item in _reward_items(tok, cases)]
 
     assert asyncio.run(run()) == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+
+
+def test_the_teacher_phase_grades_its_batch_at_once(monkeypatch):
+    """The same verdicts as the reward function verl calls, in one grading call per domain (the
+    pools then work on the whole batch in parallel), not one call per continuation."""
+    from scout.grading import Grader
+    from scout.verl import reward
+
+    cases = [("The answer is \\boxed{10}", MATH, None), ("0}", MATH, "The answer is \\boxed{1"), ("0}", MATH, None),
+             ("    return x + 13\n```", CODE, "```python\ndef f(x):\n"), ("    return x + 12\n```", CODE, None)]  # fmt: skip
+    calls = []
+    real = Grader.grade
+    monkeypatch.setattr(Grader, "grade", lambda self, r, rows: calls.append(len(r)) or real(self, r, rows))
+    infos = [{"row": json.dumps(row)} | ({"scout_prefix": p} if p else {}) for _, row, p in cases]
+    truths = [row.get("answer") or json.dumps(row["tests"]) for _, row, _ in cases]
+    scores = reward.grade_batch(
+        [f"scout/{row['domain']}" for _, row, _ in cases], [c for c, _, _ in cases], truths, infos
+    )
+    assert scores == [1.0, 1.0, 0.0, 1.0, 0.0] and sorted(calls) == [2, 3]
 
 
 # -- advantage estimator ---------------------------------------------------------------------------------

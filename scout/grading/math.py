@@ -2,7 +2,9 @@
 
 math-verify's own timeouts use signals, which only work in a process's main thread, so items are
 graded in worker processes; a worker that overruns its per-item deadline anyway is killed and the
-item counts as wrong, so one pathological answer never stalls or stops a job.
+item counts as wrong, so one pathological answer never stalls or stops a job. Workers come from a
+fork server (a clean single-threaded process with math-verify preloaded), never by forking the
+caller: forking a multi-threaded process (a Ray actor, a trainer) can deadlock the child.
 """
 
 from __future__ import annotations
@@ -58,12 +60,11 @@ class MathGrader:
 
     def __init__(self, workers: int = 1, item_timeout: int = 5, deadline: float = 20.0):
         self.workers, self.item_timeout, self.deadline = workers, item_timeout, deadline
-        self._ctx = mp.get_context("fork")
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["scout.grading.math", "math_verify"])
         self._pool = None
 
     def _start(self):
-        import math_verify  # noqa: F401 - imported before forking so workers start warm
-
         self._pool = self._ctx.Pool(self.workers)
 
     def grade(self, responses: Sequence[str], golds: Sequence[str]) -> list[bool]:

@@ -7,12 +7,15 @@ text travels in ``extra_info["scout_prefix"]`` and the two are graded as one res
 
 Configured as ``reward.custom_reward_function.path=pkg://scout.verl.reward`` with
 ``name=compute_score``; verl calls it from a thread pool, hence the lock around the shared grader.
+SCOUT's teacher phase grades its whole batch of continuations at once (``grade_batch``), so the
+grader's worker pools (as many as the process has cores) work on it in parallel.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import threading
 
 from scout.grading import Grader
@@ -26,7 +29,8 @@ _lock = threading.Lock()
 def _shared_grader() -> Grader:
     global _grader
     if _grader is None:
-        _grader = Grader()
+        cores = len(os.sched_getaffinity(0))
+        _grader = Grader(code_workers=max(2, cores), math_workers=max(1, min(16, cores)))
         atexit.register(_grader.close)
     return _grader
 
@@ -44,6 +48,21 @@ def row_of(data_source: str, ground_truth: str, extra_info: dict | None) -> dict
 def graded_text(solution_str: str, extra_info: dict | None) -> str:
     """The text that is graded: the student prefix (if any) followed by the generated response."""
     return ((extra_info or {}).get(PREFIX_KEY) or "") + solution_str
+
+
+def grade_batch(data_sources, texts, ground_truths, extra_infos) -> list[float]:
+    """Scores of many samples in one call per domain (the grader's pools work on them in parallel)."""
+    rows = [row_of(ds, gt, info) for ds, gt, info in zip(data_sources, ground_truths, extra_infos, strict=True)]
+    graded = [graded_text(t, info) for t, info in zip(texts, extra_infos, strict=True)]
+    scores = [0.0] * len(rows)
+    with _lock:
+        for domain in ("math", "code"):
+            idx = [i for i, r in enumerate(rows) if r["domain"] == domain]
+            if idx:
+                verdicts = _shared_grader().grade([graded[i] for i in idx], [rows[i] for i in idx])
+                for i, ok in zip(idx, verdicts, strict=True):
+                    scores[i] = float(ok)
+    return scores
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **_) -> dict:

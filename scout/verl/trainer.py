@@ -11,8 +11,9 @@ teacher phase:
 1. read the step's student batch back from TransferQueue (``batch_from_tq``);
 2. build the continuation requests (``teacher_phase.continuation_requests``);
 3. sample K continuations per prefix from the teacher's inference engine (per-request budgets);
-4. grade prefix + continuation (``scout.verl.reward.compute_score``, the function verl's reward
-   manager calls) and build the update batch (``teacher_phase.teacher_train_batch``);
+4. grade prefix + continuation in one batch (``scout.verl.reward.grade_batch``: the graders verl's
+   reward manager calls, in parallel worker pools) and build the update batch
+   (``teacher_phase.teacher_train_batch``);
 5. old and reference log-probs, ``scout_grpo`` advantages, one update of the teacher worker group;
 6. push the new teacher weights into the inference engine (a ``CheckpointEngineManager`` over the
    teacher's replicas, NCCL), so the next student steps are scored by the updated teacher.
@@ -40,7 +41,7 @@ from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
 from scout.verl.config import WEIGHT_SYNC
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
-from scout.verl.reward import compute_score
+from scout.verl.reward import grade_batch
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +259,9 @@ class ScoutTrainer(_Base):
         conts = self._generate(req)
         texts = [tok.decode(c, skip_special_tokens=True) for c in conts]
         nt = req.non_tensor_batch
-        rewards = [
-            compute_score(ds, text, rm["ground_truth"], info)["score"]
-            for ds, text, rm, info in zip(nt["data_source"], texts, nt["reward_model"], nt["extra_info"], strict=True)
-        ]
+        rewards = grade_batch(
+            nt["data_source"], texts, [rm["ground_truth"] for rm in nt["reward_model"]], nt["extra_info"]
+        )
         batch = tp.teacher_train_batch(req, conts, rewards, tok.pad_token_id, width)
         temperature = cfg.actor_rollout_ref.rollout.temperature
         td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
