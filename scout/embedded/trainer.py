@@ -327,8 +327,7 @@ class Trainer:
             for line in lines:
                 if line["step"] <= start:
                     fh.write(json.dumps(line) + "\n")
-        if resumed:
-            log(f"resumed from step {start}")
+        log(f"{'resumed' if resumed else 'training'} from step {start} of {self.spec['total_steps']}")
         total, every = self.spec["total_steps"], self.spec.get("eval_every")
         t0 = time.perf_counter()
         try:

@@ -145,7 +145,7 @@ def _code_ops(prompt: str) -> list[tuple[str, int]]:
 
 def code_solution(ops: list[tuple[str, int]], rng: random.Random, hasty: float = 0.0) -> str:
     """One line per operation, or with probability ``hasty`` a run of additions and
-    subtractions folded into one net constant (``x = x + 8`` for add 3, then add 5)."""
+    subtractions folded into one net constant (``x += 8`` for add 3, then add 5)."""
     lines, i = [], 0
     while i < len(ops):
         j = i + 1
@@ -157,7 +157,7 @@ def code_solution(ops: list[tuple[str, int]], rng: random.Random, hasty: float =
         else:
             net = sum(k if sym == "+" else -k for sym, k in ops[i:j])
             sym, k = ("+", net) if net >= 0 else ("-", -net)
-        lines.append(f"    x = x {sym} {k}")
+        lines.append(f"    x {sym}= {k}")
         i = j
     body = "\n".join(lines)
     return f"```python\ndef f(x):\n{body}\n    return x\n```"

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from scout.embedded import lm
+from scout.embedded.qwen3 import Qwen3
 from scout.io import read_jsonl, write_jsonl
-from scout.toy.tasks import Split, generate_split
+from scout.toy.tasks import Split, generate_split, worked_solution
 from scout.toy.tokenizer import build_tokenizer
 
 
@@ -34,9 +34,14 @@ def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
     return counts
 
 
-def build_model(arch: dict, tokenizer_dir: str | Path, seed: int) -> tuple[Qwen3ForCausalLM, object]:
+def build_model(arch: dict, tokenizer_dir: str | Path, seed: int) -> tuple[Qwen3, object]:
+    """A freshly initialised Qwen3 model; its config is transformers' own ``Qwen3Config``, so the
+    saved folder loads in transformers and vLLM as any Qwen3 checkpoint does."""
+    from transformers import Qwen3Config
+
     tok = lm.load_tokenizer(tokenizer_dir)
     cfg = Qwen3Config(
+        architectures=["Qwen3ForCausalLM"],
         vocab_size=len(tok),
         hidden_size=arch["hidden_size"],
         num_hidden_layers=arch["layers"],
@@ -49,9 +54,9 @@ def build_model(arch: dict, tokenizer_dir: str | Path, seed: int) -> tuple[Qwen3
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        dtype="float32",
     )
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(cfg), tok
+    return Qwen3(json.loads(cfg.to_json_string(use_diff=True))).init_weights(seed), tok
 
 
 def pretrain(
@@ -61,11 +66,12 @@ def pretrain(
     torch.set_num_threads(1)
     model, tok = build_model(arch, tokenizer_dir, seed)
     rows = [row for f in data_files for row in read_jsonl(f)]
+    rng = random.Random(seed)
     examples = []
     for r in rows:
         p = lm.prompt_ids(tok, r["prompt"])
-        examples.append((p, tok.encode(r["solution"], add_special_tokens=False) + [tok.eos_token_id]))
-    rng = random.Random(seed)
+        solution = worked_solution(r, rng, arch.get("hasty", 0.0))
+        examples.append((p, tok.encode(solution, add_special_tokens=False) + [tok.eos_token_id]))
     opt = torch.optim.AdamW(model.parameters(), lr=arch["lr"], weight_decay=0.01)
     steps = arch["steps"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / steps))
