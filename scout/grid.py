@@ -161,6 +161,13 @@ def _base_spec(config: dict) -> dict:
     }
 
 
+def chat_options(config: dict, model_id: str) -> dict:
+    """Chat-template options a model is rendered with, in training and evaluation alike
+    (``thinking: false`` on Qwen3 -> ``enable_thinking: false``)."""
+    thinking = config["models"][model_id].get("thinking")
+    return {} if thinking is None else {"enable_thinking": thinking}
+
+
 def cell_spec(config: dict, cell: Cell) -> dict:
     """Everything a backend needs to train one cell, fully resolved (no further config lookups)."""
     setting = config["settings"][cell.setting]
@@ -189,6 +196,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "kl_beta": tr["grpo"]["kl_beta"] if grpo else 0.0,
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
         "eval_every": over.get("eval_every"),
+        "chat": chat_options(config, setting["student"]),
     }
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
@@ -233,6 +241,7 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
         "lr": prep["lr"],
         "kl_beta": tr["grpo"]["kl_beta"],
         "temperature": prep.get("temperature", tr["temperature"]),
+        "chat": chat_options(config, prep["base"]),
     }
 
 
@@ -266,7 +275,6 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         model = model_path(config, evaluated)
     else:
         model = f"{train_dir(config, setting, variant, seed)}/model/{ckpt}"
-    thinking = config["models"][evaluated].get("thinking")
     method = variant
     if variant not in BASE_VARIANTS:
         method = next(
@@ -287,7 +295,7 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
         "engine": config["evaluation"].get("engine", "transformers"),
         "engine_options": config["evaluation"].get("engine_options", {}),
-        "chat": {} if thinking is None else {"enable_thinking": thinking},
+        "chat": chat_options(config, evaluated),
         "threads": config["training"].get("threads", 1),
     }
 
@@ -303,7 +311,6 @@ def analysis_spec(config: dict, setting: str) -> dict:
     a = config["analysis"]
     bench = a["benchmark"]
     teacher = config["settings"][setting]["teacher"]
-    thinking = config["models"][teacher].get("thinking")
     return {
         "setting": setting,
         "teacher": model_path(config, teacher),
@@ -323,7 +330,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "max_new_tokens": a["max_new_tokens"],
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
         "engine": config["evaluation"].get("engine", "transformers"),
-        "chat": {} if thinking is None else {"enable_thinking": thinking},
+        "chat": chat_options(config, teacher),
         "threads": config["training"].get("threads", 1),
     }
 

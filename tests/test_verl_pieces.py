@@ -41,9 +41,9 @@ CODE = {
 
 @pytest.fixture(scope="module")
 def tok(world):
-    from scout.embedded import lm
+    from transformers import AutoTokenizer  # verl's own code paths take a transformers tokenizer
 
-    return lm.load_tokenizer(world["student"])
+    return AutoTokenizer.from_pretrained(world["student"])
 
 
 def paper_cfg(variant: str, setting: str = "q4b-q1.7b-math", **spec_over):
@@ -85,6 +85,36 @@ def test_a_malformed_row_or_missing_file_is_named(tmp_path):
     assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*tmp"))
     with pytest.raises(DataError, match="missing.*prepare_data"):
         vdata.export(tmp_path / "nope.jsonl", tmp_path / "nope.parquet")
+
+
+QWEN3_LIKE = (  # Qwen3's rule, in words the toy vocabulary has: an empty "think" block when thinking is off
+    "{% for m in messages %}[{{ m['content'] }}]\n{% endfor %}{% if add_generation_prompt %}The answer is\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}(Wait)\n\n{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("variant", ["opd", "scout", "prune_opd", "grpo"])
+def test_the_student_is_trained_without_thinking_as_it_is_evaluated(world, tmp_path, variant):
+    """Qwen3-1.7B is `thinking: false`: verl's agent loop (as the cell configures it) must render
+    the prompt as the evaluation does, with the empty think block; a model without the flag gets
+    its template's default."""
+    from transformers import AutoTokenizer
+
+    from scout.embedded import lm
+    from scout.verl import preflight
+
+    folder = tmp_path / "tok"
+    AutoTokenizer.from_pretrained(world["student"]).save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(QWEN3_LIKE)
+    tok = AutoTokenizer.from_pretrained(folder)
+    msgs = [{"role": "user", "content": MATH["prompt"]}]
+    trained = tok.decode(preflight.rendered_prompt(paper_cfg(variant), tok, msgs))
+    evaluated = tok.decode(
+        lm.prompt_ids(tok, msgs, grid.eval_spec(PAPER, "q4b-q1.7b-math", variant, 1, "final")["chat"])
+    )
+    assert trained == evaluated and trained.endswith("The answer is\n(Wait)\n\n")
+    sky = tok.decode(preflight.rendered_prompt(paper_cfg(variant, setting="sky7b-ds1.5b-math"), tok, msgs))
+    assert sky.endswith("]\nThe answer is\n")
 
 
 # -- reward ---------------------------------------------------------------------------------------------

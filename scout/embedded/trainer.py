@@ -106,7 +106,7 @@ class Trainer:
     def prompt_ids(self, row: dict) -> list[int]:
         key = row["id"]
         if key not in self._prompt_cache:
-            ids = lm.prompt_ids(self.tok, row["prompt"])
+            ids = lm.prompt_ids(self.tok, row["prompt"], self.spec.get("chat"))
             self._prompt_cache[key] = ids[-self.spec["max_prompt_length"] :]
         return self._prompt_cache[key]
 

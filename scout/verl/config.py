@@ -188,6 +188,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         o["actor_rollout_ref.rollout.agent.default_agent_loop"] = loop
         o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(AGENT_LOOPS)
     extra = {
+        # the dataset (and its overlong filter) and every agent loop render prompts with these:
+        # Qwen3-1.7B is trained as it is evaluated, without thinking
+        "+data.apply_chat_template_kwargs": spec.get("chat", {}),
         "+scout.method": spec["method"],
         "+scout.domain": spec["domain"],
         "+scout.total_steps": spec["total_steps"],
@@ -224,6 +227,8 @@ def _hydra(v) -> str:
         return "null"
     if isinstance(v, list | tuple):
         return "[" + ",".join(_hydra(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_hydra(x)}" for k, x in v.items()) + "}"
     if isinstance(v, str) and any(c in v for c in " ,=:'\"()[]{}"):
         return "'" + v.replace("'", "\\'") + "'"
     return str(v)
