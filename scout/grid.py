@@ -7,8 +7,9 @@ cell exists in exactly one place.
 from __future__ import annotations
 
 import copy
-import math
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError
@@ -53,9 +54,53 @@ def data_path(config: dict, name: str) -> str:
 
 
 def data_spec(config: dict, name: str) -> dict:
-    """What ``scout prepare-data`` needs for one dataset or benchmark: its entry and the source."""
+    """What ``scout prepare-data`` needs for one dataset or benchmark: its entry, the source, and for
+    a training set the views verl will load it through (tokenizer, chat options, prompt limit), so
+    that preparation counts the rows verl's overlong-prompt filter keeps."""
     entry = config.get("datasets", {}).get(name) or config["benchmarks"][name]
-    return {"name": name, **entry, **config.get("data", {})}
+    spec = {"name": name, **entry, **config.get("data", {})}
+    if name in config.get("datasets", {}):
+        spec["views"] = sorted(
+            {json.dumps(v, sort_keys=True): v for v in _training_views(config, name)}.values(), key=view_key
+        )
+    return spec
+
+
+def _training_views(config: dict, data: str) -> list[dict]:
+    out = []
+    for s in config["settings"].values():
+        if s["train_data"] == data:
+            out.append(_view(config, s["student"], s.get("max_prompt_length", config["training"]["max_prompt_length"])))
+    for spec in config["models"].values():
+        if spec.get("prepare", {}).get("data") == data:
+            out.append(_view(config, spec["prepare"]["base"], config["training"]["max_prompt_length"]))
+    return out
+
+
+def _view(config: dict, model_id: str, max_prompt_length: int) -> dict:
+    return {"tokenizer": model_path(config, model_id), "chat": chat_options(config, model_id),
+            "max_prompt_length": max_prompt_length}  # fmt: skip
+
+
+def view_key(view: dict) -> str:
+    """How the prepared data's metadata names one view (tokenizer | prompt limit | chat options)."""
+    return f"{view['tokenizer']}|{view['max_prompt_length']}|{json.dumps(view['chat'], sort_keys=True)}"
+
+
+def meta_path(config: dict, name: str) -> str:
+    return data_path(config, name).removesuffix(".jsonl") + ".meta.json"
+
+
+def kept_rows(config: dict, data: str, view: dict) -> tuple[int, str]:
+    """Rows of a training set verl will load through ``view``: from the prepared data's metadata
+    (its overlong-prompt filter applied), else the configured row count (before preparation)."""
+    path = Path(meta_path(config, data))
+    if path.exists():
+        kept = json.loads(path.read_text()).get("kept", {})
+        if view_key(view) in kept:
+            return kept[view_key(view)], "prepared data"
+    rows = config.get("datasets", {}).get(data, {}).get("rows") or config["toy"]["splits"][data]["rows"]
+    return rows, "configured rows (data not prepared yet)"
 
 
 def model_path(config: dict, model_id: str) -> str:
@@ -132,11 +177,12 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _steps_per_epoch(config: dict, data: str, batch: int) -> int:
+def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
+    """Steps verl runs per epoch: its dataloader drops the last partial batch (floor, not ceil),
+    over the rows its overlong-prompt filter keeps."""
     if "steps" in config["training"]:
         return config["training"]["steps"]
-    rows = config.get("datasets", {}).get(data, {}).get("rows") or config["toy"]["splits"][data]["rows"]
-    return math.ceil(rows / batch)
+    return kept_rows(config, data, view)[0] // batch
 
 
 def _base_spec(config: dict) -> dict:
@@ -175,7 +221,10 @@ def cell_spec(config: dict, cell: Cell) -> dict:
     tr = config["training"]
     over = dict(cell.overrides)
     epochs = over.get("epochs", setting.get("epochs", 1))
-    steps_per_epoch = _steps_per_epoch(config, setting["train_data"], tr["batch_size"])
+    prompt_limit = setting.get("max_prompt_length", tr["max_prompt_length"])
+    steps_per_epoch = _steps_per_epoch(
+        config, setting["train_data"], tr["batch_size"], _view(config, setting["student"], prompt_limit)
+    )
     grpo = method.student_loss == "grpo"
     spec = {
         **_base_spec(config),
@@ -220,7 +269,8 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
     """The GRPO run that prepares a teacher (Qwen3-8B-DAPO, or its toy mirror)."""
     prep = config["models"][model_id]["prepare"]
     tr = config["training"]
-    steps = prep.get("steps") or _steps_per_epoch({**config, "training": {}}, prep["data"], prep["batch"])
+    view = _view(config, prep["base"], tr["max_prompt_length"])
+    steps = prep.get("steps") or _steps_per_epoch({**config, "training": {}}, prep["data"], prep["batch"], view)
     return {
         **_base_spec(config),
         "kind": "teacher_prep",

@@ -113,6 +113,33 @@ def convert(name: str, source: list[dict], refused: list | None = None) -> tuple
     return rows, filtered, len(source) - filtered - len(rows) - len(refused or [])
 
 
+def prompt_tokens(tokenizer, prompt, chat: dict) -> int:
+    """A prompt's length as verl's overlong filter measures it: the chat template applied with
+    the generation prompt and the config's template options, tokenized."""
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **chat)
+    if isinstance(out, dict) or hasattr(out, "input_ids"):  # a BatchEncoding, as transformers 5 returns
+        out = out["input_ids"]
+    if out and isinstance(out[0], list):
+        out = out[0]
+    return len(out)
+
+
+def kept_by_view(rows: list[dict], views: list[dict], log=print) -> dict[str, int]:
+    """Rows verl keeps for each view (tokenizer, chat options, prompt limit) after its filter."""
+    from transformers import AutoTokenizer
+
+    from scout.grid import view_key
+
+    kept = {}
+    for view in views:
+        tok = AutoTokenizer.from_pretrained(view["tokenizer"])
+        n = sum(prompt_tokens(tok, r["prompt"], view["chat"]) <= view["max_prompt_length"] for r in rows)
+        kept[view_key(view)] = n
+        log(f"{view['tokenizer']}: {n} of {len(rows)} prompts within {view['max_prompt_length']} tokens")
+    return kept
+
+
 def prepare(spec: dict, out: str | Path, log=print) -> int:
     """Fetch, convert, check the row count, write atomically. Returns the number of rows."""
     t0 = time.perf_counter()
@@ -130,6 +157,9 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
             "dataset or a wrong source/config"
         )
     write_jsonl(out, rows)
+    if spec.get("views"):  # a training set: what verl will load of it, per model that trains on it
+        meta = {"rows": len(rows), "kept": kept_by_view(rows, spec["views"], log)}
+        Path(str(out).removesuffix(".jsonl") + ".meta.json").write_text(json.dumps(meta, indent=1))
     side = refused_path(out)
     if refused:
         side.write_text(json.dumps(refused, indent=1))

@@ -117,6 +117,9 @@ def test_checkpoint_layout_and_export_to_hugging_face(world, tmp_path, math_rows
     teacher = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model" / "final-teacher")
     assert teacher.config.hidden_size == 48
     # a checkpoint the export needs but verl did not keep is named
+    spec["eval_every"], spec["total_steps"] = None, 70  # planned for more steps than verl ran
+    with pytest.raises(RuntimeError, match="last checkpoint is step 60, the run was planned for 70 steps"):
+        driver.export_models(spec, ck, tmp_path / "run2", log=lambda *_: None)
     spec["eval_every"], spec["total_steps"] = 20, 60
     with pytest.raises(FileNotFoundError, match="global_step_20/actor: no FSDP checkpoint"):
         driver.export_models(spec, ck, tmp_path / "run", log=lambda *_: None)
@@ -141,7 +144,7 @@ def test_the_teacher_trainer_config():
     t = vt.teacher_worker_config(cfg)
     assert t.model.path == "results/teachers/Qwen3-8B-DAPO/model/final"
     assert (t.actor.optim.lr, t.actor.use_kl_loss, t.actor.kl_loss_coef) == (5e-6, True, 0.001)
-    assert t.actor.optim.total_training_steps == 359 // 10 and t.rollout.n == 8
+    assert t.actor.optim.total_training_steps == 358 // 10 and t.rollout.n == 8
     assert t.actor.ppo_mini_batch_size == 128 * 8 and t.rollout.checkpoint_engine.backend == "nccl"
     assert cfg.actor_rollout_ref.model.path != t.model.path  # the student's config is untouched
     actor = omega_conf_to_dataclass(t.actor)  # verl's own dataclass accepts it
@@ -149,10 +152,10 @@ def test_the_teacher_trainer_config():
 
 
 def test_teacher_schedule_in_verls_step_count():
-    cfg = scout_cfg()  # 359 steps, f = 10, ratio 0.1 -> 0.9
+    cfg = scout_cfg()  # 358 steps, f = 10, ratio 0.1 -> 0.9
     assert [s for s in range(1, 41) if vt.teacher_step_due(s, 10)] == [10, 20, 30, 40]
-    assert vt.teacher_ratio(cfg, 1) == pytest.approx(0.1) and vt.teacher_ratio(cfg, 359) == pytest.approx(0.9)
-    assert vt.teacher_ratio(cfg, 180) == pytest.approx(0.5)
+    assert vt.teacher_ratio(cfg, 1) == pytest.approx(0.1) and vt.teacher_ratio(cfg, 358) == pytest.approx(0.9)
+    assert vt.teacher_ratio(cfg, 180) == pytest.approx(0.1 + 0.8 * 179 / 357)
     assert vt.teacher_ratio(scout_cfg("opd_teacher_grpo", "q4b-q1.7b-math"), 180) == 0.0
 
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -721,3 +722,52 @@ def test_a_fresh_verl_process_has_the_scout_pieces_registered(env):
             env={**base, "VERL_USE_EXTERNAL_PLUGINS": "none"},
         )  # fmt: skip
         assert off.stdout.split() == ["False", "False", "False"]
+
+
+# -- step counts ---------------------------------------------------------------------------------------
+
+
+def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok):
+    """Preparation counts the rows verl's overlong-prompt filter keeps (per tokenizer and chat
+    options); the grid plans floor(kept / batch) steps, which is what verl's dataloader (it drops
+    the last partial batch) runs per epoch."""
+    import copy
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from scout import prepare
+
+    rows = [{**MATH, "id": f"m{i}", "prompt": "Compute " + "+".join(["1"] * (1 + i % 9)) + "."} for i in range(45)]
+    src = tmp_path / "train.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    limit, batch = 16, 4
+    view = {"tokenizer": world["student"], "chat": {}, "max_prompt_length": limit}
+    kept = prepare.kept_by_view(rows, [view], log=lambda m: None)[grid.view_key(view)]
+    cfg = vc.compose(
+        ["actor_rollout_ref.rollout.name=vllm", f"data.max_prompt_length={limit}", "data.filter_overlong_prompts=true"]
+    )
+    ds = RLHFDataset(data_files=str(vdata.export(src, tmp_path / "train.verl.parquet")), tokenizer=tok, config=cfg.data)
+    assert 0 < kept < len(rows) and len(ds) == kept  # some prompts are too long, as verl measures them
+    loader = StatefulDataLoader(dataset=ds, batch_size=batch, drop_last=True, collate_fn=collate_fn)
+    # the grid plans from the prepared data's metadata
+    paper = copy.deepcopy(PAPER)
+    paper["results"] = str(tmp_path / "results")
+    paper["datasets"]["openr1-math-46k"]["rows"] = len(rows)
+    paper["training"].update(batch_size=batch, mini_batch_size=batch)
+    student_view = grid.data_spec(paper, "openr1-math-46k")["views"][0]
+    meta = Path(grid.meta_path(paper, "openr1-math-46k"))
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))
+    spec = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "opd", 1))
+    assert spec["steps_per_epoch"] == len(loader) == kept // batch and spec["total_steps"] == len(loader)
+
+
+def test_paper_step_counts_follow_verls_floor():
+    """Before the data is prepared the grid plans from the configured rows, with verl's floor:
+    45,883 rows of 128 run 358 steps per epoch (not 359: the last partial batch is dropped)."""
+    opd = grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-math", "opd", 1))
+    assert (opd["steps_per_epoch"], opd["total_steps"]) == (45883 // 128, 358)
+    code = grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-code", "opd", 1))
+    assert code["total_steps"] == 3 * (7436 // 128)
+    assert grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")["total_steps"] == 3 * (17398 // 64)

@@ -63,6 +63,11 @@ def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=pri
     final = latest_step(ckpt)
     if final is None:
         raise FileNotFoundError(f"{ckpt}: no finished checkpoint ({TRACKER} is missing)")
+    if final != spec["total_steps"]:  # "final" is the planned last step, never an earlier save
+        raise RuntimeError(
+            f"{ckpt}: the last checkpoint is step {final}, the run was planned for {spec['total_steps']} steps "
+            "(a step count that verl's dataloader does not run: check it with scout preflight)"
+        )
     roles = [("actor", "")]
     if METHODS[spec["method"]].trains_teacher:
         from scout.verl.trainer import TEACHER_DIR
