@@ -10,7 +10,7 @@ tokens and 0 on padding (or on tokens a method excludes from the loss).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +60,21 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -
         return torch.zeros_like(groups).view(-1)
     std = groups.std(dim=1, keepdim=True)
     return ((groups - mean) / (std + eps)).view(-1)
+
+
+def grpo_advantages_by_id(rewards: torch.Tensor, ids: Sequence, eps: float = 1e-6) -> torch.Tensor:
+    """``grpo_advantages`` for groups given by an id per sample, in any order and of any size
+    (verl pads a batch with samples that share one id); a group of one gets advantage 0."""
+    rewards = rewards.to(torch.float32)
+    out = torch.zeros_like(rewards)
+    members: dict = {}
+    for i, g in enumerate(ids):
+        members.setdefault(g, []).append(i)
+    for idx in members.values():
+        if len(idx) > 1:
+            r = rewards[idx]
+            out[idx] = (r - r.mean()) / (r.std() + eps)
+    return out
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,17 @@ def test_grpo_advantages_by_hand():
     assert adv[4:].tolist() == pytest.approx([0, 0, 0, 0])
 
 
+def test_grpo_advantages_by_id_by_hand():
+    # a: samples 0, 2, 3 = (1, 1, 0): mean 2/3, sd sqrt(1/3) -> 0.57735, 0.57735, -1.15470
+    # b: samples 1, 5 = (0, 1): mean 1/2, sd sqrt(1/2) -> -0.70711, 0.70711; c: one sample -> 0
+    adv = alg.grpo_advantages_by_id(t([1, 0, 1, 0, 0, 1]), ["a", "b", "a", "a", "c", "b"])
+    assert adv.tolist() == pytest.approx([0.57735, -0.70711, 0.57735, -1.15470, 0.0, 0.70711], abs=1e-4)
+    # consecutive equal groups: the same as grpo_advantages
+    rewards = t([1, 0, 1, 0, 1, 1, 1, 1])
+    same = alg.grpo_advantages_by_id(rewards, [0, 0, 0, 0, 1, 1, 1, 1])
+    assert torch.allclose(same, alg.grpo_advantages(rewards, 4))
+
+
 def test_grpo_advantages_rejects_ragged_groups():
     with pytest.raises(ValueError):
         alg.grpo_advantages(t([1, 0, 1]), group_size=2)

@@ -5,6 +5,7 @@ SCOUT's teacher-phase batches. No GPU: nothing here starts a rollout engine or a
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import math
 import os
@@ -221,6 +222,26 @@ def test_scout_grpo_matches_hand_values_and_verls_grpo_on_shuffled_groups():
     )
     torch.testing.assert_close(ours[:, 0], expected, atol=1e-4, rtol=0)
     assert (ours[:, 2] == 0).all()
+
+
+def test_scout_grpo_takes_a_batch_verl_padded():
+    """verl pads a batch to a divisor with copies of its first samples (same uids): groups of
+    unequal size. scout_grpo must take it, and agree with verl's own grpo on it."""
+    from verl.protocol import pad_dataproto_to_divisor
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import scout.verl.plugin  # noqa: F401
+
+    d = DataProto.from_dict(
+        tensors={"token_level_rewards": torch.tensor([[1.0], [0.0], [1.0], [1.0]]), "response_mask": torch.ones(4, 1),
+                 "responses": torch.zeros(4, 1)},
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
+    )  # fmt: skip
+    padded, pad = pad_dataproto_to_divisor(d, 3)
+    assert pad == 2 and list(padded.non_tensor_batch["uid"]) == ["a", "a", "b", "b", "a", "a"]
+    ours = compute_advantage(copy.deepcopy(padded), adv_estimator="scout_grpo").batch["advantages"]
+    verls = compute_advantage(copy.deepcopy(padded), adv_estimator="grpo").batch["advantages"]
+    assert torch.allclose(ours, verls, atol=1e-5)
 
 
 # -- distillation losses, through verl's distillation_loss --------------------------------------------

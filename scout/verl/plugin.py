@@ -49,26 +49,11 @@ def method_cfg(name: str) -> dict:
 # -- advantage estimator -------------------------------------------------------------------------
 
 
-def group_order(index: np.ndarray) -> tuple[torch.Tensor, int]:
-    """A permutation that makes verl's uid groups consecutive, and the (common) group size."""
-    uids = [str(u) for u in index]
-    first: dict[str, int] = {}
-    for i, u in enumerate(uids):
-        first.setdefault(u, i)
-    order = sorted(range(len(uids)), key=lambda i: (first[uids[i]], i))
-    sizes = {uids.count(u) for u in first}
-    if len(sizes) != 1:
-        raise ValueError(f"GRPO groups differ in size: {sorted(sizes)}")
-    return torch.tensor(order, dtype=torch.long), sizes.pop()
-
-
 def scout_grpo(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, config=None, **_):
-    """verl advantage-estimator signature around ``alg.grpo_advantages``; returns (adv, returns)."""
+    """verl advantage-estimator signature around ``alg.grpo_advantages_by_id`` (groups by verl's
+    uid, of any size: verl pads batches with samples that share one); returns (adv, returns)."""
     scores = token_level_rewards.sum(dim=-1)
-    order, group = group_order(index)
-    adv_sorted = alg.grpo_advantages(scores[order], group).to(scores.dtype)
-    adv = torch.empty_like(scores)
-    adv[order] = adv_sorted
+    adv = alg.grpo_advantages_by_id(scores, [str(u) for u in index]).to(scores.dtype)
     adv = adv.unsqueeze(-1) * response_mask
     return adv, adv
 
