@@ -792,3 +792,56 @@ def test_paper_step_counts_follow_verls_floor():
     code = grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-code", "opd", 1))
     assert code["total_steps"] == 3 * (7436 // 128)
     assert grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")["total_steps"] == 3 * (17398 // 64)
+
+
+# -- Prune-OPD: the sampled token's exact teacher log-prob -------------------------------------------
+
+
+class _Lp:  # vLLM's Logprob: a log-prob and its rank
+    def __init__(self, logprob, rank):
+        self.logprob, self.rank = logprob, rank
+
+
+def test_the_sampled_tokens_exact_log_prob_is_kept():
+    """vLLM's prompt_logprobs give the top-k and, when the prompt (sampled) token ranks below k, that
+    token too; verl's extraction drops it. Ours puts it in the k-th slot with its exact log-prob, so
+    the K1 term uses the exact value, not the k-th log-prob (an upper bound)."""
+    from types import SimpleNamespace
+
+    from scout.verl.plugin import extract_prompt_logprobs_keeping_sampled, teacher_logp_of_sampled
+
+    positions = [
+        None,  # vLLM gives no log-prob for the first prompt token
+        {"7": _Lp(-0.1, 1), "8": _Lp(-2.0, 2)},  # the sampled token 8 is in the top 2
+        {"5": _Lp(-0.2, 1), "6": _Lp(-1.9, 2), "9": _Lp(-6.5, 40)},  # sampled 9 ranks 40th
+    ]
+    out = {}
+    extract_prompt_logprobs_keeping_sampled(SimpleNamespace(prompt_logprobs=positions), 2, out)
+    assert out["prompt_ids"] == [[7, 8], [5, 9], [0, 0]] and out["prompt_logprobs"] == [
+        [-0.1, -2.0],
+        [-0.2, -6.5],
+        [0.0, 0.0],
+    ]
+    ids, lps = torch.tensor(out["prompt_ids"][:2]), torch.tensor(out["prompt_logprobs"][:2])
+    t_logp, found = teacher_logp_of_sampled(ids, lps, torch.tensor([8, 9]))
+    assert t_logp.tolist() == pytest.approx([-2.0, -6.5]) and found.all()
+    # verl's own extraction would have given token 9 nothing: the upper bound was -1.9
+    t_old, found_old = teacher_logp_of_sampled(torch.tensor([[5, 6]]), torch.tensor([[-0.2, -1.9]]), torch.tensor([9]))
+    assert t_old.item() == pytest.approx(-1.9) and not found_old.item()
+
+
+def test_the_patch_reaches_a_module_that_imports_the_function_by_name(tmp_path, monkeypatch):
+    """verl's server does `from ...utils import extract_prompt_logprobs`: its module attribute is
+    what it calls. The patch lands there when the module is imported (or at once if it already is)."""
+    import importlib
+    import sys
+
+    from scout.verl import plugin
+
+    (tmp_path / "fake_server.py").write_text("def extract_prompt_logprobs(*a):\n    return 'verl'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    plugin.patch_on_import("fake_server", "extract_prompt_logprobs", lambda *a: "scout")
+    module = importlib.import_module("fake_server")
+    assert module.extract_prompt_logprobs() == "scout"
+    sys.modules.pop("fake_server")

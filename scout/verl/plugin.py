@@ -89,8 +89,9 @@ def optr_losses(config, distillation_config, model_output, data):
 def teacher_logp_of_sampled(teacher_ids: torch.Tensor, teacher_lp: torch.Tensor, tokens: torch.Tensor):
     """The teacher's log-prob of each sampled token from its top-k lists, and whether it was there.
 
-    verl's top-k path keeps only the top-k; a token outside it gets the k-th log-prob, an upper
-    bound on its true log-prob (docs/verl-backend.md)."""
+    With ``keep_sampled_logprob`` patched into the teacher's server, the sampled token is always
+    in the lists with its exact log-prob; should it be missing, the k-th log-prob (an upper bound)
+    stands in and ``found`` says so."""
     hit = teacher_ids == tokens.unsqueeze(-1)
     found = hit.any(dim=-1)
     exact = (teacher_lp * hit).sum(dim=-1)
@@ -137,6 +138,86 @@ def budget_metrics(w: torch.Tensor, mask: torch.Tensor, data, margin: int) -> di
     }
 
 
+# -- the teacher's prompt log-probs for Prune-OPD ------------------------------------------------------
+# verl's vLLM server keeps only the top-k of each prompt position (extract_prompt_logprobs drops the
+# sampled token when it ranks below k), so the K1 term would use the k-th log-prob, an upper bound,
+# exactly where teacher and student disagree most. vLLM does return the sampled token's exact
+# log-prob; for Prune-OPD cells scout patches the extraction to keep it.
+
+SERVER_MODULE = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+
+
+def topk_with_sampled(position: dict, k: int) -> tuple[list[int], list[float]]:
+    """One position of vLLM's ``prompt_logprobs`` (token id -> an object with ``logprob`` and
+    ``rank``) -> the top-k ids and log-probs by rank; when the sampled token ranks below k (vLLM then
+    adds it as a (k+1)-th entry) it takes the k-th slot, with its exact log-prob."""
+    ids, lps = [None] * k, [None] * k
+    outside = None
+    for token, lp in position.items():
+        if lp.rank > k:
+            outside = (int(token), lp.logprob)
+            continue
+        ids[lp.rank - 1], lps[lp.rank - 1] = int(token), lp.logprob
+    if outside is not None:
+        ids[k - 1], lps[k - 1] = outside
+    return ids, lps
+
+
+def extract_prompt_logprobs_keeping_sampled(output, num_prompt_logprobs, result_dict: dict) -> None:
+    """verl's ``extract_prompt_logprobs`` (same layout: a dummy first-token entry dropped, a dummy
+    entry last), with ``topk_with_sampled`` for each position."""
+    if num_prompt_logprobs is None:
+        return
+    ids_ls, lps_ls = [], []
+    for position in output.prompt_logprobs[1:]:
+        if num_prompt_logprobs == 0:
+            token, lp = next(iter(position.items()))
+            ids_ls.append([int(token)])
+            lps_ls.append([lp.logprob])
+        else:
+            ids, lps = topk_with_sampled(position, num_prompt_logprobs)
+            ids_ls.append(ids)
+            lps_ls.append(lps)
+    lps_ls.append([0.0] * max(num_prompt_logprobs, 1))
+    ids_ls.append([0] * max(num_prompt_logprobs, 1))
+    result_dict["prompt_ids"], result_dict["prompt_logprobs"] = ids_ls, lps_ls
+
+
+class _PatchOnImport:
+    """A meta-path finder that sets ``attribute`` of ``module`` to ``value`` right after the module
+    is imported (the server imports verl's function by name, so the module attribute is what it calls)."""
+
+    def __init__(self, module: str, attribute: str, value):
+        self.module, self.attribute, self.value = module, attribute, value
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.module:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run, patch = spec.loader.exec_module, (self.attribute, self.value)
+
+        def exec_module(module):
+            run(module)
+            setattr(module, *patch)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def patch_on_import(module: str, attribute: str, value) -> None:
+    """Install the patch now if ``module`` is loaded, else as soon as it is imported."""
+    import sys
+
+    if module in sys.modules:
+        setattr(sys.modules[module], attribute, value)
+    elif not any(isinstance(f, _PatchOnImport) and f.module == module for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport(module, attribute, value))
+
+
 def register() -> None:
     """Idempotent: verl's registries refuse a second registration under the same name."""
     from verl.trainer.distillation.losses import (
@@ -152,6 +233,8 @@ def register() -> None:
         register_distillation_loss(DistillationLossSettings(names=["scout_optr"], use_estimator=True))(optr_losses)
     if "scout_prune" not in DISTILLATION_LOSS_REGISTRY:
         register_distillation_loss(DistillationLossSettings(names=["scout_prune"], use_topk=True))(prune_losses)
+    if "prune_opd" in json.loads(os.environ.get(METHOD_CFG_ENV) or "{}"):  # the teacher's server of a Prune cell
+        patch_on_import(SERVER_MODULE, "extract_prompt_logprobs", extract_prompt_logprobs_keeping_sampled)
 
 
 register()
