@@ -197,3 +197,11 @@ def test_the_clip_value_reaches_the_bounds_verl_reads(clip):
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (clip, clip)
     loss = omega_conf_to_dataclass(cfg.distillation).distillation_loss
     assert (loss.clip_ratio_low, loss.clip_ratio_high) == (clip, clip)
+
+
+def test_rollout_log_probs_are_asked_only_of_loops_that_return_them():
+    """verl reads rollout_log_probs back for every sample when calculate_log_probs is on (its
+    default); Relay-OPD's loop returns none."""
+    assert build("q4b-q1.7b-math", "relay_opd").actor_rollout_ref.rollout.calculate_log_probs is False
+    for variant in ("opd", "prune_opd", "scout", "grpo"):
+        assert build("q4b-q1.7b-math", variant).actor_rollout_ref.rollout.calculate_log_probs is True

@@ -23,6 +23,7 @@ PLUGIN = "scout.verl.plugin"
 # scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
 TEACHER_INFERENCE = "distillation.teacher_models.teacher_model.inference"
+LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no response_logprobs
 TEACHER_GPU_MEMORY = 0.85  # share of each GPU the teacher's vLLM engine may take (it has them alone)
 WEIGHT_SYNC = "nccl"  # SCOUT's teacher trainer -> teacher engine (separate pools: never naive)
 
@@ -187,6 +188,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     if loop:
         o["actor_rollout_ref.rollout.agent.default_agent_loop"] = loop
         o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(AGENT_LOOPS)
+    # verl then reads each sample's rollout log-probs back; an agent loop that mixes two models'
+    # tokens (Relay-OPD) has none, and the actor recomputes the old log-probs anyway
+    o["actor_rollout_ref.rollout.calculate_log_probs"] = loop not in LOOPS_WITHOUT_LOGPROBS
     extra = {
         # the dataset (and its overlong filter) and every agent loop render prompts with these:
         # Qwen3-1.7B is trained as it is evaluated, without thinking
