@@ -158,6 +158,27 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_preflight(args) -> int:
+    """Check every training cell against the installed verl before GPU hours are spent."""
+    import json as _json
+
+    from scout.verl import preflight
+
+    cfg = _config(args)
+    if cfg["backend"] != "verl":
+        raise SystemExit("scout preflight: the config's backend is not verl (the embedded backend needs no preflight)")
+    rows = preflight.run(cfg, log=_log)
+    print(preflight.render(rows))
+    problems = [f"{r.cell}: {p}" for r in rows for p in r.problems]
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(_json.dumps([{"cell": r.cell, **r.checks} for r in rows], indent=1))
+    if problems:
+        raise SystemExit("scout preflight: refused\n  " + "\n  ".join(problems))
+    _log(f"preflight: {len(rows)} cells pass")
+    return 0
+
+
 def cmd_ray_run(args) -> int:
     from scout.raycluster import RayClusterError, run
 
@@ -229,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(s)
     s.add_argument("--csv", help="also write every job with its resources to this CSV file")
     s.set_defaults(func=cmd_plan)
+    s = sub.add_parser("preflight", help="check every training cell against the installed verl (no GPU needed)")
+    _add_config_args(s)
+    s.add_argument("--out", help="also write the table as JSON to this file (the workflow's marker)")
+    s.set_defaults(func=cmd_preflight)
     s = sub.add_parser("ray-run", help="start Ray over the Slurm allocation (or locally), run a driver, stop Ray")
     s.add_argument("--cpus-per-node", type=int, required=True)
     s.add_argument("--gpus-per-node", type=int, default=0)

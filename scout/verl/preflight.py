@@ -12,6 +12,9 @@ renders it from the prepared data (thinking or not).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from scout.verl import config as vc
 
 GIB = 1 << 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
@@ -93,3 +96,142 @@ def count_after_filter(cfg, tokenizer, parquet: str) -> int:
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     return len(RLHFDataset(data_files=parquet, tokenizer=tokenizer, config=cfg.data))
+
+
+# ------------------------------------------------------------------------------------------------
+# The preflight of a config
+# ------------------------------------------------------------------------------------------------
+
+LOGPROB_LOOPS = {None, "scout_budget"}  # agent loops that return the rollout's log-probs
+
+
+def _model_config(config: dict, model_id: str) -> dict:
+    """A model's architecture (config.json), for a prepared teacher that of its base model."""
+    from transformers import AutoConfig
+
+    from scout import grid
+
+    spec = config["models"][model_id]
+    if "prepare" in spec:
+        return _model_config(config, spec["prepare"]["base"])
+    return AutoConfig.from_pretrained(grid.model_path(config, model_id)).to_dict()
+
+
+def _engines(
+    cfg, config: dict, spec: dict, res: dict, teacher_id: str | None
+) -> list[tuple[str, str, int, float, int]]:
+    """(name, model id, max_model_len, gpu_memory_utilization, tensor parallel) of each vLLM engine."""
+    from scout.methods import METHODS
+
+    setting = config["settings"].get(spec["setting"], {})
+    student = setting.get("student") or config["models"][spec["setting"]]["prepare"]["base"]
+    r = cfg.actor_rollout_ref.rollout
+    length = r.get("max_model_len") or (r.prompt_length + r.response_length)
+    out = [("student rollout", student, length, r.gpu_memory_utilization, r.tensor_model_parallel_size)]
+    if teacher_id and METHODS[spec["method"]].needs_teacher:
+        t = cfg.distillation.teacher_models.teacher_model.inference
+        out.append(
+            ("teacher engine", teacher_id, t.max_model_len, t.gpu_memory_utilization, t.tensor_model_parallel_size)
+        )
+    return out
+
+
+def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) -> Row:
+    """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
+    from scout import grid
+    from scout.resources import job_resources
+    from scout.verl.trainer import teacher_worker_config
+
+    spec = grid.cell_spec(config, cell)
+    row = Row(cell.key)
+    res = job_resources(config, "train", cell.setting, cell.method, cell.variant)
+    try:
+        cfg = vc.build(spec, res, grid.train_dir(config, cell.setting, cell.variant, cell.seed))
+    except vc.VerlConfigError as exc:
+        row.fail("config", str(exc))
+        return row
+    row.ok("config", "valid")
+    setting = config["settings"][cell.setting]
+    if "scout" in cfg:
+        if "teacher_train" in cfg.scout:
+            sender = teacher_worker_config(cfg).rollout.checkpoint_engine.backend
+            receiver = cfg.distillation.teacher_models.teacher_model.inference.get("checkpoint_engine", {}).get(
+                "backend", "naive"
+            )
+            if sender != receiver or receiver == "naive":
+                row.fail("weight sync", f"trainer sends with {sender}, the teacher engine receives with {receiver}")
+            else:
+                row.ok("weight sync", f"{sender} -> {receiver}")
+    loop = vc.agent_loop(spec["method"])
+    wants = cfg.actor_rollout_ref.rollout.calculate_log_probs
+    if wants and loop not in LOGPROB_LOOPS:
+        row.fail("log-probs", f"calculate_log_probs is on but the {loop} loop returns no rollout log-probs")
+    else:
+        row.ok("log-probs", f"{'on' if wants else 'off'} ({loop or 'single_turn_agent'})")
+    gpu_gb = res.get("gpu_mem_gb")
+    for name, model, length, util, tp in _engines(cfg, config, spec, res, setting.get("teacher")):
+        if not gpu_gb:
+            row.fail(f"{name} KV", "resources give no gpu_mem_gb to check the KV cache against")
+            continue
+        try:
+            arch = _model_config(config, model)
+        except (OSError, ValueError) as exc:
+            row.fail(f"{name} KV", f"cannot read the config of {model}: {str(exc).splitlines()[0][:120]}")
+            continue
+        fits, text = kv_fit(arch, length, gpu_gb, util, tp)
+        (row.ok if fits else row.fail)(f"{name} KV", f"{text} ({gpu_gb} GB GPUs at {util})")
+    data = grid.data_path(config, setting["train_data"])
+    if not Path(data).exists():
+        row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")
+        return row
+    view = grid._view(config, setting["student"], spec["max_prompt_length"])
+    key = (setting["train_data"], grid.view_key(view))
+    if key not in counts:
+        from scout.verl import data as vdata
+
+        if view["tokenizer"] not in tokenizers:
+            tokenizers[view["tokenizer"]] = _tokenizer(view["tokenizer"])
+        tok = tokenizers[view["tokenizer"]]
+        parquet = vdata.export(data, vc.parquet_path(data))
+        counts[key] = count_after_filter(cfg, tok, str(parquet))
+        first = rendered_prompt(cfg, tok, _first_prompt(data))
+        log(f"first prompt of {setting['train_data']} as verl renders it for {view['tokenizer']} "
+            f"(chat options {view['chat'] or 'none'}):\n{tok.decode(first)}\n")  # fmt: skip
+    verl_steps = steps_per_epoch(counts[key], spec["batch_size"]) * spec["epochs"]
+    planned = spec["total_steps"]
+    if planned > verl_steps:  # verl's epochs would end first: no final checkpoint, an early export
+        row.fail("steps", f"verl's dataloader runs {verl_steps} steps ({counts[key]} rows kept), the plan has "
+                 f"{planned}: prepare the data again, then restart snakemake")  # fmt: skip
+    else:
+        row.ok("steps", f"{planned} planned, verl runs up to {verl_steps} ({counts[key]} rows kept)")
+    return row
+
+
+def _tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def _first_prompt(path: str) -> list[dict]:
+    from scout.io import read_jsonl
+
+    prompt = read_jsonl(path)[0]["prompt"]
+    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+
+
+def run(config: dict, log=print, cells=None) -> list[Row]:
+    """Every training cell of ``config`` (or the given ones), checked."""
+    from scout import grid
+
+    tokenizers: dict = {}
+    counts: dict = {}
+    return [check_cell(config, c, tokenizers, counts, log) for c in (cells or grid.cells(config))]
+
+
+def render(rows: list[Row]) -> str:
+    """The preflight as a table: one row per cell, one column per check."""
+    import pandas as pd
+
+    table = pd.DataFrame([{"cell": r.cell, **r.checks} for r in rows]).fillna("")
+    return table.to_string(index=False, max_colwidth=60)

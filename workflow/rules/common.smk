@@ -122,6 +122,17 @@ def train_inputs(wc):
     )
 
 
+def training_data():
+    """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
+    names = {s["train_data"] for s in config["settings"].values()}
+    names |= {m["prepare"]["data"] for m in config["models"].values() if "prepare" in m}
+    return sorted(grid.data_path(config, n) for n in names)
+
+
+def preflight_files():
+    return [f"{RES}/preflight.json"] if config["backend"] == "verl" else []
+
+
 def teacher_spec(wc):
     return with_resources(grid.teacher_prep_spec(config, wc.model), "prepare_teacher", wc)
 

@@ -1,9 +1,30 @@
-# Training: one job per cell (setting x variant x seed), plus teacher preparation.
+# Training: one job per cell (setting x variant x seed), plus teacher preparation. On verl, a
+# preflight of every cell (scout preflight) runs once, where snakemake runs, before the first job.
+if config["backend"] == "verl":
+
+    localrules:
+        preflight,
+
+    rule preflight:
+        input:
+            training_data(),
+        output:
+            f"{RES}/preflight.json",
+        params:
+            spec=as_json(config),
+        log:
+            f"{RES}/logs/preflight.log",
+        conda:
+            TRAIN_ENV
+        shell:
+            "scout preflight --spec {params.spec:q} --out {output} > {log} 2>&1"
+
 
 
 rule prepare_teacher:
     input:
         teacher_inputs,
+        preflight_files(),
     output:
         f"{RES}/teachers/{{model}}/train.json",
     params:
@@ -26,6 +47,7 @@ rule prepare_teacher:
 rule train:
     input:
         train_inputs,
+        preflight_files(),
     output:
         f"{RES}/train/{{setting}}/{{variant}}/s{{seed}}/train.json",
     params:

@@ -1,0 +1,70 @@
+"""scout preflight on a toy world configured for verl: every check through the installed verl on CPU,
+and each refusal named with its cell."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from scout import grid
+from scout.toy.world import build_model
+from tests.conftest import REPO, TINY
+
+preflight = pytest.importorskip("scout.verl.preflight", reason="needs verl (pip install '.[verl]')")
+
+
+@pytest.fixture(scope="module")
+def verl_toy(world):
+    """The mini toy world with backend verl on one 4-GPU node of 24 GB (config/verl-smoke.yaml)."""
+    cfg = copy.deepcopy(world["config"])
+    cfg |= yaml.safe_load((REPO / "config" / "verl-smoke.yaml").read_text())
+    cfg["resources"]["default"]["gpu_mem_gb"] = 24
+    res = grid.model_path(cfg, "toy-small").rsplit("/", 1)[0]
+    for name, hidden in (("toy-small", 32), ("toy-large", 48), ("toy-medium", 32)):
+        model, tok = build_model({**TINY, "hidden_size": hidden}, world["root"] / "tokenizer", seed=hidden)
+        model.save_pretrained(f"{res}/{name}")
+        tok.save_pretrained(f"{res}/{name}")
+    return cfg
+
+
+def cells(cfg, *variants):
+    return [grid.find_cell(cfg, "toy-l-s-math", v, 1) for v in variants]
+
+
+def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
+    said = []
+    rows = preflight.run(verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout", "prune_opd", "relay_opd"))
+    assert [r.problems for r in rows] == [[], [], [], []]
+    scout = rows[1].checks
+    assert scout["weight sync"] == "nccl -> nccl" and scout["log-probs"] == "on (single_turn_agent)"
+    assert rows[3].checks["log-probs"] == "off (scout_relay)"
+    assert scout["teacher engine KV"].startswith("KV 0.0 GiB for")
+    assert any(line.startswith("first prompt of math-train as verl renders it") and "Compute" in line for line in said)
+    table = preflight.render(rows)
+    assert "toy-l-s-math/scout/s1" in table and "FAIL" not in table
+
+
+def test_refusals_name_the_cell_and_the_reason(verl_toy, tmp_path):
+    cfg = copy.deepcopy(verl_toy)
+    cfg["resources"]["default"]["gpu_mem_gb"] = 1e-6  # no room for even the weights
+    cfg["training"]["steps"] = 10**6  # more steps than verl's dataloader has batches
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))[0]
+    assert any(p.startswith("student rollout KV: KV") for p in row.problems)
+    assert any(p.startswith("steps: verl's dataloader runs") and "the plan has 1000000" in p for p in row.problems)
+    cfg = copy.deepcopy(verl_toy)
+    cfg["results"] = str(tmp_path / "elsewhere")  # nothing prepared there
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))[0]
+    assert any("is not prepared" in p for p in row.problems)
+
+
+def test_kv_cache_arithmetic_by_hand():
+    # Qwen3-4B's shape: 36 layers x 8 KV heads x head_dim 128, K and V in bf16 = 147,456 bytes a token
+    qwen3_4b = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "hidden_size": 2560, "intermediate_size": 9728, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
+    assert preflight.kv_bytes_per_token(qwen3_4b) == 2 * 36 * 8 * 128 * 2
+    # its full 262,144-token context needs 36 GiB of KV: not on a 40 GB GPU at 0.5, fine at 17,409 tokens
+    assert not preflight.kv_fit(qwen3_4b, 262_144, 40, 0.5, 1)[0]
+    assert preflight.kv_fit(qwen3_4b, 17_409, 40, 0.85, 1)[0]
+    assert preflight.steps_per_epoch(45_883, 128) == 358
