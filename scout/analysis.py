@@ -37,10 +37,13 @@ def split_point(length: int, ratio: float) -> int:
     return int(ratio * length)
 
 
-def responses(path: str | Path, rows_by_id: dict[str, dict]) -> list[tuple[dict, str]]:
-    """(row, response) for every sample of an evaluation's generations file."""
+def responses(path: str | Path, rows_by_id: dict[str, dict], per_row: int | None = None) -> list[tuple[dict, str]]:
+    """(row, response) for the samples of an evaluation's generations file (the first ``per_row``
+    repeats of each row, or all)."""
     out = []
     for g in read_jsonl(path):
+        if per_row is not None and g["repeat"] >= per_row:
+            continue
         if g["id"] not in rows_by_id:
             raise ValueError(f"{path}: sample id {g['id']!r} is not a row of the benchmark")
         out.append((rows_by_id[g["id"]], g["response"]))
@@ -99,8 +102,9 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
 
     torch.set_num_threads(spec.get("threads", 1))
     rows_by_id = {r["id"]: r for r in read_jsonl(spec["benchmark_path"])}
-    initial_student = responses(spec["student_generations"], rows_by_id)
-    own = responses(spec["teacher_generations"], rows_by_id)
+    per_row = spec.get("responses")
+    initial_student = responses(spec["student_generations"], rows_by_id, per_row)
+    own = responses(spec["teacher_generations"], rows_by_id, per_row)
     sampling = {**spec["sampling"], "max_new_tokens": spec["max_new_tokens"]}
     ratios, k, setting = spec["ratios"], spec["k"], spec["setting"]
     cont, ent, ent_resp = [], [], []
@@ -119,17 +123,21 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
                          "entropy": sum(c) / len(c)} for i, c in enumerate(curves) if c)  # fmt: skip
 
     with Grader() as grader:
-        engine = make_generator(spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"))
+        engine = make_generator(
+            spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+        )
         probe(engine, grader, "initial", 0, "initial-student", initial_student)
         probe(engine, grader, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "student", initial_student)
-        finals = {r["seed"]: responses(r["generations"], rows_by_id) for r in spec["runs"]}
+        finals = {r["seed"]: responses(r["generations"], rows_by_id, per_row) for r in spec["runs"]}
         for seed, pairs in finals.items():
             probe(engine, grader, "initial", seed, "final-student", pairs)
         del engine
         for r in spec["runs"]:
-            engine = make_generator(r["teacher"], spec.get("engine", "transformers"), spec.get("chat"))
+            engine = make_generator(
+                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+            )
             probe(engine, grader, "scout", r["seed"], "initial-student", initial_student)
             probe(engine, grader, "scout", r["seed"], "final-student", finals[r["seed"]])
             # the trained teacher's own responses, sampled here with the evaluation's settings

@@ -11,6 +11,7 @@ same token ids.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -132,6 +133,36 @@ class VLLMGenerator:
         return [
             [Completion(o.text, o.finish_reason or "stop", tuple(o.token_ids)) for o in out.outputs] for out in outs
         ]
+
+    def entropies(self, prompts: list[list[int]], responses: list[list[int]], top: int = 20) -> list[list[float]]:
+        """Next-token entropy at every response token from vLLM's prompt log-probs, which give only
+        the top ``top``: the rest of the mass is spread evenly over the rest of the vocabulary (an
+        approximation, exact when the top-20 hold nearly all of it)."""
+        from vllm import SamplingParams, TokensPrompt
+
+        vocab = len(self.tok)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=top)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
+        )
+        return [
+            [
+                entropy_from_top(sorted((lp.logprob for lp in position.values()), reverse=True)[:top], vocab)
+                for position in out.prompt_logprobs[len(p) : len(p) + len(r)]
+            ]
+            for out, p, r in zip(outs, prompts, responses, strict=True)
+        ]
+
+
+def entropy_from_top(top_logprobs: list[float], vocab: int) -> float:
+    """Entropy (nats) of a distribution known by its top log-probs: the remaining mass is taken as
+    spread evenly over the other ``vocab - len(top)`` tokens."""
+    probs = [math.exp(x) for x in top_logprobs]
+    h = -sum(p * x for p, x in zip(probs, top_logprobs, strict=True))
+    rest, others = max(0.0, 1.0 - sum(probs)), vocab - len(top_logprobs)
+    if rest > 0 and others > 0:
+        h -= rest * math.log(rest / others)
+    return h
 
 
 ENGINES = ("transformers", "vllm")

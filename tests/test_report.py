@@ -325,6 +325,18 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     assert [int(f) for f in re.findall(r"SCOUT \(\$f\{=\}(\d+)\$\)", fsweep)] == [1, 5, 10, 15, 20]
 
 
+def test_entropy_from_the_top_log_probs_by_hand():
+    from math import log
+
+    from scout.generation import entropy_from_top
+
+    # all the mass in the top two (1/2, 1/2): ln 2, whatever the vocabulary
+    assert entropy_from_top([log(0.5), log(0.5)], 1000) == pytest.approx(log(2))
+    # top (1/2, 1/4) and 1/4 spread over 2 more tokens of a 4-token vocabulary: uniform-ish,
+    # H = 0.5 ln 2 + 0.25 ln 4 + 2 * 0.125 ln 8 = 1.2130
+    assert entropy_from_top([log(0.5), log(0.25)], 4) == pytest.approx(1.213008, abs=1e-6)
+
+
 def test_entropy_by_position_by_hand():
     # two responses of 2 and 1 tokens: position 0 averages both, position 1 only the longer
     assert analysis.by_position([[0.5, 0.25], [1.5]]) == [(0, 1.0, 2), (1, 0.25, 1)]
