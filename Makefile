@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test,cluster,verl]" -c constraints/cpu.txt
+	$(PY) -m pip install -q -e ".[test,cluster,verl,tracking]" -c constraints/cpu.txt
 	touch $@
 
 lint: install

@@ -86,9 +86,11 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
             from scout.grading.sandbox import isolation
 
             log(isolation())
+        n_bench = len(spec["benchmarks"])
         for i, (bench, b) in enumerate(spec["benchmarks"].items()):
             rows, k = data[bench], b["repeats"]
             t0 = time.perf_counter()
+            log(f"{bench} ({i + 1}/{n_bench}): generating {len(rows)} x {k} samples")
             completions = gen.generate([r["prompt"] for r in rows], k, spec["sampling"], seed=spec["seed"] * 7919 + i)
             samples = [
                 {"id": r["id"], "repeat": j, "response": c.text, "finish_reason": c.finish_reason}
@@ -97,12 +99,20 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
             ]
             write_jsonl(out / f"{bench}.generations.jsonl", samples)
             t1 = time.perf_counter()
-            log(f"{bench}: generated {len(rows)} x {k} in {t1 - t0:.1f}s; grading")
+            log(
+                f"{bench}: generated {len(rows)} x {k} in {t1 - t0:.1f}s ({len(samples) / max(t1 - t0, 1e-9):.0f} samples/s); grading"
+            )
             verdicts = grade_samples(grader, rows, samples, k)
             rec = make_record(bench, spec["model"], verdicts, meta | {"truncated": _truncated(samples)})
             _write(out, bench, samples, verdicts, rec)
             records[bench] = rec
             log(f"{bench}: avg@{k} = {rec['mean']:.3f} ± {rec['sem']:.3f} (graded in {time.perf_counter() - t1:.1f}s)")
+    if spec.get("run_dir"):  # into the training run this checkpoint comes from
+        from scout.tracking import Tracker
+
+        means = {b: r["mean"] for b, r in records.items()}
+        with Tracker(spec["run_dir"], spec) as tracker:
+            tracker.log({**means, "avg": sum(means.values()) / len(means)}, spec["step"], prefix="eval/")
     return records
 
 

@@ -246,6 +246,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
         "eval_every": over.get("eval_every"),
         "chat": chat_options(config, setting["student"]),
+        "experiments": list(cell.experiments),
     }
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
@@ -321,10 +322,14 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
     """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
     s = config["settings"][setting]
     evaluated = s["teacher"] if variant == "base-teacher" else s["student"]
+    run_dir, step = None, None
     if variant in BASE_VARIANTS:
         model = model_path(config, evaluated)
     else:
-        model = f"{train_dir(config, setting, variant, seed)}/model/{ckpt}"
+        run_dir = train_dir(config, setting, variant, seed)
+        model = f"{run_dir}/model/{ckpt}"
+        cell = find_cell(config, setting, variant, int(seed))
+        step = int(ckpt[4:]) if ckpt.startswith("step") else cell_spec(config, cell)["total_steps"]
     method = variant
     if variant not in BASE_VARIANTS:
         method = next(
@@ -347,6 +352,8 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "engine_options": config["evaluation"].get("engine_options", {}),
         "chat": chat_options(config, evaluated),
         "threads": config["training"].get("threads", 1),
+        "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
+        "step": step,
     }
 
 

@@ -24,6 +24,7 @@ from scout.embedded import lm
 from scout.grading import Grader
 from scout.io import read_jsonl
 from scout.methods import METHODS, Method
+from scout.tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"
 
@@ -330,6 +331,7 @@ class Trainer:
         log(f"{'resumed' if resumed else 'training'} from step {start} of {self.spec['total_steps']}")
         total, every = self.spec["total_steps"], self.spec.get("eval_every")
         t0 = time.perf_counter()
+        tracker = Tracker(self.out, self.spec)
         try:
             for step in range(start, total):
                 ts = time.perf_counter()
@@ -338,17 +340,22 @@ class Trainer:
                 self.progress.step = step + 1
                 with open(metrics_path, "a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
+                tracker.log(metrics, step + 1)
                 if every and (step + 1) % every == 0 and step + 1 < total:
                     self.export(f"step{step + 1}")
                 if (step + 1) % self.spec["save_every"] == 0 or step + 1 == total:
                     self.save_checkpoint()
                 reward = f" reward {metrics['reward']:.3f}" if "reward" in metrics else ""
+                done = step + 1 - start
+                rate = (time.perf_counter() - t0) / done
                 log(
                     f"[{self.spec['setting']}/{self.spec['variant']}/s{self.spec['seed']}] step {step + 1}/{total} "
-                    f"loss {metrics['loss']:+.4f}{reward} ({metrics['step_seconds']:.2f}s)"
+                    f"loss {metrics['loss']:+.4f}{reward} ({metrics['step_seconds']:.2f}s; {1 / rate:.2f} steps/s, "
+                    f"ETA {eta(rate * (total - step - 1))})"
                 )
         finally:
             self.grader.close()
+            tracker.close()
         self.export("final")
         summary = {
             "spec": self.spec,
@@ -359,6 +366,12 @@ class Trainer:
         }
         (self.out / "train.json").write_text(json.dumps(summary, indent=1))
         return summary
+
+
+def eta(seconds: float) -> str:
+    """Seconds as m:ss (or h:mm:ss)."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def teacher_batch(prompts: list[list[int]], ks: list[int], full: list[list[int]], group: int) -> dict:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from omegaconf import open_dict
 
 from scout.methods import METHODS
+from scout.tracking import ENV as TRACKING_ENV
+from scout.tracking import TB_DIR, verl_loggers
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "scout_prune"}
@@ -158,8 +161,8 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "trainer.default_local_dir": f"{out_dir}/checkpoints",
         "trainer.resume_mode": "auto",
         "trainer.max_actor_ckpt_to_keep": 1,
-        "trainer.logger": ["console"],
-        "trainer.project_name": "scout",
+        "trainer.logger": verl_loggers(),
+        "trainer.project_name": json.loads(os.environ.get(TRACKING_ENV) or "{}").get("project", "scout"),
         "trainer.experiment_name": f"{spec['setting']}-{spec['variant']}-s{spec['seed']}",
         "reward.custom_reward_function.path": "pkg://scout.verl.reward",
         "reward.custom_reward_function.name": "compute_score",
@@ -247,12 +250,25 @@ def compose(over: list[str]):
         return hydra_compose(config_name="ppo_trainer", overrides=over)
 
 
-def worker_env(spec: dict) -> dict[str, str]:
-    """Environment of every Ray process of the job: verl imports the plugin there, and the
-    registered losses read the cell's method settings."""
+def worker_env(spec: dict, out_dir: str = ".") -> dict[str, str]:
+    """Environment of every Ray process of the job: verl imports the plugin there, the registered
+    losses read the cell's method settings, and verl's trackers write into the run folder
+    (TensorBoard always; W&B offline unless credentials are given; MLflow to a local store unless
+    a tracking URI is)."""
     from scout.verl.plugin import METHOD_CFG_ENV
 
-    return {"VERL_USE_EXTERNAL_MODULES": PLUGIN, METHOD_CFG_ENV: json.dumps(spec.get("method_cfg", {}))}
+    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN, METHOD_CFG_ENV: json.dumps(spec.get("method_cfg", {}))}
+    env |= {
+        "TENSORBOARD_DIR": f"{out_dir}/{TB_DIR}",
+        "WANDB_DIR": out_dir,
+        TRACKING_ENV: os.environ.get(TRACKING_ENV, "{}"),
+    }
+    if not os.environ.get("WANDB_API_KEY"):
+        env["WANDB_MODE"] = "offline"
+    env.setdefault(
+        "MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI") or f"file:{Path(out_dir).resolve()}/mlruns"
+    )
+    return env
 
 
 def check(cfg) -> None:
@@ -281,7 +297,7 @@ def build(spec: dict, res: dict, out_dir: str):
     """The checked verl config of one job; VerlConfigError names the cell and what verl said."""
     cfg = compose(overrides(spec, res, out_dir))
     with open_dict(cfg):
-        cfg.ray_kwargs.ray_init.runtime_env = {"env_vars": worker_env(spec)}
+        cfg.ray_kwargs.ray_init.runtime_env = {"env_vars": worker_env(spec, out_dir)}
     try:
         check(cfg)
     except Exception as exc:  # verl raises ValueError, AssertionError or hydra's InstantiationException

@@ -1,5 +1,6 @@
 # Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
 import json
+import os
 import re
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from scout.report import settings as report_settings
 scout_config.validate(config)
 
 RES = config.get("results", "results")
+# Where metrics go (TensorBoard always; W&B, MLflow): every job reads it from the environment, so
+# changing it never reruns a job (scout.tracking)
+os.environ["SCOUT_TRACKING"] = json.dumps(config.get("tracking", {}))
 CELLS = grid.cells(config)
 TOY = config["world"] == "toy"
 

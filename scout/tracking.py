@@ -1,0 +1,138 @@
+"""Metrics where researchers look: TensorBoard event files in every run folder (always), and
+Weights & Biases or MLflow when the config's ``tracking`` section asks for them.
+
+A run is named for its cell (``setting/variant/s{seed}``) and grouped by its experiment, so one
+cell's training curve and its evaluations land in one run: the evaluation jobs log into the run of
+the checkpoint they evaluate (TensorBoard: another event file in the same folder; W&B: the same
+run id, resumed; MLflow: the run id kept in the run folder). Nothing needs a network: W&B runs
+offline and MLflow writes a local store unless the user gives credentials or a tracking URI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+TB_DIR = "tensorboard"
+ENV = "SCOUT_TRACKING"  # the config's tracking section, as JSON: the workflow exports it to every job
+# (not part of a job's spec: where metrics are sent never makes Snakemake rerun a job)
+MLFLOW_RUN_ID = "mlflow_run_id"
+BACKENDS = ("tensorboard", "wandb", "mlflow")
+
+
+def run_name(spec: dict) -> str:
+    return f"{spec['setting']}/{spec['variant']}/s{spec['seed']}"
+
+
+def run_group(spec: dict) -> str:
+    return "+".join(spec.get("experiments") or [spec.get("kind", "train")])
+
+
+class Tracker:
+    """``log(metrics, step)`` to every configured backend; each is opened at its first use (so a
+    job's start-up does not pay for imports it may not need)."""
+
+    def __init__(self, run_dir: str | Path, spec: dict, tracking: dict | None = None):
+        self.dir = Path(run_dir)
+        self.spec = spec
+        self.cfg = tracking if tracking is not None else json.loads(os.environ.get(ENV) or "{}")
+        self.backends = list(self.cfg.get("backends", ["tensorboard"]))
+        unknown = set(self.backends) - set(BACKENDS)
+        if unknown:
+            raise ValueError(f"tracking.backends: unknown {sorted(unknown)}; expected some of {BACKENDS}")
+        self._tb = self._wandb = self._mlflow = None
+
+    # -- backends ------------------------------------------------------------------------------------
+
+    def _tensorboard(self):
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.dir / TB_DIR))
+        return self._tb
+
+    def _wandb_run(self):
+        if self._wandb is None:
+            import wandb
+
+            mode = self.cfg.get("wandb_mode") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+            run_id = hashlib.sha1(f"{self.dir.resolve()}".encode()).hexdigest()[:16]  # training and evals share it
+            self._wandb = wandb.init(
+                project=self.cfg.get("project", "scout"),
+                name=run_name(self.spec),
+                group=run_group(self.spec),
+                tags=list(self.cfg.get("tags", [])),
+                id=run_id,
+                resume="allow",
+                dir=str(self.dir),
+                mode=mode,
+                config={k: v for k, v in self.spec.items() if isinstance(v, str | int | float | bool)},
+                reinit="create_new",
+            )
+        return self._wandb
+
+    def _mlflow_run(self):
+        if self._mlflow is None:
+            uri = self.cfg.get("mlflow_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+            if not uri:  # a local store in the run folder (MLflow 3 wants an opt-in for it)
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+                uri = (self.dir / "mlruns").resolve().as_uri()
+            import mlflow
+
+            mlflow.set_tracking_uri(uri)
+            mlflow.set_experiment(self.cfg.get("project", "scout"))
+            id_file = self.dir / MLFLOW_RUN_ID
+            run_id = id_file.read_text().strip() if id_file.exists() else None
+            tags = {"group": run_group(self.spec), **{t: "1" for t in self.cfg.get("tags", [])}}
+            if run_id:  # an evaluation adding to the training run: its name and tags stay
+                run = mlflow.start_run(run_id=run_id)
+            else:
+                run = mlflow.start_run(run_name=run_name(self.spec), tags=tags)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(run.info.run_id)
+            self._mlflow = mlflow
+        return self._mlflow
+
+    # -- logging -------------------------------------------------------------------------------------
+
+    def log(self, metrics: dict, step: int, prefix: str = "") -> None:
+        values = {f"{prefix}{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float) and k != "step"}
+        if not values:
+            return
+        if "tensorboard" in self.backends:
+            tb = self._tensorboard()
+            for k, v in values.items():
+                tb.add_scalar(k, v, step)
+        if "wandb" in self.backends:
+            run = self._wandb_run()
+            if prefix:  # evaluations log later than training: on an axis of their own
+                run.define_metric(f"{prefix}*", step_metric=f"{prefix}step")
+                run.log({**values, f"{prefix}step": step})
+            else:
+                run.log(values, step=step)
+        if "mlflow" in self.backends:
+            self._mlflow_run().log_metrics(values, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._mlflow is not None:
+            self._mlflow.end_run()
+        self._tb = self._wandb = self._mlflow = None
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def verl_loggers(tracking: dict | None = None) -> list[str]:
+    """``trainer.logger`` for verl: its console, TensorBoard, and the configured extras."""
+    tracking = tracking if tracking is not None else json.loads(os.environ.get(ENV) or "{}")
+    backends = tracking.get("backends", ["tensorboard"])
+    return ["console", *(b for b in BACKENDS if b in backends or b == "tensorboard")]
