@@ -158,6 +158,13 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    from scout import status
+
+    print(status.render(status.status(_config(args), args.directory)))
+    return 0
+
+
 def cmd_preflight(args) -> int:
     """Check every training cell against the installed verl before GPU hours are spent."""
     import json as _json
@@ -250,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(s)
     s.add_argument("--csv", help="also write every job with its resources to this CSV file")
     s.set_defaults(func=cmd_plan)
+    s = sub.add_parser("status", help="where a running or finished grid stands (cells, steps, time left)")
+    _add_config_args(s)
+    s.add_argument("--directory", default=".", help="snakemake's working directory (default: here)")
+    s.set_defaults(func=cmd_status)
     s = sub.add_parser("preflight", help="check every training cell against the installed verl (no GPU needed)")
     _add_config_args(s)
     s.add_argument("--out", help="also write the table as JSON to this file (the workflow's marker)")

@@ -1,0 +1,40 @@
+"""scout status from a results folder and Snakemake's state, built to order."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from scout import grid, status
+from tests.conftest import toy_config
+
+
+def test_cells_by_state_and_the_running_step(tmp_path):
+    cfg = toy_config()
+    running = "toy-l-s-math/scout/s2"
+    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1)  # done
+    d.mkdir(parents=True)
+    (d / "train.json").write_text(json.dumps({"seconds": 30.0}))
+    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "scout", 2)
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 17}) + "\n")
+    marker = base64.urlsafe_b64encode(f"{grid.train_dir(cfg, 'toy-l-s-math', 'scout', 2)}/train.json".encode()).decode()
+    (tmp_path / ".snakemake" / "incomplete").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "incomplete" / marker).write_text("")
+    (tmp_path / ".snakemake" / "locks").mkdir()
+    (tmp_path / ".snakemake" / "locks" / "0.output.lock").write_text("")
+    log = tmp_path / "results" / "logs" / "train" / "toy-l-s-code" / "grpo" / "s3.log"  # failed
+    log.parent.mkdir(parents=True)
+    log.write_text("step 3/50\nTraceback (most recent call last):\n  ...\nValueError: boom\n")
+    st = status.status(cfg, tmp_path)
+    main = st["experiments"]["main"]
+    n = sum(1 for c in grid.cells(cfg) if "main" in c.experiments)
+    assert (main["done"], main["running"], main["failed"], main["pending"]) == (1, 1, 1, n - 3)
+    assert st["running_trainings"] == [(running, "17", 50)] and st["snakemake_running"]
+    assert st["remaining_s"] == 30.0 * (sum(sum(v.values()) for v in st["experiments"].values()) - 1)
+    text = status.render(st)
+    assert "running: toy-l-s-math/scout/s2 at step 17/50" in text and "evaluations: 0 of" in text
+    # Snakemake gone with the marker left behind: interrupted, not running
+    (tmp_path / ".snakemake" / "locks" / "0.output.lock").unlink()
+    st = status.status(cfg, tmp_path)
+    assert st["experiments"]["main"]["interrupted"] == 1 and st["running_trainings"] == []
