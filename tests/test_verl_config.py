@@ -173,9 +173,11 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     from scout.verl.trainer import teacher_worker_config
 
     cfg = build(setting, variant)
-    sender = teacher_worker_config(cfg).rollout.checkpoint_engine.backend
-    receiver = _teacher_inference(cfg).checkpoint_engine.backend
-    assert sender == receiver == "nccl"
+    sender = teacher_worker_config(cfg).rollout.checkpoint_engine
+    receiver = _teacher_inference(cfg).checkpoint_engine
+    assert sender.backend == receiver.backend == "nccl"
+    # the receiver cuts its buffer to the sender's length: the bucket sizes must agree
+    assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == vc.SYNC_BUCKET_MB
     with pytest.raises(NotImplementedError):  # what the old default receiver does
         CheckpointEngineRegistry.new("naive", bucket_size=1).prepare()
 
@@ -183,8 +185,11 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
 def test_teacher_engine_serves_prompt_plus_response_with_its_gpus():
     for setting, variant, length in (("q4b-q1.7b-math", "opd", 1024 + 16384 + 1), ("q4b-q1.7b-code", "scout", 1536 + 16384 + 1),
                                      ("sky7b-ds1.5b-math", "esr", 1024 + 4096 + 1)):  # fmt: skip
-        inference = _teacher_inference(build(setting, variant))
+        cfg = build(setting, variant)
+        inference = _teacher_inference(cfg)
         assert inference.max_model_len == length and inference.gpu_memory_utilization == vc.TEACHER_GPU_MEMORY
+        assert inference.max_num_batched_tokens == vc.TEACHER_BATCHED_TOKENS
+        assert cfg.actor_rollout_ref.rollout.max_model_len == length - 1  # the student's engine: prompt + response
 
 
 @pytest.mark.parametrize("clip", [0.2, 0.28])

@@ -27,7 +27,12 @@ PLUGIN = "scout.verl.plugin"
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
 TEACHER_INFERENCE = "distillation.teacher_models.teacher_model.inference"
 LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no response_logprobs
-TEACHER_GPU_MEMORY = 0.85  # share of each GPU the teacher's vLLM engine may take (it has them alone)
+# Share of each GPU the teacher's vLLM engine takes (it has them to itself), leaving room for what
+# vLLM's sizing does not count: the prompt log-prob logits of every scoring request (about 7 GiB at
+# 8,192 batched tokens and a 152k vocabulary; hence 4,096) and, for SCOUT, the weight-sync buffers.
+TEACHER_GPU_MEMORY = 0.7
+TEACHER_BATCHED_TOKENS = 4096
+SYNC_BUCKET_MB = 512  # weight-sync buffers; sender and receiver must use the same size
 WEIGHT_SYNC = "nccl"  # SCOUT's teacher trainer -> teacher engine (separate pools: never naive)
 
 
@@ -144,6 +149,8 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "actor_rollout_ref.rollout.top_p": spec["top_p"],
         "actor_rollout_ref.rollout.prompt_length": prompt,
         "actor_rollout_ref.rollout.response_length": response,
+        # the engine serves prompt + response, not the model's full context (40,960 for Qwen3-1.7B)
+        "actor_rollout_ref.rollout.max_model_len": prompt + response,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 1,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 1,
@@ -184,6 +191,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             # Qwen3-4B-Instruct-2507), and has its GPUs to itself (placement never shares them)
             f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
             f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
+            f"{TEACHER_INFERENCE}.max_num_batched_tokens": TEACHER_BATCHED_TOKENS,
         }
     if method.budget == "prune":
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
@@ -207,6 +215,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = WEIGHT_SYNC
+        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = SYNC_BUCKET_MB
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
     if spec.get("eval_every"):  # compute-matched runs evaluate intermediate checkpoints: keep them all

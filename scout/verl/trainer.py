@@ -39,7 +39,7 @@ from scout import algorithms as alg
 from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
-from scout.verl.config import WEIGHT_SYNC
+from scout.verl.config import SYNC_BUCKET_MB, WEIGHT_SYNC
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
 from scout.verl.reward import grade_batch
 
@@ -69,6 +69,7 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
         t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
         t.rollout.n = sc.k
         t.rollout.checkpoint_engine.backend = WEIGHT_SYNC
+        t.rollout.checkpoint_engine.update_weights_bucket_megabytes = SYNC_BUCKET_MB
     return t
 
 
@@ -218,7 +219,9 @@ class ScoutTrainer(_Base):
         replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
         _bind_teacher_servers(replicas)
         self.teacher_sync = CheckpointEngineManager(
-            config=CheckpointEngineConfig(backend=WEIGHT_SYNC), actor_wg=self.teacher_wg, replicas=replicas
+            config=CheckpointEngineConfig(backend=WEIGHT_SYNC, update_weights_bucket_megabytes=SYNC_BUCKET_MB),
+            actor_wg=self.teacher_wg,
+            replicas=replicas,
         )
 
     def on_init_end(self):
