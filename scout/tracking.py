@@ -22,6 +22,11 @@ MLFLOW_RUN_ID = "mlflow_run_id"
 BACKENDS = ("tensorboard", "wandb", "mlflow")
 
 
+def export(tracking: dict) -> None:
+    """Give the jobs this process starts (locally or through Slurm) the config's tracking section."""
+    os.environ[ENV] = json.dumps(tracking)
+
+
 def run_name(spec: dict) -> str:
     return f"{spec['setting']}/{spec['variant']}/s{spec['seed']}"
 

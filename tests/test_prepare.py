@@ -18,6 +18,7 @@ from scout import grid
 from scout.catalogue import DataError
 from scout.cli import main
 from scout.prepare import load_rows, prepare
+from scout.toy.world import build_tokenizer_files
 
 PAPER = Path(__file__).resolve().parents[1] / "config" / "paper.yaml"
 
@@ -153,13 +154,19 @@ def mirror(tmp_path_factory) -> Path:
     ]:
         (lcb / name).write_text("".join(json.dumps(lcb_row(i)) + "\n" for i in range(start, start + n)))
         start += n
+    evalplus_test = (  # evalplus's layout: literal inputs and results, compared by its assertion
+        "def assertion(out, exp, atol):\n    assert out == exp\n\n"
+        "def check(candidate):\n    inputs = [[]]\n    results = [None]\n"
+        "    for i, (inp, exp) in enumerate(zip(inputs, results)):\n        assertion(candidate(*inp), exp, 0)\n"
+    )
     he = [
         {
             "task_id": f"HumanEval/{i}",
             "prompt": f"def f{i}():\n",
             "canonical_solution": "",
             "entry_point": f"f{i}",
-            "test": "def check(c):\n    assert c() is None\n",
+            # the last task's inputs are not literals: it cannot be graded by values and is refused
+            "test": evalplus_test if i < 163 else "def check(c):\n    inputs = [[float('nan')]]\n",
         }
         for i in range(164)
     ]
@@ -200,8 +207,25 @@ def test_every_paper_benchmark_prepares_with_its_expected_rows(mirror, tmp_path,
     out = tmp_path / f"{name}.jsonl"
     n = prepare(spec, out, log=lambda _: None)
     rows = load_rows(out, spec["rows"], name)
-    assert n == spec["rows"] == len(rows)
+    refused = out.with_suffix(".refused.json")
+    n_refused = len(json.loads(refused.read_text())) if refused.exists() else 0
+    assert n + n_refused == spec["rows"] and n == len(rows)
     assert rows[0]["id"] == first_id and rows[0]["domain"] == spec["domain"]
+
+
+def test_unconvertible_rows_are_refused_and_listed(mirror, tmp_path):
+    """HumanEval+'s last mirror task has non-literal inputs: refused at preparation, named in the log
+    and beside the data, and counted as expected by the row check and by the evaluation's load."""
+    said = []
+    out = tmp_path / "he.jsonl"
+    assert prepare(paper_spec(mirror, "humaneval_plus"), out, log=said.append) == 163
+    refused = json.loads((tmp_path / "he.refused.json").read_text())
+    assert [r["id"] for r in refused] == ["HumanEval/163"] and "not literals" in refused[0]["reason"]
+    assert any("refused row 163 (HumanEval/163)" in line for line in said)
+    assert len(load_rows(out, 164, "humaneval_plus")) == 163
+    row = load_rows(out)[0]
+    assert row["tests"]["type"] == "calls" and row["tests"]["calls"] == ["f0(*[])"]
+    assert "results = [None]" in row["tests"]["check"]["code"]  # the expected values stay outside
 
 
 def test_benchmark_specifics(mirror, tmp_path):
@@ -279,11 +303,16 @@ def test_training_sets(tmp_path):
     write_parquet(tmp_path / "m/BytedTsinghua-SIA/DAPO-Math-17k", {(None, "train"): dapo})
     cfg = scout_config.load(PAPER)
     cfg["data"] = {"source": "mirror", "mirror": str(tmp_path / "m")}
-    spec = grid.data_spec(cfg, "openr1-math-46k") | {"rows": 12}
+    build_tokenizer_files(tmp_path / "tok")  # stands in for the students' tokenizers (no hub here)
+    views = [{"tokenizer": str(tmp_path / "tok"), "chat": {}, "max_prompt_length": n} for n in (1024, 8)]
+    spec = grid.data_spec(cfg, "openr1-math-46k") | {"rows": 12, "views": views}
     prepare(spec, tmp_path / "o.jsonl", log=lambda _: None)
     rows = load_rows(tmp_path / "o.jsonl")
     assert rows[3]["prompt"][0] == system and rows[3]["answer"] == "3"
-    spec = grid.data_spec(cfg, "dapo-math-17k") | {"rows": 5}  # deduplicated on the problem text
+    # what verl will load of it per view: every prompt fits in 1024 tokens, none in 8
+    meta = json.loads((tmp_path / "o.meta.json").read_text())
+    assert meta == {"rows": 12, "kept": {grid.view_key(views[0]): 12, grid.view_key(views[1]): 0}}
+    spec = grid.data_spec(cfg, "dapo-math-17k") | {"rows": 5, "views": views}  # deduplicated on the problem text
     prepare(spec, tmp_path / "d.jsonl", log=lambda _: None)
     rows = load_rows(tmp_path / "d.jsonl")
     assert [r["answer"] for r in rows] == ["0", "1", "2", "3", "4"]

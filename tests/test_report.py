@@ -230,9 +230,9 @@ def test_empty_cache_renders_dashes(tmp_path):
 def test_config_tables(tmp_path):
     cfg = toy(tmp_path)
     hyper = tables.render(tables.hyper_table(cfg))
-    assert "Max Response Length & 64" in hyper and "Steps per Epoch & 60" in hyper
+    assert "Max Response Length & 96" in hyper and "Steps per Epoch & 40" in hyper
     lr = tables.render(tables.lr_table(cfg))
-    assert r"toy-medium-grpo & toy-small & Math & $3{\times}10^{-4}$ & $5{\times}10^{-4}$" in lr
+    assert r"toy-medium-grpo & toy-small & Math & $3{\times}10^{-4}$ & $1.7{\times}10^{-4}$" in lr
     bench = tables.render(tables.benchmark_table(cfg))
     assert r"\# Questions & 32 & 32 & 32 & 32 & 32" in bench
 

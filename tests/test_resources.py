@@ -139,7 +139,7 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
     assert rows["main"][:2] == ["144", "144"]  # 4 settings x 6 methods x 3 seeds, trained and evaluated
     assert rows["prefix0"][:3] == ["18", "18", "4"]  # the q8b control places the 8B teacher on its own node
     assert rows["interval"][:2] == ["20", "20"]  # f=1 (1 seed) + f=5, 15, 20 (3 seeds), each + its evaluation
-    assert int(rows["total"][0]) == 253
+    assert int(rows["total"][0]) == 254  # and the teacher probes (analysis) on one GPU node
     assert (tmp_path / "jobs.csv").read_text().startswith("experiment,rule,target,")
 
 

@@ -30,7 +30,7 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     main = st["experiments"]["main"]
     n = sum(1 for c in grid.cells(cfg) if "main" in c.experiments)
     assert (main["done"], main["running"], main["failed"], main["pending"]) == (1, 1, 1, n - 3)
-    assert st["running_trainings"] == [(running, "17", 50)] and st["snakemake_running"]
+    assert st["running_trainings"] == [(running, "17", cfg["training"]["steps"])] and st["snakemake_running"]
     assert st["remaining_s"] == 30.0 * (sum(sum(v.values()) for v in st["experiments"].values()) - 1)
     text = status.render(st)
     assert "running: toy-l-s-math/scout/s2 at step 17/50" in text and "evaluations: 0 of" in text

@@ -451,13 +451,19 @@ class _ModelServer:
         ids = list(prompt_ids)
         k = sampling_params.get("prompt_logprobs")
         if k is not None:
-            tops = self.model(torch.tensor([ids])).logits[0].topk(max(k, 1), dim=-1).indices.tolist()
+            tops = self._logits(ids).topk(max(k, 1), dim=-1).indices.tolist()
             return TokenOutput(token_ids=[tops[-1][0]], extra_fields={"prompt_ids": tops[:-1] + [[0] * max(k, 1)]})
         assert sampling_params["temperature"] == 0.0
         out: list[int] = []
         while len(out) < sampling_params["max_tokens"] and (not out or out[-1] != self.eos_id):
-            out.append(int(self.model(torch.tensor([ids + out])).logits[0, -1].argmax()))
+            out.append(int(self._logits(ids + out)[-1].argmax()))
         return TokenOutput(token_ids=out)
+
+    def _logits(self, ids: list[int]) -> torch.Tensor:
+        from scout.embedded import lm
+
+        seq = torch.tensor([ids])
+        return lm.score(self.model, seq, torch.ones_like(seq))[0]
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,20 @@
 # Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
 import json
-import os
 import re
 from pathlib import Path
 
 from scout import config as scout_config
 from scout import grid
 from scout import resources as scout_resources
+from scout import tracking as scout_tracking
 from scout.report import settings as report_settings
 
 scout_config.validate(config)
 
 RES = config.get("results", "results")
-# Where metrics go (TensorBoard always; W&B, MLflow): every job reads it from the environment, so
+# Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
 # changing it never reruns a job (scout.tracking)
-os.environ["SCOUT_TRACKING"] = json.dumps(config.get("tracking", {}))
+scout_tracking.export(config.get("tracking", {}))
 CELLS = grid.cells(config)
 TOY = config["world"] == "toy"
 
