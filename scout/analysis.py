@@ -9,7 +9,9 @@ is one response), so nothing is sampled twice:
   ratios (the reference: the same teacher on contexts from its own distribution);
 - each SCOUT run's trained teacher on the same initial-student prefixes (the fixed-prefix
   comparison: did SCOUT make the teacher better at continuing a student?);
-- the initial and the trained teacher on the final SCOUT student's prefixes (matched checkpoints).
+- the initial and the trained teacher on the SCOUT student's prefixes at the same checkpoint (matched
+  checkpoints: the final one, and any intermediate ``analysis.checkpoints``; labelled
+  ``student@step{N}`` and ``scout@step{N}``).
 
 The teacher's token entropy along student responses against along its own says how uncertain it
 is there. Generation runs behind ``scout.generation``'s interface, so the same probes run on the
@@ -87,6 +89,11 @@ def entropy_along(engine, pairs: list[tuple[dict, str]], max_tokens: int) -> lis
     return engine.entropies(prompts, resp)
 
 
+def matched(checkpoint: str) -> str:
+    """How the prefixes of a SCOUT student at ``checkpoint`` are labelled in continuation.csv."""
+    return "final-student" if checkpoint == "final" else f"student@{checkpoint}"
+
+
 def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
     """(position, mean entropy, responses reaching it) over curves of different lengths."""
     out = []
@@ -130,21 +137,27 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
         probe(engine, grader, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "student", initial_student)
-        finals = {r["seed"]: responses(r["generations"], rows_by_id, per_row) for r in spec["runs"]}
-        for seed, pairs in finals.items():
-            probe(engine, grader, "initial", seed, "final-student", pairs)
+        # a run's student (and teacher) at each matched checkpoint: "final", or an intermediate one
+        students = {
+            (r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row)
+            for r in spec["runs"]
+        }
+        for (seed, ckpt), pairs in students.items():
+            probe(engine, grader, "initial", seed, matched(ckpt), pairs)
         del engine
         for r in spec["runs"]:
+            ckpt = r.get("checkpoint", "final")
+            name = "scout" if ckpt == "final" else f"scout@{ckpt}"
             engine = make_generator(
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )
-            probe(engine, grader, "scout", r["seed"], "initial-student", initial_student)
-            probe(engine, grader, "scout", r["seed"], "final-student", finals[r["seed"]])
-            # the trained teacher's own responses, sampled here with the evaluation's settings
-            gens = engine.generate([row["prompt"] for row in rows_by_id.values()], 1, sampling, seed=r["seed"])
-            own_trained = [(row, cs[0].text) for row, cs in zip(rows_by_id.values(), gens, strict=True)]
-            entropy(engine, "scout", r["seed"], "own", own_trained)
-            entropy(engine, "scout", r["seed"], "student", finals[r["seed"]])
+            probe(engine, grader, name, r["seed"], "initial-student", initial_student)
+            probe(engine, grader, name, r["seed"], matched(ckpt), students[r["seed"], ckpt])
+            if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
+                gens = engine.generate([row["prompt"] for row in rows_by_id.values()], 1, sampling, seed=r["seed"])
+                own_trained = [(row, cs[0].text) for row, cs in zip(rows_by_id.values(), gens, strict=True)]
+                entropy(engine, "scout", r["seed"], "own", own_trained)
+                entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
             del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

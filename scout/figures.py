@@ -195,18 +195,28 @@ def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
                 "initial-student prefixes (mean $\\pm$ SD over seeds). Bars: mean student prefix length.",
             }
         )
-        final = d[d.prefixes == "final-student"]
-        if len(final):
-            fig, ax = _continuation_axes(d, "final-student")
-            _curve(ax, final[final.teacher == "initial"], "initial teacher", "#b5651d")
-            _curve(ax, final[final.teacher == "scout"], "SCOUT teacher", "#1f5fa8")
+        matched = [p for p in dict.fromkeys(d.prefixes) if p == "final-student" or str(p).startswith("student@")]
+        if matched:
+            fig, ax = _continuation_axes(d, matched[-1])
+            colours = ["#1f5fa8", "#2e8b57", "#7b3fa0", "#b5651d"]
+            for p, colour in zip(sorted(matched, key=lambda x: x == "final-student"), colours, strict=False):
+                ckpt = "final" if p == "final-student" else p.split("@", 1)[1]
+                trained = "scout" if ckpt == "final" else f"scout@{ckpt}"
+                _curve(
+                    ax,
+                    d[(d.teacher == "initial") & (d.prefixes == p)],
+                    f"initial teacher, {ckpt} student",
+                    colour,
+                    "--",
+                )
+                _curve(ax, d[(d.teacher == trained) & (d.prefixes == p)], f"SCOUT teacher at {ckpt}", colour)
             ax.legend(fontsize=7)
-            ax.set_title(f"{name}: final SCOUT students", fontsize=9)
+            ax.set_title(f"{name}: matched checkpoints", fontsize=9)
             out.append(
                 {
                     **_save(fig, out_dir, f"continuation_matched_{setting}"),
-                    "caption": f"Matched checkpoints on {name}: the initial and the SCOUT-trained teacher continuing "
-                    "prefixes of the final SCOUT student of the same run (mean $\\pm$ SD over seeds).",
+                    "caption": f"Matched checkpoints on {name}: the initial teacher (dashed) and the SCOUT-trained teacher "
+                    "of the same checkpoint continuing prefixes of that checkpoint's student (mean $\\pm$ SD over seeds).",
                 }
             )
     return out

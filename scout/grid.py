@@ -258,6 +258,9 @@ def cell_spec(config: dict, cell: Cell) -> dict:
     for name in wanted:
         sec = _deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
         spec["method_cfg"][name] = sec
+    analysis = config.get("analysis") or {}
+    if cell.variant == "scout" and cell.setting in analysis.get("settings", []) and analysis.get("checkpoints"):
+        spec["probe_steps"] = list(analysis["checkpoints"])  # matched checkpoints the teacher probes visit
     if method.trains_teacher:
         sc = spec["method_cfg"]["scout"]
         sc["interval"] = over.get("interval", sc["interval"])
@@ -296,11 +299,18 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
     }
 
 
-def checkpoints(spec: dict) -> list[str]:
-    """Checkpoints that get evaluated: every ``eval_every`` steps (compute-matched runs) and final."""
+def checkpoint_steps(spec: dict) -> list[int]:
+    """Intermediate steps that are exported and evaluated: every ``eval_every`` steps (compute-matched
+    runs) and the analysis' matched checkpoints (``probe_steps``), before the last step."""
     every = spec.get("eval_every")
-    steps = range(every, spec["total_steps"], every) if every else []
-    return [f"step{s}" for s in steps] + ["final"]
+    steps = set(range(every, spec["total_steps"], every)) if every else set()
+    steps |= {s for s in spec.get("probe_steps", []) if 0 < s < spec["total_steps"]}
+    return sorted(steps)
+
+
+def checkpoints(spec: dict) -> list[str]:
+    """Checkpoints that get evaluated: the intermediate ones and final."""
+    return [f"step{s}" for s in checkpoint_steps(spec)] + ["final"]
 
 
 def benchmarks_for(config: dict, domain: str) -> list[str]:
@@ -377,10 +387,12 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "runs": [
             {
                 "seed": seed,
-                "teacher": f"{train_dir(config, setting, 'scout', seed)}/model/final-teacher",
-                "generations": f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.generations.jsonl",
+                "checkpoint": ckpt,
+                "teacher": f"{train_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
+                "generations": f"{eval_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
             }
             for seed in variant_seeds(config).get((setting, "scout"), [])
+            for ckpt in _probed_checkpoints(config, setting, seed)
         ],
         "ratios": a["ratios"],
         "k": a["k"],
@@ -394,13 +406,20 @@ def analysis_spec(config: dict, setting: str) -> dict:
     }
 
 
+def _probed_checkpoints(config: dict, setting: str, seed: int) -> list[str]:
+    """The matched checkpoints of a SCOUT run the probes visit (``analysis.checkpoints``) and final."""
+    spec = cell_spec(config, find_cell(config, setting, "scout", seed))
+    return [f"step{s}" for s in checkpoint_steps(spec) if s in spec.get("probe_steps", [])] + ["final"]
+
+
 def analysis_inputs(config: dict, setting: str) -> list[str]:
     bench = config["analysis"]["benchmark"]
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
     out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for seed in variant_seeds(config).get((setting, "scout"), []):
+        out.append(f"{train_dir(config, setting, 'scout', seed)}/train.json")
         out += [
-            f"{train_dir(config, setting, 'scout', seed)}/train.json",
-            f"{eval_dir(config, setting, 'scout', seed, 'final')}/{bench}.json",
+            f"{eval_dir(config, setting, 'scout', seed, c)}/{bench}.json"
+            for c in _probed_checkpoints(config, setting, seed)
         ]
     return out

@@ -70,7 +70,7 @@ def mini_config(results: str) -> dict:
     cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=24, step=4, margin=2)
     cfg["report"]["pdf"] = "auto"  # the default: a PDF where TeX is installed
     tex_available()  # CI requires TeX (SCOUT_REQUIRE_TEX=1): fail early without it
-    cfg["analysis"].update(settings=["toy-l-s-math"], ratios=[0.25, 0.75], k=2, max_new_tokens=24)
+    cfg["analysis"].update(settings=["toy-l-s-math"], ratios=[0.25, 0.75], k=2, max_new_tokens=24, checkpoints=[2])
     cfg["experiments"] = {
         "main": {
             "settings": ["toy-l-s-math"],

@@ -194,7 +194,8 @@ def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
             counts[parts[0]] = int(parts[1])
     assert counts["train"] == 105
     assert counts["prepare_teacher"] == 1
-    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 105 + 26 + 8
+    # base rows, final checkpoints, the compute-matched runs' steps, the probes' matched checkpoints (step 160)
+    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 105 + 26 + 8 + 3
     assert counts["prepare_data"] == 12
     assert counts["aggregate"] == 1
 
@@ -228,3 +229,17 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
     out = subprocess.run(cmd, capture_output=True, text=True)
     text = out.stdout + out.stderr
     assert "Lints for" not in text and "good condition" in text, text[-3000:]
+
+
+def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
+    """analysis.checkpoints (step 160 in the paper): the SCOUT runs the probes visit export and
+    evaluate that step, verl keeps its checkpoint, and the probes pair teacher and student of it."""
+    scout = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "scout", 2))
+    assert scout["probe_steps"] == [160] and grid.checkpoints(scout) == ["step160", "final"]
+    other = grid.cell_spec(paper, grid.find_cell(paper, "q8b-q1.7b-math", "scout", 2))  # not probed
+    assert "probe_steps" not in other and grid.checkpoints(other) == ["final"]
+    runs = grid.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
+    assert [(r["seed"], r["checkpoint"]) for r in runs][:2] == [(1, "step160"), (1, "final")]
+    assert runs[0]["teacher"].endswith("scout/s1/model/step160-teacher")
+    assert runs[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
+    assert ("q4b-q1.7b-math", "scout", "3", "step160") in grid.eval_units(paper)

@@ -212,3 +212,11 @@ def test_relay_rollout_hands_over_to_teacher_on_reflection(world):
     assert r[0] == wait and owned[0] == 1  # the teacher's argmax replaces the student's token
     assert sum(owned) == len(owned) or owned[-1] == 1  # the rollout ends with the second leg
     assert len(r) <= 2 * cfg.max_leg_tokens
+
+
+def test_matched_checkpoints_of_the_probes_are_exported_with_their_teacher(spec_for, tmp_path):
+    spec = spec_for("scout", total_steps=4, steps_per_epoch=4, probe_steps=[2])
+    spec["method_cfg"]["scout"]["interval"] = 1
+    Trainer(spec, tmp_path, device="cpu").run(log=lambda _: None)
+    exported = sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert exported == ["final", "final-teacher", "step2", "step2-teacher"]

@@ -210,3 +210,9 @@ def test_rollout_log_probs_are_asked_only_of_loops_that_return_them():
     assert build("q4b-q1.7b-math", "relay_opd").actor_rollout_ref.rollout.calculate_log_probs is False
     for variant in ("opd", "prune_opd", "scout", "grpo"):
         assert build("q4b-q1.7b-math", variant).actor_rollout_ref.rollout.calculate_log_probs is True
+
+
+def test_verl_keeps_the_probes_matched_checkpoint():
+    cfg = build("q4b-q1.7b-math", "scout")  # the probes visit step 160 of these runs
+    assert (cfg.trainer.save_freq, cfg.trainer.max_actor_ckpt_to_keep) == (20, None)
+    assert build("q8b-q1.7b-math", "scout").trainer.max_actor_ckpt_to_keep == 1

@@ -99,7 +99,11 @@ def test_grid_ends_with_the_report(finished_grid):
         manifest["figures"]
     )
     cont = pd.read_csv(finished_grid / "results" / "analysis" / "toy-l-s-math" / "continuation.csv")
-    assert sorted(set(cont.teacher)) == ["initial", "scout"] and sorted(set(cont.prefix_ratio)) == [0.25, 0.75]
+    assert sorted(set(cont.teacher)) == ["initial", "scout", "scout@step2"] and sorted(set(cont.prefix_ratio)) == [
+        0.25,
+        0.75,
+    ]
+    assert {"student@step2", "final-student", "initial-student", "own"} == set(cont.prefixes)  # matched checkpoints
     assert cont.accuracy.between(0, 1).all() and (cont.prefix_tokens >= 0).all()
     assert (report / "report.pdf").exists() == tex_available()
 

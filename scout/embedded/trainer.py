@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from scout import algorithms as alg
+from scout import grid
 from scout.embedded import lm
 from scout.grading import Grader
 from scout.io import read_jsonl
@@ -329,7 +330,8 @@ class Trainer:
                 if line["step"] <= start:
                     fh.write(json.dumps(line) + "\n")
         log(f"{'resumed' if resumed else 'training'} from step {start} of {self.spec['total_steps']}")
-        total, every = self.spec["total_steps"], self.spec.get("eval_every")
+        total = self.spec["total_steps"]
+        exported = set(grid.checkpoint_steps(self.spec))
         t0 = time.perf_counter()
         tracker = Tracker(self.out, self.spec)
         try:
@@ -341,7 +343,7 @@ class Trainer:
                 with open(metrics_path, "a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
                 tracker.log(metrics, step + 1)
-                if every and (step + 1) % every == 0 and step + 1 < total:
+                if step + 1 in exported:
                     self.export(f"step{step + 1}")
                 if (step + 1) % self.spec["save_every"] == 0 or step + 1 == total:
                     self.save_checkpoint()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
+from scout import grid
 from scout.methods import METHODS
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
@@ -218,8 +219,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = SYNC_BUCKET_MB
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
-    if spec.get("eval_every"):  # compute-matched runs evaluate intermediate checkpoints: keep them all
-        o["trainer.save_freq"] = math.gcd(spec["save_every"], spec["eval_every"])
+    kept = grid.checkpoint_steps(spec)
+    if kept:  # intermediate checkpoints are evaluated (compute-matched runs, the probes): keep them all
+        o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)
         o["trainer.max_actor_ckpt_to_keep"] = None
     for name, section in cfg.items():
         for key, value in _flatten(section):
