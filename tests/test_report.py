@@ -317,7 +317,8 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     cfg["results"] = str(tmp_path / "results")
     fake_records(cfg)
     m = build(cfg, pdf=False, log=lambda msg: None)
-    assert m["records"] == m["expected_records"] == 795 and m["missing"] == []
+    # 795 final-checkpoint records, plus the probed SCOUT runs at step 160 (3 seeds x 6 benchmarks)
+    assert m["records"] == m["expected_records"] == 795 + 18 and m["missing"] == []
     assert len(m["tables"]) == 17  # 3 main, 4 per-run, 2 + 2 prefix-0 / OPTR per-run, 2 summaries, f-sweep, 3 config
     prefix0_math = (Path(cfg["results"]) / "report" / "tables" / "per_run_prefix0_math.tex").read_text()
     assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math

@@ -33,7 +33,8 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     assert st["running_trainings"] == [(running, "17", cfg["training"]["steps"])] and st["snakemake_running"]
     assert st["remaining_s"] == 30.0 * (sum(sum(v.values()) for v in st["experiments"].values()) - 1)
     text = status.render(st)
-    assert "running: toy-l-s-math/scout/s2 at step 17/50" in text and "evaluations: 0 of" in text
+    total = cfg["training"]["steps"]
+    assert f"running: toy-l-s-math/scout/s2 at step 17/{total}" in text and "evaluations: 0 of" in text
     # Snakemake gone with the marker left behind: interrupted, not running
     (tmp_path / ".snakemake" / "locks" / "0.output.lock").unlink()
     st = status.status(cfg, tmp_path)

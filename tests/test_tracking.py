@@ -55,7 +55,7 @@ def test_tensorboard_holds_training_teacher_phase_and_evaluation(tracked_run):
 def test_wandb_offline_one_run_per_cell(tracked_run):
     runs = sorted((tracked_run / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # training, then the evaluation resuming the same run id
-    ids = {p.name.rsplit("-", 1)[-1] for p in runs}
+    ids = {p.name.split("-")[3] for p in runs}  # offline-run-<time>-<id>[-<n> when in the same second]
     assert len(ids) == 1 and all(list(p.glob("run-*.wandb")) for p in runs)
 
 
