@@ -165,10 +165,30 @@ def cmd_status(args) -> int:
     return 0
 
 
+def offline_unless_hub_reachable(log=_log, timeout: float = 3.0) -> bool:
+    """Set HF_HUB_OFFLINE when the hub cannot be reached, before transformers is imported: offline,
+    every lookup of a model by name fails at once instead of retrying for half a minute per cell."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE"):
+        return True
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return False
+    except OSError:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        log(f"note: {host} cannot be reached; models and tokenizers come from local paths and the HF cache only")
+        return True
+
+
 def cmd_preflight(args) -> int:
     """Check every training cell against the installed verl before GPU hours are spent."""
     import json as _json
 
+    offline_unless_hub_reachable()
     from scout.verl import preflight
 
     cfg = _config(args)

@@ -68,3 +68,16 @@ def test_kv_cache_arithmetic_by_hand():
     assert not preflight.kv_fit(qwen3_4b, 262_144, 40, 0.5, 1)[0]
     assert preflight.kv_fit(qwen3_4b, 17_409, 40, 0.85, 1)[0]
     assert preflight.steps_per_epoch(45_883, 128) == 358
+
+
+def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):
+    """Without the hub, a model named by id fails at once rather than after the hub's retries."""
+    from scout.cli import offline_unless_hub_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    said = []
+    assert offline_unless_hub_reachable(log=said.append, timeout=1.0)
+    assert __import__("os").environ["HF_HUB_OFFLINE"] == "1" and "hub.invalid cannot be reached" in said[0]
+    said.clear()
+    assert offline_unless_hub_reachable(log=said.append) and said == []  # already offline: nothing to say
