@@ -173,7 +173,7 @@ def startup(workdir: Path) -> None:
                                                  ("train_data", spec["train_data"]))})  # fmt: skip
     for label, cmd, marker in (
         ("python -c 'import torch'", [sys.executable, "-c", "import torch"], None),
-        ("scout train (models and data loaded)", ["scout", "train", "--spec", json.dumps(spec), "--out",
+        ("scout train (models and data loaded)", [str(Path(sys.executable).parent / "scout"), "train", "--spec", json.dumps(spec), "--out",
                                              str(workdir / "startup-probe")], "training from step"),
     ):  # fmt: skip
         times = []
