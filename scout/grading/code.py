@@ -222,18 +222,21 @@ _CALLS_DRIVER = """
 
 {encoder}
 
+_scout_calls = [{calls}]
+
+
 def _scout_run_calls():
-    import json, sys
+    import sys
     out = []
-    for expr in {calls!r}:
+    for call in _scout_calls:
         try:
-            value = eval(expr, globals())
+            value = call()
         except BaseException as exc:
             out.append(["raised", type(exc).__name__])
             continue
         data = _scout_encode(value)
         out.append(["value", data] if data is not None else ["opaque", type(value).__name__])
-    sys.stdout.write("\\n" + {mark!r} + json.dumps(out) + "\\n")
+    sys.stdout.write("\\n" + {mark!r} + _scout_dumps(out) + "\\n")
     sys.stdout.flush()
 
 
@@ -243,8 +246,16 @@ _scout_run_calls()
 
 def calls_program(code: str, tests: dict) -> str:
     """Setup, the candidate, then a driver that evaluates each call and writes the values out."""
-    encoder = values.encoder_source().replace("encode(", "_scout_encode(")
-    driver = _CALLS_DRIVER.format(encoder=encoder, calls=list(tests["calls"]), mark=RESULT_MARK)
+    encoder = (
+        values.encoder_source()
+        .replace("encode(", "_scout_encode(")
+        .replace("dumps(", "_scout_dumps(")
+        .replace("_quote", "_scout_quote")
+    )
+    # each call compiled with the program, as a module-level lambda: it sees the program's globals
+    # as eval(call, globals()) would, at a tenth of the cost of compiling 50 calls one by one
+    calls = "".join(f"\n        lambda: ({expr}),\n" for expr in tests["calls"])
+    driver = _CALLS_DRIVER.format(encoder=encoder, calls=calls, mark=RESULT_MARK)
     return "\n".join([tests.get("setup", ""), code, driver])
 
 
