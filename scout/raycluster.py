@@ -51,6 +51,14 @@ def ray_port(job_id: str | None) -> int:
     return 6379 if not job_id else 20000 + int(job_id) % 10000
 
 
+def temp_dir() -> str:
+    """Ray's session folder, one per user: Ray's default, /tmp/ray, belongs to whoever first ran
+    Ray on the node, and every other user's head then fails writing its address file there."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"ray-{os.getuid()}")
+
+
 def on_node(job_id: str, node: str, argv: Sequence[str]) -> list[str]:
     """Run a command as one task on one node of the job; --overlap shares the node with the step
     that runs the launcher, and without --gres the step sees all the job's GPUs on that node."""
@@ -64,7 +72,8 @@ def start_command(
     so that its Slurm step lives exactly as long as the node's Ray processes."""
     argv = [ray, "start", "--block", f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--disable-usage-stats"]
     if head_address is None:
-        argv += ["--head", f"--node-ip-address={node_ip}", f"--port={port}", "--include-dashboard=false"]
+        argv += ["--head", f"--node-ip-address={node_ip}", f"--port={port}", "--include-dashboard=false",
+                 f"--temp-dir={temp_dir()}"]  # fmt: skip
     else:
         argv += [f"--address={head_address}"]
     if object_store_mb:

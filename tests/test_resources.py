@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,7 @@ def test_ray_commands():
     )
     assert head[:2] == ["ray", "start"] and "--head" in head and "--port=20042" in head
     assert "--node-ip-address=10.0.0.1" in head and "--num-gpus=8" in head and "--block" in head
+    assert f"--temp-dir={tempfile.gettempdir()}/ray-{os.getuid()}" in head  # not /tmp/ray: another user's
     worker = raycluster.start_command(
         "ray", head_address="10.0.0.1:20042", node_ip="10.0.0.1", port=20042, cpus=64, gpus=8, object_store_mb=100
     )
