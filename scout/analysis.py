@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scout import grid
 from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
@@ -89,11 +90,6 @@ def entropy_along(engine, pairs: list[tuple[dict, str]], max_tokens: int) -> lis
     return engine.entropies(prompts, resp)
 
 
-def matched(checkpoint: str) -> str:
-    """How the prefixes of a SCOUT student at ``checkpoint`` are labelled in continuation.csv."""
-    return "final-student" if checkpoint == "final" else f"student@{checkpoint}"
-
-
 def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
     """(position, mean entropy, responses reaching it) over curves of different lengths."""
     out = []
@@ -143,16 +139,16 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             for r in spec["runs"]
         }
         for (seed, ckpt), pairs in students.items():
-            probe(engine, grader, "initial", seed, matched(ckpt), pairs)
+            probe(engine, grader, "initial", seed, grid.probe_labels(ckpt)[1], pairs)
         del engine
         for r in spec["runs"]:
             ckpt = r.get("checkpoint", "final")
-            name = "scout" if ckpt == "final" else f"scout@{ckpt}"
+            name, prefixes = grid.probe_labels(ckpt)
             engine = make_generator(
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )
             probe(engine, grader, name, r["seed"], "initial-student", initial_student)
-            probe(engine, grader, name, r["seed"], matched(ckpt), students[r["seed"], ckpt])
+            probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
             if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
                 gens = engine.generate([row["prompt"] for row in rows_by_id.values()], 1, sampling, seed=r["seed"])
                 own_trained = [(row, cs[0].text) for row, cs in zip(rows_by_id.values(), gens, strict=True)]

@@ -195,21 +195,17 @@ def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
                 "initial-student prefixes (mean $\\pm$ SD over seeds). Bars: mean student prefix length.",
             }
         )
-        matched = [p for p in dict.fromkeys(d.prefixes) if p == "final-student" or str(p).startswith("student@")]
-        if matched:
-            fig, ax = _continuation_axes(d, matched[-1])
+        # the probed checkpoints, intermediate ones in order of appearance, final last
+        ckpts = [str(p).split("@", 1)[1] for p in dict.fromkeys(d.prefixes) if str(p).startswith("student@")]
+        ckpts += ["final"] if (d.prefixes == "final-student").any() else []
+        if ckpts:
+            fig, ax = _continuation_axes(d, grid.probe_labels(ckpts[-1])[1])
             colours = ["#1f5fa8", "#2e8b57", "#7b3fa0", "#b5651d"]
-            for p, colour in zip(sorted(matched, key=lambda x: x == "final-student"), colours, strict=False):
-                ckpt = "final" if p == "final-student" else p.split("@", 1)[1]
-                trained = "scout" if ckpt == "final" else f"scout@{ckpt}"
-                _curve(
-                    ax,
-                    d[(d.teacher == "initial") & (d.prefixes == p)],
-                    f"initial teacher, {ckpt} student",
-                    colour,
-                    "--",
-                )
-                _curve(ax, d[(d.teacher == trained) & (d.prefixes == p)], f"SCOUT teacher at {ckpt}", colour)
+            for ckpt, colour in zip(ckpts, colours, strict=False):
+                trained, prefixes = grid.probe_labels(ckpt)
+                at = d[d.prefixes == prefixes]
+                _curve(ax, at[at.teacher == "initial"], f"initial teacher, {ckpt} student", colour, "--")
+                _curve(ax, at[at.teacher == trained], f"SCOUT teacher at {ckpt}", colour)
             ax.legend(fontsize=7)
             ax.set_title(f"{name}: matched checkpoints", fontsize=9)
             out.append(

@@ -406,6 +406,14 @@ def analysis_spec(config: dict, setting: str) -> dict:
     }
 
 
+def probe_labels(checkpoint: str) -> tuple[str, str]:
+    """(teacher, prefixes) labels of a SCOUT run's ``checkpoint`` in the analysis' continuation.csv;
+    the final checkpoint keeps the plain names ("scout", "final-student")."""
+    if checkpoint == "final":
+        return "scout", "final-student"
+    return f"scout@{checkpoint}", f"student@{checkpoint}"
+
+
 def _probed_checkpoints(config: dict, setting: str, seed: int) -> list[str]:
     """The matched checkpoints of a SCOUT run the probes visit (``analysis.checkpoints``) and final."""
     spec = cell_spec(config, find_cell(config, setting, "scout", seed))
