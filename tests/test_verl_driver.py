@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ import torch
 import yaml
 
 from scout import algorithms as alg
-from scout import grid, resources
+from scout import grid, resources, runs
 from tests.conftest import REPO
 
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -73,6 +74,34 @@ def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tm
     del spec["resources"]
     with pytest.raises(ValueError, match="needs the job's resources"):
         driver.train(spec, tmp_path / "run2", log=lambda *_: None)
+
+
+def test_checkpoints_of_another_spec_are_moved_aside_before_verl_resumes(math_rows, tmp_path):
+    """verl's resume_mode auto resumes whatever its tracker names: the driver moves a folder of
+    another spec aside first, and a folder of the same spec is resumed."""
+    spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
+    out = tmp_path / "run"
+
+    def killed_at_step_20(owner: dict) -> None:
+        runs.claim(out, owner, log=lambda *_: None)
+        (out / "checkpoints" / "global_step_20" / "actor").mkdir(parents=True)
+        (out / "checkpoints" / driver.TRACKER).write_text("20")
+
+    killed_at_step_20({**spec, "lr": spec["lr"] * 2})
+    logs = []
+    with pytest.raises(SystemExit, match="trains on GPUs"):
+        driver.train(spec, out, log=logs.append)
+    assert not (out / "checkpoints" / driver.TRACKER).exists()
+    (moved,) = tmp_path.glob("run.superseded-*")
+    assert (moved / "checkpoints" / driver.TRACKER).read_text() == "20"
+    assert any(line.strip().startswith("lr: ") for line in logs)
+
+    shutil.rmtree(out)
+    killed_at_step_20(spec)
+    assert driver.train(spec, out, log=lambda *_: None, dry_run=True)["resumed_from"] == 20
+    with pytest.raises(SystemExit, match="trains on GPUs"):
+        driver.train(spec, out, log=lambda *_: None)
+    assert (out / "checkpoints" / driver.TRACKER).read_text() == "20"  # kept for verl to resume
 
 
 def _fsdp_checkpoint(model_dir: str, target) -> dict:

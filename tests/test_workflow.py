@@ -81,6 +81,24 @@ def test_rerun_of_one_training_cell(finished_grid):
     target = "results/train/toy-l-s-code/opd_teacher_grpo/s1/train.json"
     out = snakemake(finished_grid, target, "--forcerun", target)
     assert "1 of 1 steps (100%) done" in out.stderr
+    assert json.loads((finished_grid / target).read_text())["resumed_from"] is None  # trained again, not resumed
+    assert len(list((finished_grid / target).parent.parent.glob("s1.superseded-*"))) == 1
+
+
+def test_a_changed_hyperparameter_retrains_exactly_its_cells(finished_grid):
+    """Changing ESR's token budget reruns the ESR cell from scratch (never its old checkpoint) and
+    the evaluations and report downstream, nothing else."""
+    cfg = yaml.safe_load((finished_grid / "mini.yaml").read_text())
+    cfg["methods"]["esr"]["max_tokens"] = 6
+    (finished_grid / "mini.yaml").write_text(yaml.safe_dump(cfg))
+    plan = job_counts(snakemake(finished_grid, "-n"))
+    assert plan.get("train") == 1 and plan.get("evaluate_math") == 1
+    snakemake(finished_grid)
+    run = finished_grid / "results/train/toy-l-s-math/esr/s1"
+    summary = json.loads((run / "train.json").read_text())
+    assert summary["resumed_from"] is None and summary["spec"]["method_cfg"]["esr"]["max_tokens"] == 6
+    log = (finished_grid / "results/logs/train/toy-l-s-math/esr/s1.log").read_text()
+    assert "method_cfg.esr.max_tokens: 8 -> 6" in log
 
 
 def job_counts(out) -> dict[str, int]:

@@ -20,11 +20,12 @@ from pathlib import Path
 import torch
 
 from scout import algorithms as alg
-from scout import grid
+from scout import grid, runs
 from scout.embedded import lm
 from scout.grading import Grader
 from scout.io import read_jsonl
 from scout.methods import METHODS, Method
+from scout.prepare import load_rows
 from scout.tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"
@@ -68,7 +69,7 @@ class Trainer:
         self.device = lm.pick_device(device)
         self.tok = lm.load_tokenizer(spec["student"])
         self.eos, self.pad = self.tok.eos_token_id, self.tok.pad_token_id
-        self.rows = read_jsonl(spec["train_data"])
+        self.rows = load_rows(spec["train_data"])
         if not self.rows:
             raise ValueError(f"{spec['train_data']}: no training rows")
         torch.manual_seed(spec["seed"])
@@ -210,6 +211,9 @@ class Trainer:
             if oc["outlier"] == "topk_fkl":
                 fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
                 extra_loss = (fkl * (mask - trusted)).sum() / mask.sum().clamp_min(1)
+        shape = m.advantage_fn()
+        if shape is not None:
+            adv = shape(adv, mask, spec["method_cfg"].get(m.id, {}))
         return adv, extra_loss
 
     def _prune(self, adv, mask, s_logits, t_logits, metrics):
@@ -288,11 +292,28 @@ class Trainer:
         for old in sorted(ck.glob("step_*"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))[:-1]:
             shutil.rmtree(old, ignore_errors=True)
 
-    def try_resume(self) -> bool:
-        done = sorted((self.out / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name.split("_")[1]))
+    def _checkpoints(self) -> list[Path]:
+        return sorted((self.out / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name.split("_")[1]))
+
+    def _missing_exports(self, out: Path) -> list[str]:
+        """Exported checkpoints up to the last saved step that a resume would need but are gone."""
+        done = self._checkpoints()
+        last = int(done[-1].name.split("_")[1]) if done else 0
+        wanted = [s for s in grid.checkpoint_steps(self.spec) if s <= last]
+        return [f"model/step{s}" for s in wanted if not (out / "model" / f"step{s}" / "model.safetensors").exists()]
+
+    def try_resume(self, log=print) -> bool:
+        done = self._checkpoints()
         if not done:
             return False
-        state = torch.load(done[-1] / STATE_FILE, weights_only=False)
+        try:
+            state = torch.load(done[-1] / STATE_FILE, weights_only=False)
+        except Exception as exc:  # a truncated or corrupt file: train again rather than fail
+            moved = runs.move_aside(self.out)
+            runs.claim(self.out, self.spec, log)
+            log(f"{done[-1] / STATE_FILE} is damaged ({type(exc).__name__}: {exc}); the run was moved to {moved} "
+                "and trains from scratch")  # fmt: skip
+            return False
         m = self.models
         m.student.load_state_dict(state["student"])
         m.student_opt.load_state_dict(state["student_opt"])
@@ -320,9 +341,8 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------------
 
     def run(self, log=print) -> dict:
-        self.out.mkdir(parents=True, exist_ok=True)
+        resumed = runs.claim(self.out, self.spec, log, missing=self._missing_exports) and self.try_resume(log)
         metrics_path = self.out / "metrics.jsonl"
-        resumed = self.try_resume()
         start = self.progress.step
         lines = read_jsonl(metrics_path) if metrics_path.exists() else []
         with open(metrics_path, "w") as fh:
@@ -367,6 +387,7 @@ class Trainer:
             "device": str(self.device),
         }
         (self.out / "train.json").write_text(json.dumps(summary, indent=1))
+        runs.mark_complete(self.out)
         return summary
 
 

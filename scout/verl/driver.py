@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from scout import grid
+from scout import grid, runs
 from scout.methods import METHODS
 from scout.verl import config as vc
 from scout.verl import data
@@ -99,12 +99,25 @@ def prepare(spec: dict, out_dir: str | Path):
     return cfg
 
 
+def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:
+    """Evaluated checkpoints up to the last saved step that a resume would need but are gone."""
+    ckpt = Path(out_dir) / "checkpoints"
+    try:
+        last = latest_step(ckpt) or 0
+    except ValueError:
+        return [f"checkpoints/{TRACKER} (unreadable)"]
+    wanted = [s for s in grid.checkpoint_steps(spec) if s <= last] + ([last] if last else [])
+    return [f"checkpoints/global_step_{s}" for s in wanted if not (ckpt / f"global_step_{s}" / "actor").is_dir()]
+
+
 def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> dict:
     import torch
 
-    cfg = prepare(spec, out_dir)
     out = Path(out_dir)
-    resumed = latest_step(cfg.trainer.default_local_dir)
+    # before verl's resume_mode auto can see them: checkpoints of another spec are moved aside
+    resumable = runs.claim(out, spec, log, dry_run=dry_run, missing=lambda o: missing_checkpoints(spec, o))
+    cfg = prepare(spec, out_dir)
+    resumed = latest_step(cfg.trainer.default_local_dir) if resumable else None
     log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
     if dry_run:
         return {"config": str(out / "verl_config.yaml"), "resumed_from": resumed}
@@ -129,4 +142,5 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
         "models": models,
     }
     (out / "train.json").write_text(json.dumps(summary, indent=1))
+    runs.mark_complete(out)
     return summary

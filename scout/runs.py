@@ -1,0 +1,159 @@
+"""A training run's folder belongs to the spec that started it.
+
+A run folder (``results/train/{setting}/{variant}/s{seed}``) holds checkpoints that a restarted job
+resumes from. They may be resumed only by a job of the same *weights spec*: every field of the
+resolved training spec that changes the weights, with the inputs (models, data) by content, not by
+path, and without labels, cadences and output settings. ``run.json`` in the folder records that
+spec and whether the run finished. A job that finds a folder of another spec, or a finished run
+(``--forcerun``, or its params or inputs changed), moves the folder aside and trains from scratch;
+nothing is deleted. Both backends call :func:`claim` before they train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RUN_FILE = "run.json"
+# Spec fields that never change the weights: names, experiment membership, how often checkpoints
+# are saved and exported, logging cadence, threads and cluster resources.
+NOT_WEIGHTS = ("setting", "variant", "experiments", "save_every", "reward_every", "eval_every", "probe_steps",
+               "threads", "resources", "backend_options")  # fmt: skip
+INPUTS = ("student", "teacher", "train_data")
+_WHOLE_FILE = 256 * 2**20  # files up to this size are identified by content, larger ones by size and time
+
+
+def _file_identity(path: Path) -> str:
+    st = path.stat()
+    if st.st_size > _WHOLE_FILE:
+        return f"size={st.st_size},mtime={st.st_mtime_ns}"
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def input_identity(ref: str | None) -> str | None:
+    """A model folder, a data file or a hub id, identified by what it holds: a rebuilt model with
+    other weights is another input even at the same path, a moved results folder is not."""
+    if not ref:
+        return ref
+    path = Path(ref)
+    if path.is_file():
+        return _file_identity(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        h = hashlib.sha256()
+        for p in files:
+            h.update(f"{p.relative_to(path)}:{_file_identity(p)}\n".encode())
+        return h.hexdigest()[:16]
+    return ref  # a hub id
+
+
+def weights_spec(spec: dict) -> dict:
+    """The part of a training spec a run's weights depend on (inputs by content)."""
+    out = {k: v for k, v in spec.items() if k not in NOT_WEIGHTS}
+    for key in INPUTS:
+        if key in out:
+            out[key] = input_identity(out[key])
+    return out
+
+
+def fingerprint(wspec: dict) -> str:
+    return hashlib.sha256(json.dumps(wspec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two specs."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {json.dumps(a)} -> {json.dumps(b)}")
+    return out
+
+
+def _read(out: Path) -> dict | None:
+    try:
+        data = json.loads((out / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "fingerprint" in data else None
+
+
+def move_aside(out: Path) -> Path:
+    """Move everything in ``out`` to a sibling ``{name}.superseded-{time}`` folder."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = out.with_name(f"{out.name}.superseded-{stamp}")
+    n = 1
+    while target.exists():
+        target = out.with_name(f"{out.name}.superseded-{stamp}-{n}")
+        n += 1
+    target.mkdir(parents=True)
+    for item in list(out.iterdir()):
+        shutil.move(str(item), str(target / item.name))
+    return target
+
+
+def why_not_resumable(out: Path, wspec: dict, missing: Callable[[Path], list[str]] | None = None) -> list[str] | None:
+    """Why the folder's contents cannot be resumed by ``wspec`` (None when they can, or when there
+    is nothing to resume). ``missing`` lists what a resume would need that the folder lacks (the
+    exported checkpoints before its last step)."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    owner = _read(out)
+    if owner is None:
+        return [f"it has no readable {RUN_FILE} saying which spec wrote it"]
+    if owner["fingerprint"] != fingerprint(wspec):
+        return ["its spec differs:", *differences(owner.get("spec", {}), wspec)]
+    if owner.get("complete"):
+        return ["that run finished (a forced rerun, or its params or inputs changed), so it is trained again"]
+    lacking = missing(out) if missing else []
+    if lacking:
+        return [f"it lacks checkpoints this spec evaluates and cannot make after the fact: {', '.join(lacking)}"]
+    return None
+
+
+def claim(out: str | Path, spec: dict, log=print, dry_run: bool = False, missing=None) -> bool:
+    """Make ``out`` this spec's run folder; returns whether what is there may be resumed.
+
+    A folder of another spec, or of a finished run, is moved aside (never deleted), and the log
+    says why, key by key. ``dry_run`` only says what would happen."""
+    out = Path(out)
+    wspec = weights_spec(spec)
+    reasons = why_not_resumable(out, wspec, missing)
+    resumable = out.is_dir() and any(out.iterdir()) and reasons is None
+    if reasons:
+        if dry_run:
+            log(f"{out}: would be moved aside and trained from scratch: " + "; ".join(reasons))
+            return False
+        moved = move_aside(out)
+        log(f"{out}: not resumed, moved to {moved}; training from scratch, because:")
+        for r in reasons:
+            log(f"  {r}")
+    if not dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        if not resumable:
+            _write(out, {"fingerprint": fingerprint(wspec), "spec": wspec, "complete": False})
+    return resumable
+
+
+def mark_complete(out: str | Path) -> None:
+    """After ``train.json``: a later job in this folder is a rerun and trains from scratch."""
+    out = Path(out)
+    owner = _read(out)
+    if owner is not None:
+        _write(out, {**owner, "complete": True})
+
+
+def _write(out: Path, data: dict) -> None:
+    tmp = out / f".{RUN_FILE}.tmp"
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(out / RUN_FILE)

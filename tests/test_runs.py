@@ -1,0 +1,131 @@
+"""A run folder is resumed only by the spec that wrote it: a changed hyperparameter, a forced rerun,
+a damaged checkpoint or a lost export trains from scratch, with the old folder moved aside."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from scout import runs
+from scout.embedded.trainer import Trainer
+
+
+def _weights(out):
+    return load_file(str(out / "model" / "final" / "model.safetensors"))
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _train(spec, out, logs=None):
+    return Trainer(spec, out, device="cpu").run(log=(logs.append if logs is not None else lambda _: None))
+
+
+def _killed_after(spec, out, steps: int) -> None:
+    """Train, then die at the start of step ``steps + 1`` (as a SIGKILL would, without cleanup)."""
+    tr = Trainer(spec, out, device="cpu")
+    real = tr.student_step
+
+    def step(s):
+        if s == steps:
+            raise KeyboardInterrupt
+        return real(s)
+
+    tr.student_step = step
+    with pytest.raises(KeyboardInterrupt):
+        tr.run(log=lambda _: None)
+
+
+def superseded(out):
+    return sorted(out.parent.glob(f"{out.name}.superseded-*"))
+
+
+def test_weights_spec_ignores_labels_and_paths_but_not_contents(spec_for, tmp_path, world):
+    a = spec_for("opd")
+    relabelled = {**a, "variant": "opd-copy", "experiments": ["other"], "save_every": 7, "threads": 2}
+    assert runs.fingerprint(runs.weights_spec(a)) == runs.fingerprint(runs.weights_spec(relabelled))
+    assert runs.fingerprint(runs.weights_spec(a)) != runs.fingerprint(runs.weights_spec({**a, "lr": a["lr"] / 2}))
+    # the same data at another path is the same input; other data at the same path is not
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text(open(a["train_data"]).read())
+    moved = {**a, "train_data": str(copy)}
+    assert runs.weights_spec(moved) == runs.weights_spec(a)
+    copy.write_text(open(a["train_data"]).read().replace("1", "2", 1))
+    assert runs.weights_spec(moved)["train_data"] != runs.weights_spec(a)["train_data"]
+    diff = runs.differences(runs.weights_spec(a), runs.weights_spec({**a, "lr": 0.5}))
+    assert diff == [f"lr: {a['lr']} -> 0.5"]
+
+
+def test_a_changed_hyperparameter_retrains_and_keeps_the_old_run_aside(spec_for, tmp_path):
+    spec = spec_for("esr", total_steps=2, steps_per_epoch=2, save_every=1)
+    out = tmp_path / "s1"
+    _train(spec, out)
+    before = _weights(out)
+    (out / "train.json").unlink()  # what Snakemake does before it reruns the job
+    changed = spec_for("esr", total_steps=2, steps_per_epoch=2, save_every=1, method_cfg={"esr": {"max_tokens": 4}})
+    logs = []
+    summary = _train(changed, out, logs)
+    assert summary["resumed_from"] is None
+    assert json.loads((out / "train.json").read_text())["spec"]["method_cfg"]["esr"]["max_tokens"] == 4
+    assert not _same(before, _weights(out))
+    (old,) = superseded(out)
+    assert _same(before, _weights(old))  # moved aside, not deleted
+    assert any("method_cfg.esr.max_tokens: 8 -> 4" in line for line in logs)
+
+
+def test_a_forced_rerun_of_a_finished_cell_trains_from_scratch(spec_for, tmp_path):
+    spec = spec_for("opd", total_steps=2, steps_per_epoch=2, save_every=1)
+    out = tmp_path / "s1"
+    first = _train(spec, out)
+    assert first["resumed_from"] is None
+    (out / "train.json").unlink()
+    logs = []
+    again = _train(spec, out, logs)
+    assert again["resumed_from"] is None and again["seconds"] > 0
+    assert any("that run finished" in line for line in logs)
+    assert _same(_weights(out), _weights(superseded(out)[0]))  # deterministic: the same weights again
+
+
+def test_a_killed_run_resumes_only_under_the_same_spec(spec_for, tmp_path):
+    spec = spec_for("opd", total_steps=4, steps_per_epoch=4, save_every=2)
+    ref = tmp_path / "ref"
+    _train(spec, ref)
+    out = tmp_path / "s1"
+    _killed_after(spec, out, 3)
+    assert (out / "checkpoints" / "step_2").exists()
+    assert _train(spec, out)["resumed_from"] == 2
+    assert _same(_weights(ref), _weights(out))
+
+    other = tmp_path / "s2"
+    _killed_after(spec, other, 3)
+    logs = []
+    changed = {**spec, "lr": spec["lr"] * 3}
+    assert _train(changed, other, logs)["resumed_from"] is None
+    assert any(line.strip().startswith("lr: ") for line in logs)
+    assert (superseded(other)[0] / "checkpoints" / "step_2").exists()
+
+
+def test_a_damaged_checkpoint_trains_from_scratch(spec_for, tmp_path):
+    spec = spec_for("opd", total_steps=4, steps_per_epoch=4, save_every=2)
+    out = tmp_path / "s1"
+    _killed_after(spec, out, 3)
+    state = out / "checkpoints" / "step_2" / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    logs = []
+    assert _train(spec, out, logs)["resumed_from"] is None
+    assert any("trainer_state.pt is damaged" in line for line in logs)
+
+
+def test_a_resume_that_would_lack_an_evaluated_checkpoint_trains_from_scratch(spec_for, tmp_path):
+    spec = spec_for("opd", total_steps=4, steps_per_epoch=4, save_every=2)
+    out = tmp_path / "s1"
+    _killed_after(spec, out, 3)
+    probed = {**spec, "eval_every": 1}  # now step 1 and 2 are evaluated, and step 1 was never exported
+    logs = []
+    assert _train(probed, out, logs)["resumed_from"] is None
+    assert any("model/step1" in line for line in logs)
+    assert sorted(p.name for p in (out / "model").iterdir()) == ["final", "step1", "step2", "step3"]
