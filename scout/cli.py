@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -102,9 +103,11 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_aggregate(args) -> int:
+    from scout import grid
     from scout.aggregate import summarize
 
-    runs, methods = summarize(args.records, args.out)
+    records = args.records or grid.eval_records(_config(args))
+    runs, methods = summarize(records, args.out)
     _log(f"{len(runs)} run rows, {len(methods)} method rows -> {args.out}")
     return 0
 
@@ -226,6 +229,9 @@ def _add_config_args(s) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scout", description=__doc__)
+    p.add_argument(
+        "--log", help="write all output to this file; on failure, print the reason and its last lines to stderr"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check-config", help="validate a config file and count its grid")
     s.add_argument("config")
@@ -260,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_toy_tokenizer)
     s = sub.add_parser("aggregate", help="summarise evaluation records into CSV tables")
     s.add_argument("--out", required=True)
-    s.add_argument("records", nargs="+")
+    _add_config_args(s)
+    s.add_argument("records", nargs="*", help="record files (default: every evaluation of the config's grid)")
     s.set_defaults(func=cmd_aggregate)
     s = sub.add_parser("report", help="render every table and figure, and the PDF, from cached results")
     _add_config_args(s)
@@ -292,16 +299,77 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("driver", nargs=argparse.REMAINDER, help="-- then the driver command")
     s.set_defaults(func=cmd_ray_run)
     args = p.parse_args(argv)
+    warn_if_another_checkout()
+    if args.log and os.environ.get(_LOGGING) != os.path.abspath(args.log):
+        return _logged(args)
+    return _dispatch(args)
+
+
+def _dispatch(args) -> int:
     from scout.catalogue import DataError
     from scout.config import ConfigError
+    from scout.io import DamagedInput
 
     try:
         return args.func(args)
     except ConfigError as exc:
         print(f"scout: {exc}", file=sys.stderr)
         return 2
-    except DataError as exc:  # bad or missing data: say which, under the command's name
+    except (DataError, DamagedInput) as exc:  # bad, missing or damaged data: one line naming it
         raise SystemExit(f"scout {args.cmd}: {exc}") from exc
+
+
+_LOGGING = "SCOUT_LOG"  # the log a parent scout already writes to (a driver under `scout ray-run`)
+TAIL_LINES = 15
+
+
+def _logged(args) -> int:
+    """Run the command with stdout and stderr (of this process and its children) in ``args.log``;
+    on failure, tell the console why in one screen: the log's last lines and where it is."""
+    import traceback
+
+    log = Path(args.log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    console = os.dup(2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ[_LOGGING] = str(log.resolve())
+    try:
+        code = _dispatch(args)
+    except SystemExit as exc:
+        code = exc.code
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        lines = log.read_text(errors="replace").rstrip().splitlines()[-TAIL_LINES:]
+        text = f"scout {args.cmd} failed (exit {code}); the last lines of {log}:\n" + "".join(
+            f"  | {line}\n" for line in lines
+        )
+        os.write(console, text.encode())
+    return code or 0
+
+
+def warn_if_another_checkout() -> None:
+    """Jobs run the installed ``scout``; when that is not the checkout whose Snakefile launched
+    them (``SCOUT_WORKFLOW``, set by the workflow), they would run other code without a word."""
+    workflow = os.environ.get("SCOUT_WORKFLOW")
+    here = Path(__file__).resolve().parent.parent
+    if workflow and Path(workflow).resolve() != here:
+        print(
+            f"warning: this scout is {here}, but the workflow that runs it is {workflow}: jobs run the other "
+            f"checkout's code (pip install -e {workflow})",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -250,12 +250,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
     }
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
-    sections = {"esr": "esr", "prune": "prune_opd"}
-    wanted = [sections[method.budget]] if method.budget in sections else []
-    wanted += ["relay_opd"] if method.rollout == "relay" else []
-    wanted += ["optr"] if method.student_loss == "optr" else []
-    wanted += ["scout"] if method.trains_teacher else []
-    for name in wanted:
+    for name in method.sections(set(config["methods"])):
         sec = _deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
         spec["method_cfg"][name] = sec
     analysis = config.get("analysis") or {}
@@ -326,6 +321,15 @@ def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
         spec = cell_spec(config, cell)
         units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
     return units
+
+
+def eval_records(config: dict) -> list[str]:
+    """Every evaluation record the grid writes (one per unit and benchmark of its domain)."""
+    out = []
+    for setting, variant, seed, ckpt in eval_units(config):
+        domain = config["settings"][setting]["domain"]
+        out += [f"{eval_dir(config, setting, variant, seed, ckpt)}/{b}.json" for b in benchmarks_for(config, domain)]
+    return out
 
 
 def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:

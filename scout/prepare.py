@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scout.catalogue import DataError, Unconvertible, check_row, entry
-from scout.io import read_jsonl, write_jsonl
+from scout.io import DamagedInput, read_jsonl, write_jsonl
 
 
 def _read_files(spec: dict, files: Iterable[str]) -> list[dict]:
@@ -172,7 +172,12 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
 
 def load_rows(path: str | Path, expected: int | None = None, name: str | None = None) -> list[dict]:
     """Rows of a prepared file, checked against the common schema (and the expected count)."""
-    rows = read_jsonl(path)
+    if not Path(path).exists():
+        raise DamagedInput(path, "missing")
+    try:
+        rows = read_jsonl(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DamagedInput(path, f"unreadable ({exc})") from exc
     for n, row in enumerate(rows, 1):
         problem = check_row(row)
         if problem:

@@ -108,7 +108,10 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     root = results.results_dir(config)
     out = Path(out_dir) if out_dir else root / "report"
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    df = results.load(config)
+    damaged: list = []
+    df = results.load(config, damaged)
+    for d in damaged:  # left out, each named with the command that remakes it
+        log(f"damaged: {d}")
     cache = tables.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
     env = tables.environment()
@@ -153,6 +156,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "figures": [f["name"] for f in figs],
         "skipped": notices,
         "missing": missing,
+        "damaged": [str(d) for d in damaged],
         "test": opts["test"],
         "claims": claims.as_records(found),
         "pdf": None,

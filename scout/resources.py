@@ -136,11 +136,9 @@ def summary(jobs: pd.DataFrame) -> pd.DataFrame:
 def render(jobs: pd.DataFrame) -> str:
     """The plan as the text ``scout plan`` prints: per experiment, then per rule and size."""
     todo = jobs[~jobs["done"]]
-    by_shape = (
-        todo.groupby(["rule", "nodes", "gpus_per_node", "runtime"]).size().rename("jobs").reset_index()
-        if len(todo)
-        else pd.DataFrame(columns=["rule", "nodes", "gpus_per_node", "runtime", "jobs"])
-    )
+    if not len(todo):
+        return f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs."
+    by_shape = todo.groupby(["rule", "nodes", "gpus_per_node", "runtime"]).size().rename("jobs").reset_index()
     lines = [
         "Jobs and requested hours still to run (hours = Slurm time limit x nodes [x GPUs]; an upper bound):",
         summary(jobs).to_string(float_format=lambda x: f"{x:,.0f}"),

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout import grid
+from scout.io import DamagedInput
 
 COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "source"]
 IMPORT_COLUMNS = ["setting", "method", "run", "benchmark", "mean", "sem"]
@@ -39,28 +40,37 @@ def _record_files(root: Path) -> list[Path]:
 def read_record(path: Path) -> dict:
     try:
         rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable evaluation record ({exc})") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedInput(path, f"unreadable evaluation record ({exc})") from exc
     missing = [k for k in _REQUIRED if k not in rec] if isinstance(rec, dict) else list(_REQUIRED)
     if missing:
-        raise ValueError(f"{path}: not an evaluation record (missing {', '.join(missing)})")
+        raise DamagedInput(path, f"not an evaluation record (missing {', '.join(missing)})")
     return rec
 
 
-def records_frame(paths: list[Path], source: str) -> pd.DataFrame:
+def records_frame(paths: list[Path], source: str, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
+    """The records as a frame; with ``damaged`` given, unreadable ones are collected there and left
+    out instead of stopping the whole read."""
     rows = []
     for p in paths:
-        rec = read_record(p)
+        try:
+            rec = read_record(p)
+        except DamagedInput as exc:
+            if damaged is None:
+                raise
+            damaged.append(exc)
+            continue
         rows.append({**{c: rec.get(c) for c in COLUMNS}, "source": rec.get("source", source)})
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.astype({"seed": int, "mean": float, "sem": float}) if len(df) else df
 
 
-def load(config: dict) -> pd.DataFrame:
-    """Every cached record: own evaluations plus imports, one row per run x checkpoint x benchmark."""
+def load(config: dict, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
+    """Every cached record: own evaluations plus imports, one row per run x checkpoint x benchmark.
+    Damaged records are left out and, with ``damaged`` given, listed there (else they raise)."""
     root = results_dir(config)
-    own = records_frame(_record_files(root / "eval"), "eval")
-    imported = records_frame(_record_files(root / "imported"), "imported")
+    own = records_frame(_record_files(root / "eval"), "eval", damaged)
+    imported = records_frame(_record_files(root / "imported"), "imported", damaged)
     frames = [f for f in (own, imported) if len(f)]
     if not frames:
         return pd.DataFrame(columns=COLUMNS)

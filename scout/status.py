@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 from scout import grid
+from scout.io import DamagedInput
+from scout.results import read_record
 
+STATES = ("done", "running", "failed", "interrupted", "pending", "damaged")
 STEP = re.compile(r"step[ :=]+(\d+)(?:/(\d+))?")
 
 
@@ -56,21 +59,12 @@ def last_step(run_dir: Path, log: Path) -> str:
     return "0"
 
 
-def _started(log: Path) -> float | None:
-    from datetime import datetime
-
-    try:
-        return datetime.strptime(log.name.split(".")[0], "%Y-%m-%dT%H%M%S").timestamp()
-    except ValueError:
-        return log.stat().st_mtime
-
-
 def status(config: dict, workdir: str | Path = ".") -> dict:
     work = Path(workdir)
     incomplete, running = _incomplete(work), _running(work)
     res = config.get("results", "results")
     per_exp: dict[str, dict[str, int]] = {}
-    active, durations = [], []
+    active, durations, damaged = [], [], []
     for cell in grid.cells(config):
         run = grid.train_dir(config, cell.setting, cell.variant, cell.seed)
         out, log = (
@@ -78,8 +72,12 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             work / res / "logs" / "train" / cell.setting / cell.variant / f"s{cell.seed}.log",
         )
         if (work / out).exists():
-            state = "done"
-            durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
+            try:
+                durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
+                state = "done"
+            except (OSError, ValueError) as exc:
+                state = "damaged"
+                damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
         elif out in incomplete:
             state = "running" if running else "interrupted"
             if running:
@@ -90,42 +88,77 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         else:
             state = "pending"
         for exp in cell.experiments:
-            per_exp.setdefault(exp, dict.fromkeys(("done", "running", "failed", "interrupted", "pending"), 0))
+            per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
     units = grid.eval_units(config)
-    evals_done = sum(
-        all((work / grid.eval_dir(config, s, v, seed, ck) / f"{b}.json").exists()
-            for b in grid.benchmarks_for(config, config["settings"][s]["domain"]))
-        for s, v, seed, ck in units
-    )  # fmt: skip
-    logs = sorted((work / ".snakemake" / "log").glob("*.snakemake.log"))
-    started = _started(logs[-1]) if logs else None  # the latest invocation (its log is named by its start)
-    elapsed = (time.time() - started) if started else 0.0
-    left = sum(c["pending"] + c["running"] + c["interrupted"] + c["failed"] for c in per_exp.values())
+    evals_done = 0
+    for s, v, seed, ck in units:
+        whole = True
+        for b in grid.benchmarks_for(config, config["settings"][s]["domain"]):
+            path = Path(grid.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
+            if not (work / path).exists():
+                whole = False
+                continue
+            try:
+                read_record(work / path)
+            except DamagedInput as exc:
+                whole = False
+                damaged.append(str(DamagedInput(path, exc.why)))
+        evals_done += whole
+    left = sum(c[k] for c in per_exp.values() for k in STATES if k != "done")
     mean = sum(durations) / len(durations) if durations else None
     remainder = mean * left / max(1, len(active)) if (mean and running) else None
     return {
         "experiments": per_exp,
         "running_trainings": active,
         "evaluations": (evals_done, len(units)),
+        "damaged": damaged,
         "snakemake_running": running,
-        "elapsed_s": elapsed,
+        "wall": grid_wall_time(work / res, running),
         "remaining_s": remainder,
     }
 
 
+def grid_wall_time(results: Path, running: bool) -> tuple[float, float] | None:
+    """(start, end) of this results folder's jobs: the earliest start and the latest end among the
+    jobs' benchmark files (each written at the job's end, holding its run time in seconds); the end
+    is now while Snakemake runs. None when no job has finished here yet."""
+    starts, ends = [], []
+    for tsv in (results / "benchmarks").rglob("*.tsv") if (results / "benchmarks").is_dir() else []:
+        try:
+            seconds = float(tsv.read_text().splitlines()[1].split("\t")[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        end = tsv.stat().st_mtime
+        starts.append(end - seconds)
+        ends.append(end)
+    if not starts:
+        return None
+    return min(starts), (time.time() if running else max(ends))
+
+
 def render(st: dict) -> str:
+    from datetime import datetime
+
     from scout.embedded.trainer import eta
 
-    lines = [f"{'experiment':<18}{'done':>6}{'running':>9}{'failed':>8}{'interrupted':>13}{'pending':>9}"]
+    widths = {"done": 6, "running": 9, "failed": 8, "interrupted": 13, "pending": 9, "damaged": 9}
+    lines = [f"{'experiment':<18}" + "".join(f"{k:>{w}}" for k, w in widths.items())]
     for exp, c in st["experiments"].items():
-        lines.append(f"{exp:<18}{c['done']:>6}{c['running']:>9}{c['failed']:>8}{c['interrupted']:>13}{c['pending']:>9}")
+        lines.append(f"{exp:<18}" + "".join(f"{c[k]:>{w}}" for k, w in widths.items()))
     done, total = st["evaluations"]
     lines.append(f"evaluations: {done} of {total} done")
     for key, step, total_steps in st["running_trainings"]:
         lines.append(f"running: {key} at step {step}/{total_steps}")
+    for d in st["damaged"]:
+        lines.append(f"damaged: {d}")
     state = "snakemake is running" if st["snakemake_running"] else "no snakemake running"
-    wall = f"{state}; wall time so far {eta(st['elapsed_s'])}"
+    if st["wall"] is None:
+        wall = f"{state}; no job has finished in this results folder yet, so its wall time cannot be told"
+    else:
+        start, end = st["wall"]
+        since = datetime.fromtimestamp(start).strftime("%Y-%m-%d %H:%M")
+        wall = f"{state}; wall time {eta(end - start)} since the first job here started ({since})"
     if st["remaining_s"] is not None:
         wall += f", about {eta(st['remaining_s'])} of training left (mean finished job x jobs left / jobs running)"
     lines.append(wall)

@@ -173,7 +173,7 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     block = out.stdout[out.stdout.index(f"output: {target}") :]
     assert "nodes=4, tasks=0, gres=gpu:8, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
-    assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout train" in block
+    assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout --log" in block
 
 
 # -- the Ray launcher ----------------------------------------------------------------------------
@@ -233,3 +233,8 @@ def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path):
 def test_ray_run_needs_a_driver(capsys):
     with pytest.raises(SystemExit, match="no driver command"):
         main(["ray-run", "--cpus-per-node", "1", "--"])
+
+
+def test_plan_of_a_finished_grid_says_nothing_to_run():
+    jobs = resources.plan(toy_config(), exists=lambda _: True)
+    assert resources.render(jobs) == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs."

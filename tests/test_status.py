@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 from scout import grid, status
 from tests.conftest import toy_config
@@ -39,3 +40,34 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     (tmp_path / ".snakemake" / "locks" / "0.output.lock").unlink()
     st = status.status(cfg, tmp_path)
     assert st["experiments"]["main"]["interrupted"] == 1 and st["running_trainings"] == []
+
+
+def test_damaged_files_and_the_grid_wall_time(tmp_path):
+    cfg = toy_config()
+    st = status.status(cfg, tmp_path)
+    assert st["wall"] is None and "cannot be told" in status.render(st)
+    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1)
+    d.mkdir(parents=True)
+    (d / "train.json").write_text('{"seconds": 3')  # truncated
+    rec = tmp_path / grid.eval_dir(cfg, "toy-l-s-math", "base-student", 0, "final")
+    rec.mkdir(parents=True)
+    for b in ("tm-easy", "tm-hard", "tm-long"):
+        (rec / f"{b}.json").write_text(json.dumps({"setting": "toy-l-s-math", "variant": "base-student", "seed": 0,
+                                                   "checkpoint": "final", "benchmark": b, "mean": 0.5, "sem": 0.1}))  # fmt: skip
+    (rec / "tm-long.json").write_text('{"mean": 0.')
+    # two jobs' benchmark files: the first started at t0 - 100 - 50, the last ended at t0
+    bench = tmp_path / "results" / "benchmarks" / "train"
+    bench.mkdir(parents=True)
+    for name, seconds, end in (("a.tsv", 50.0, 1_000_000_100), ("b.tsv", 10.0, 1_000_000_200)):
+        (bench / name).write_text(f"s\th:m:s\n{seconds}\t0:00:50\n")
+        os.utime(bench / name, (end, end))
+    st = status.status(cfg, tmp_path)
+    assert st["experiments"]["main"]["damaged"] == 1
+    assert st["evaluations"][0] == 0
+    assert [line.split(":")[0] for line in st["damaged"]] == [
+        f"{grid.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/train.json",
+        f"{grid.eval_dir(cfg, 'toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
+    ]
+    assert all("remake it: snakemake --cores 1 --forcerun" in line for line in st["damaged"])
+    assert st["wall"] == (1_000_000_050.0, 1_000_000_200.0)
+    assert "wall time 2:30 since the first job" in status.render(st)

@@ -18,6 +18,7 @@ import torch
 from scout import algorithms as alg
 from scout.embedded.qwen3 import Qwen3, is_qwen3
 from scout.embedded.tokenizer import Tokenizer
+from scout.io import DamagedInput
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -27,11 +28,19 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 
 def load_model(path: str | Path, device: torch.device) -> torch.nn.Module:
-    if is_qwen3(path):
-        return Qwen3.from_pretrained(path, device)
-    from transformers import AutoModelForCausalLM
+    """A causal LM from a Hugging Face folder; a local folder that cannot be read is named as a
+    damaged input, with the command that remakes it."""
+    try:
+        if is_qwen3(path):
+            return Qwen3.from_pretrained(path, device)
+        from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    except Exception as exc:
+        if not Path(path).exists():
+            raise
+        weights = next(iter(sorted(Path(path).glob("*.safetensors"))), Path(path))
+        raise DamagedInput(weights, f"the model cannot be loaded ({type(exc).__name__}: {exc})") from exc
     return model.to(device)
 
 

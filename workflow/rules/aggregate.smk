@@ -7,10 +7,11 @@ rule aggregate:
     output:
         summary_files(),
     params:
+        spec=config_spec(),
         out=folder_of(),
     log:
         f"{RES}/logs/aggregate.log",
     conda:
         CPU_ENV
     shell:
-        "scout aggregate --out {params.out} {input} > {log} 2>&1"
+        "scout --log {log} aggregate --spec {params.spec:q} --out {params.out}"

@@ -10,7 +10,7 @@ rule analysis:
         f"{RES}/analysis/{{setting}}/entropy.csv",
         f"{RES}/analysis/{{setting}}/entropy_responses.csv",
     params:
-        spec=lambda wc: as_json(grid.analysis_spec(config, wc.setting)),
+        spec=analysis_spec,
         out=folder_of(),
     log:
         f"{RES}/logs/analysis/{{setting}}.log",
@@ -22,4 +22,4 @@ rule analysis:
     conda:
         EVAL_ENV
     shell:
-        "scout analyze --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "scout --log {log} analyze --spec {params.spec:q} --out {params.out}"

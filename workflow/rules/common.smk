@@ -7,6 +7,7 @@ from scout import config as scout_config
 from scout import grid
 from scout import resources as scout_resources
 from scout import tracking as scout_tracking
+from scout import workflow as scout_workflow
 from scout.report import settings as report_settings
 
 scout_config.validate(config)
@@ -15,6 +16,8 @@ RES = config.get("results", "results")
 # Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
 # changing it never reruns a job (scout.tracking)
 scout_tracking.export(config.get("tracking", {}))
+# Jobs learn which checkout launched them; a warning here when the installed scout is another one
+scout_workflow.export_environment(workflow.basedir)
 CELLS = grid.cells(config)
 TOY = config["world"] == "toy"
 
@@ -93,30 +96,32 @@ def launcher(family):
     return prefix
 
 
-def as_json(obj):
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+def job_spec(job, spec):
+    """A job's spec as a file named by its content (``@path``): the command line stays short, and a
+    changed spec still reruns the job (its parameter, the path, changes)."""
+    return scout_workflow.spec_file(RES, job, spec)
 
 
 # -- data ---------------------------------------------------------------------------------------
 
 
 def dataset_spec(wc):
-    return as_json(grid.data_spec(config, wc.dataset))
+    return job_spec(f"data/{wc.dataset}", grid.data_spec(config, wc.dataset))
 
 
 # -- training -----------------------------------------------------------------------------------
 
 
 def with_resources(spec, family, wc):
-    """The verl backend places its pools from the job's resources; the embedded one needs none
-    (and its specs stay as they were, so cached toy results are not rerun)."""
+    """The verl backend places its pools from the job's resources; the embedded one needs none."""
     if config["backend"] == "verl":
         spec = {**spec, "resources": _job_resources(family, wc)}
-    return as_json(spec)
+    return spec
 
 
 def train_spec(wc):
-    return with_resources(grid.cell_spec(config, grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))), "train", wc)
+    cell = grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))
+    return job_spec(f"train/{cell.key}", with_resources(grid.cell_spec(config, cell), "train", wc))
 
 
 def train_inputs(wc):
@@ -138,7 +143,7 @@ def preflight_files():
 
 
 def teacher_spec(wc):
-    return with_resources(grid.teacher_prep_spec(config, wc.model), "prepare_teacher", wc)
+    return job_spec(f"teachers/{wc.model}", with_resources(grid.teacher_prep_spec(config, wc.model), "prepare_teacher", wc))
 
 
 def teacher_inputs(wc):
@@ -150,7 +155,8 @@ def teacher_inputs(wc):
 
 
 def eval_spec(wc):
-    return as_json(grid.eval_spec(config, wc.setting, wc.variant, wc.seed, wc.ckpt))
+    spec = grid.eval_spec(config, wc.setting, wc.variant, wc.seed, wc.ckpt)
+    return job_spec(f"eval/{wc.setting}/{wc.variant}/s{wc.seed}/{wc.ckpt}", spec)
 
 
 def eval_inputs(wc):
@@ -170,11 +176,7 @@ def eval_outputs(domain):
 
 
 def eval_records():
-    out = []
-    for setting, variant, seed, ckpt in grid.eval_units(config):
-        domain = config["settings"][setting]["domain"]
-        out += [f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{b}.json" for b in grid.benchmarks_for(config, domain)]
-    return out
+    return grid.eval_records(config)
 
 
 def summary_files():
@@ -182,6 +184,25 @@ def summary_files():
 
 
 # -- analysis and report ------------------------------------------------------------------------
+
+
+def analysis_spec(wc):
+    return job_spec(f"analysis/{wc.setting}", grid.analysis_spec(config, wc.setting))
+
+
+def toy_pretrain_spec(wc, input):
+    spec = {
+        "arch": config["models"][wc.model]["toy"],
+        "tokenizer": f"{RES}/toy/tokenizer",
+        "data": list(input.data),
+        "seed": config["toy"]["seed"],
+    }
+    return job_spec(f"toy/pretrain-{wc.model}", spec)
+
+
+def config_spec():
+    """The whole config, for the jobs that read all of it (preflight, report)."""
+    return job_spec("config", config)
 
 
 def analysis_files():

@@ -16,4 +16,4 @@ if not TOY:
         conda:
             CPU_ENV
         shell:
-            "scout prepare-data --spec {params.spec:q} --out {output} > {log} 2>&1"
+            "scout --log {log} prepare-data --spec {params.spec:q} --out {output}"

@@ -21,7 +21,7 @@ if settings_of("math"):
         conda:
             EVAL_ENV
         shell:
-            "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+            "scout --log {log} evaluate --spec {params.spec:q} --out {params.out}"
 
 
 if settings_of("code"):
@@ -46,4 +46,4 @@ if settings_of("code"):
         conda:
             EVAL_ENV
         shell:
-            "scout evaluate --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+            "scout --log {log} evaluate --spec {params.spec:q} --out {params.out}"

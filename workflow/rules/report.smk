@@ -12,14 +12,14 @@ localrules:
 
 rule report:
     params:
-        spec=as_json(config),
+        spec=config_spec(),
         out=f"{RES}/report",
     log:
         f"{RES}/logs/report.log",
     conda:
         CPU_ENV
     shell:
-        "scout report --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "scout --log {log} report --spec {params.spec:q} --out {params.out}"
 
 
 rule grid_report:
@@ -29,11 +29,11 @@ rule grid_report:
     output:
         report_files(),
     params:
-        spec=as_json(config),
+        spec=config_spec(),
         out=folder_of(),
     log:
         f"{RES}/logs/grid_report.log",
     conda:
         CPU_ENV
     shell:
-        "scout report --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "scout --log {log} report --spec {params.spec:q} --out {params.out}"

@@ -5,7 +5,7 @@ if TOY:
         output:
             expand(f"{RES}/toy/data/{{name}}.jsonl", name=[*config["toy"]["splits"], *config["benchmarks"]]),
         params:
-            spec=as_json({"toy": config["toy"], "benchmarks": config["benchmarks"]}),
+            spec=job_spec("toy/data", {"toy": config["toy"], "benchmarks": config["benchmarks"]}),
             out=folder_of(),
         log:
             f"{RES}/logs/toy/data.log",
@@ -15,7 +15,7 @@ if TOY:
         conda:
             CPU_ENV
         shell:
-            "scout toy-data --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+            "scout --log {log} toy-data --spec {params.spec:q} --out {params.out}"
 
     rule toy_tokenizer:
         output:
@@ -30,7 +30,7 @@ if TOY:
         conda:
             CPU_ENV
         shell:
-            "scout toy-tokenizer --out {params.out} > {log} 2>&1"
+            "scout --log {log} toy-tokenizer --out {params.out}"
 
     rule toy_pretrain:
         input:
@@ -39,14 +39,7 @@ if TOY:
         output:
             f"{RES}/toy/models/{{model}}/model.safetensors",
         params:
-            spec=lambda wc, input: as_json(
-                {
-                    "arch": config["models"][wc.model]["toy"],
-                    "tokenizer": f"{RES}/toy/tokenizer",
-                    "data": list(input.data),
-                    "seed": config["toy"]["seed"],
-                }
-            ),
+            spec=toy_pretrain_spec,
             out=folder_of(),
         log:
             f"{RES}/logs/toy/pretrain-{{model}}.log",
@@ -58,4 +51,4 @@ if TOY:
         conda:
             CPU_ENV
         shell:
-            "scout toy-pretrain --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+            "scout --log {log} toy-pretrain --spec {params.spec:q} --out {params.out}"

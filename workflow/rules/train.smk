@@ -11,13 +11,13 @@ if config["backend"] == "verl":
         output:
             f"{RES}/preflight.json",
         params:
-            spec=as_json(config),
+            spec=config_spec(),
         log:
             f"{RES}/logs/preflight.log",
         conda:
             TRAIN_ENV
         shell:
-            "scout preflight --spec {params.spec:q} --out {output} > {log} 2>&1"
+            "scout --log {log} preflight --spec {params.spec:q} --out {output}"
 
 
 
@@ -41,7 +41,7 @@ rule prepare_teacher:
     conda:
         TRAIN_ENV
     shell:
-        "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"
 
 
 rule train:
@@ -64,4 +64,4 @@ rule train:
     conda:
         TRAIN_ENV
     shell:
-        "{params.launch} scout train --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+        "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"

@@ -1,0 +1,42 @@
+"""What the Snakefile hands its jobs besides inputs: spec files, and the environment they run in.
+
+A job's spec travels as a file named by its content (``{results}/specs/{job}.{digest}.json``), so
+its command line stays one line, and a changed spec is a changed parameter that makes Snakemake
+rerun the job. The files are written when the workflow is evaluated (dry runs too): small,
+immutable, and rewritten identically by every evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def spec_file(results: str, job: str, spec: dict) -> str:
+    """``@path`` of the file holding ``spec`` (the form ``scout --spec`` reads)."""
+    text = json.dumps(spec, sort_keys=True, indent=1)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path(results) / "specs" / f"{job}.{digest}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return f"@{path}"
+
+
+def export_environment(workflow_dir: str) -> None:
+    """Jobs learn which checkout launched them (``scout`` warns when it is another one), and the
+    workflow warns at once when the installed ``scout`` package is not this checkout's."""
+    os.environ["SCOUT_WORKFLOW"] = str(Path(workflow_dir).resolve())
+    if Path(workflow_dir).resolve() != CHECKOUT:
+        print(
+            f"warning: the scout package imported here is {CHECKOUT}, not this workflow's checkout "
+            f"{Path(workflow_dir).resolve()}; jobs would run the other code (pip install -e {workflow_dir})",
+            file=sys.stderr,
+        )

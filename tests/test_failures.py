@@ -1,0 +1,104 @@
+"""Failures in one screen: a failed job says why on the console (its log's last lines), and a
+missing or damaged input is one line naming the file and the command that remakes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from scout import grid
+from tests.conftest import REPO, mini_config
+
+
+def scout(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scout.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def eval_spec(world, tmp_path, **over) -> Path:
+    cfg = world["config"]
+    spec = grid.eval_spec(cfg, "toy-l-s-math", "base-student", 0, "final")
+    spec["model"] = world["student"]
+    spec |= over
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_missing_data_file_is_one_line_with_the_remake_command(world, tmp_path):
+    spec = eval_spec(world, tmp_path)
+    data = json.loads(spec.read_text())["benchmarks"]["tm-hard"]["path"]
+    moved = Path(data).rename(tmp_path / "tm-hard.jsonl")
+    try:
+        done = scout("--log", str(tmp_path / "eval.log"), "evaluate", "--spec", f"@{spec}", "--out", str(tmp_path / "e"))
+    finally:
+        moved.rename(data)
+    assert done.returncode == 1 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == f"scout evaluate failed (exit 1); the last lines of {tmp_path / 'eval.log'}:"
+    assert lines[-1] == f"  | scout evaluate: {data}: missing; remake it: snakemake --cores 1 --forcerun {data}"
+    assert "Traceback" not in done.stderr and len(lines) <= 16
+
+
+def test_a_truncated_checkpoint_is_named_with_the_job_that_remakes_it(world, tmp_path):
+    model = tmp_path / "results" / "train" / "toy-l-s-math" / "opd" / "s1" / "model" / "final"
+    model.parent.mkdir(parents=True)
+    subprocess.run(["cp", "-r", world["student"], str(model)], check=True)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    spec = eval_spec(world, tmp_path, model=str(model.relative_to(tmp_path)))
+    done = scout("evaluate", "--spec", f"@{spec}", "--out", "e", cwd=tmp_path)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"scout evaluate: {weights.relative_to(tmp_path)}: the model cannot be loaded (")
+    assert line.endswith("remake it: snakemake --cores 1 --forcerun results/train/toy-l-s-math/opd/s1/train.json")
+
+
+def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
+    """A damaged evaluation record fails the aggregation job: the console shows the reason and the
+    remake command, and the job's command line is one short line (the config travels as a file)."""
+    cfg = mini_config("results")
+    (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
+    for path in grid.eval_records(cfg):
+        p = tmp_path / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"setting": "s", "variant": "v", "seed": 1, "checkpoint": "final", "benchmark": "b",
+                                 "mean": 0.5, "sem": 0.1}))  # fmt: skip
+    bad = grid.eval_records(cfg)[0]
+    (tmp_path / bad).write_text('{"mean": 0.')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--configfile", str(tmp_path / "mini.yaml"), "--cores", "1", "results/summary/runs.csv",
+           "--allowed-rules", "aggregate"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert "scout aggregate failed (exit 1); the last lines of results/logs/aggregate.log:" in text
+    assert f"{bad}: unreadable evaluation record" in text
+    assert f"remake it: snakemake --cores 1 --forcerun {bad}" in text
+    shell = text[text.index("    shell:\n") :].splitlines()[1].strip()
+    assert shell.startswith("scout --log results/logs/aggregate.log aggregate --spec @results/specs/config.")
+    assert len(shell) < 150
+
+
+def test_another_checkouts_code_is_named(tmp_path):
+    """The workflow of one checkout and the installed scout of another: both the workflow (at
+    once) and every job warn."""
+    env = {**os.environ, "SCOUT_WORKFLOW": str(tmp_path)}
+    args = [sys.executable, "-m", "scout.cli", "check-config", str(REPO / "config" / "config.yaml")]
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and f"the workflow that runs it is {tmp_path}" in done.stderr
+    same = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "SCOUT_WORKFLOW": str(REPO)})
+    assert "warning" not in same.stderr
+
+    other = tmp_path / "other-checkout"
+    other.mkdir()
+    for part in ("Snakefile", "workflow", "config"):
+        subprocess.run(["cp", "-r", str(REPO / part), str(other / part)], check=True)
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=other, capture_output=True,
+                         text=True)  # fmt: skip
+    assert f"not this workflow's checkout {other}" in dry.stderr
