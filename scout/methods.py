@@ -1,12 +1,23 @@
-"""Every training method as a composition of four parts; backends read this table.
+"""Every training method as a composition of parts; backends read this table.
 
-Adding a method: add a row here (and, if it needs a new part, implement that part as a pure
-function in ``scout.algorithms`` and wire it into the backends' step).
+Adding a method (README, "Add a method"): a row here; if it reshapes OPD's per-token advantage,
+the pure function that does it in ``scout.algorithms`` (named by ``advantage``), which both
+backends apply; and its hyperparameters, if any, under ``methods.<id>`` in the config and schema.
+A cell's spec carries the config sections of its method's parts and its own section.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+# The config section (``methods.<name>``) each part reads
+PART_SECTIONS = {
+    ("budget", "esr"): "esr",
+    ("budget", "prune"): "prune_opd",
+    ("rollout", "relay"): "relay_opd",
+    ("student_loss", "optr"): "optr",
+}
 
 
 @dataclass(frozen=True)
@@ -17,6 +28,9 @@ class Method:
     budget: str = "full"  # "full" | "esr" (first N tokens) | "prune" (adaptive budget, weights)
     teacher_phase: str = "none"  # "none" | "scout" | "prefix0" (SCOUT with k = 0)
     label: str = ""
+    # a function of scout.algorithms, f(advantages, mask, cfg) -> advantages, applied to the
+    # distillation advantage per token (after Prune-OPD's or OPTR's weights); cfg is methods.<id>
+    advantage: str = ""
 
     @property
     def needs_teacher(self) -> bool:
@@ -25,6 +39,22 @@ class Method:
     @property
     def trains_teacher(self) -> bool:
         return self.teacher_phase != "none"
+
+    def sections(self, configured: set[str] | frozenset[str] = frozenset()) -> list[str]:
+        """Config sections of this method's parts, and its own (``methods.<id>``) where configured."""
+        out = [sec for (part, value), sec in PART_SECTIONS.items() if getattr(self, part) == value]
+        out += ["scout"] if self.trains_teacher else []
+        return out + ([self.id] if self.id in configured else [])
+
+    def advantage_fn(self) -> Callable | None:
+        if not self.advantage:
+            return None
+        from scout import algorithms
+
+        fn = getattr(algorithms, self.advantage, None)
+        if not callable(fn):
+            raise ValueError(f"method {self.id!r}: scout.algorithms has no function {self.advantage!r}")
+        return fn
 
     @property
     def opd_based(self) -> bool:

@@ -214,6 +214,19 @@ def _runs_used(row: Row) -> tuple[int, int]:
     return max(row.agg(c).n for c in [*row.y.columns, AVG]), len(row.seeds)
 
 
+def ranked_means(cache: Cache, setting: str, variants: list[str], col: str) -> dict[str, float]:
+    """Means (%) that compete for best and second best: only aggregates over every run the grid
+    has (a mean of 1 of 3 runs is not comparable, and its row says how many it used)."""
+    out = {}
+    for v in variants:
+        if cache.has_variant(setting, v):
+            row = cache.row(setting, v)
+            a = row.agg(col)
+            if a.n == len(row.seeds):
+                out[v] = a.mean * 100
+    return out
+
+
 def _runs_note(row: Row) -> str:
     """Say so when an aggregate uses fewer runs than the grid has (and more than none)."""
     n, m = _runs_used(row)
@@ -239,7 +252,7 @@ def _summary_cells(cache: Cache, setting: str, variants: list[str], decimals: in
     out = {v: [] for v in variants}
     for col in cols:
         means = {v: cache.row(setting, v).agg(col).mean * 100 for v in variants}
-        best, second = stats.best_two({v: means[v] for v in rank}, decimals)
+        best, second = stats.best_two(ranked_means(cache, setting, rank, col), decimals)
         for v in variants:
             style = "best" if v in best else "second" if v in second else ""
             row = cache.row(setting, v)
@@ -341,8 +354,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
         runs.append({"label": f"Run {i}", "cells": cells + [value(avg * 100, None, 2)], "colour": None})
     mean_cells = []
     for col in cols:
-        means = {v: cache.row(setting, v).agg(col).mean * 100 for v in rank}
-        best, second = stats.best_two(means, 2)
+        best, second = stats.best_two(ranked_means(cache, setting, rank, col), 2)
         style = "best" if variant in best else "second" if variant in second else ""
         a = row.agg(col)
         mean_cells.append(value(a.mean * 100, a.sd * 100 if a.n >= 2 else None, 2, style))
@@ -442,10 +454,11 @@ def prefix0_summary(cache: Cache) -> dict | None:
         sc = cfg["settings"][s]
         cols.append({"group": tex(sc["teacher"]), "label": sc["domain"].capitalize()})
         means = {v: cache.row(s, v).agg(AVG).mean * 100 for v in variants if cache.has_variant(s, v)}
-        best, second = stats.best_two(means, 1)
+        best, second = stats.best_two(ranked_means(cache, s, variants, AVG), 1)
         for v in variants:
             style = "best" if v in best else "second" if v in second else ""
-            cells[v].append(value(means.get(v), None, 1, style))
+            note = _runs_note(cache.row(s, v)) if cache.has_variant(s, v) else ""
+            cells[v].append(value(means.get(v), None, 1, style) + note)
     groups = [
         [v for v in variants if cache.method_of(v) != "scout"],
         [v for v in variants if cache.method_of(v) == "scout"],
@@ -489,7 +502,7 @@ def optr_summary(cache: Cache) -> dict | None:
             for v in (a, b):
                 if cache.has_variant(s, v):
                     means[v] = cache.row(s, v).agg(AVG).mean * 100
-        best, second = stats.best_two(means, 1)
+        best, second = stats.best_two(ranked_means(cache, s, list(means), AVG), 1)
         rows = []
         for a, b in pairs:
             ma, mb = means.get(a, math.nan), means.get(b, math.nan)

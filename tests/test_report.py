@@ -173,6 +173,19 @@ def test_unreadable_record_is_named(tmp_path):
         results.load(cfg)
 
 
+def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
+    cfg = toy(tmp_path)
+    fake_records(cfg)
+    bad = Path(grid.eval_dir(cfg, "toy-l-s-math", "opd", 1, "final")) / "tm-easy.json"
+    bad.write_text(bad.read_text()[:20])  # truncated
+    lines = []
+    manifest = build(cfg, pdf=False, log=lines.append)
+    damaged = [line for line in lines if line.startswith("damaged: ")]
+    assert damaged == [f"damaged: {bad}: unreadable evaluation record ({manifest['damaged'][0].split('(', 1)[1]}"]
+    assert f"remake it: snakemake --cores 1 --forcerun {bad}" in damaged[0]
+    assert "toy-l-s-math/opd/s1/final: tm-easy" in manifest["missing"]
+
+
 # ------------------------------------------------------------------------------------------------
 # Formatting and tables
 # ------------------------------------------------------------------------------------------------
@@ -216,6 +229,19 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     manifest = build(cfg, pdf=False, log=lambda m: None)
     assert "toy-l-s-math/scout/s3/final: all benchmarks" in manifest["missing"]
     assert "toy-l-s-math/opd/s2/final: tm-hard" in manifest["missing"]
+
+
+def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
+    cfg = toy(tmp_path)
+    # SCOUT, the best method in these records, has 1 of its 3 runs on toy-l-s-math
+    fake_records(cfg, skip=lambda u: u[:2] == ("toy-l-s-math", "scout") and u[2] != "1")
+    cache = tables.Cache(cfg, results.load(cfg))
+    (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
+    text = tables.render(main)
+    (scout,) = [line for line in text.splitlines() if "SCOUT" in line]
+    math = scout.split(" & ")[1:5]  # its math cells (tm-easy, tm-hard, tm-long, Avg); code has 3 of 3 runs
+    assert "(math: 1/3 runs)" in scout and not any("best" in c or "second" in c for c in math)
+    assert text.count(r"\bestres{") >= 7  # every column still has a best among the complete rows
 
 
 def test_empty_cache_renders_dashes(tmp_path):

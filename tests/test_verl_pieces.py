@@ -302,6 +302,25 @@ def test_optr_keeps_the_k1_signal_only_inside_the_trust_region(monkeypatch):
     assert float(k1) == pytest.approx((-math.log(0.05) - 1 + 2) / 5, abs=1e-4)
 
 
+def test_a_method_rows_advantage_function_runs_in_verls_loss(monkeypatch):
+    """A user's method that only reshapes the advantage (README, "Add a method") gets scout's K1
+    loss in verl, which applies the function its row names with its config section: halving the
+    advantages of the OPTR example halves verl's plain K1 loss, (-ln 0.05 - 1 + 2) / 5 / 2."""
+    from scout.methods import METHODS, Method
+
+    monkeypatch.setitem(METHODS, "opd_half", Method("opd_half", "opd", advantage="halved", label="OPD/2"))
+    monkeypatch.setattr(alg, "halved", lambda adv, mask, cfg: adv * cfg["factor"] * mask, raising=False)
+    cfg = paper_cfg("opd", method="opd_half", method_cfg={"opd_half": {"factor": 0.5}})
+    assert cfg.distillation.distillation_loss.loss_mode == "scout_k1"
+    assert paper_cfg("opd").distillation.distillation_loss.loss_mode == "k1"
+    old = [[-1.0, -2.0, -0.5], [-1.0, -1.0]]
+    teacher = [[-1.0, -2.0 + math.log(0.05), 0.5], [-3.0, -1.0]]
+    old_pad = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]])
+    data = _micro_batch([[5, 6, 7], [5, 6]], 2, teacher_logprobs=_nested(teacher, 2, 1), old_log_probs=old_pad)
+    loss, _ = _loss(cfg, {"log_probs": _nested(old, 2).values().requires_grad_()}, data, monkeypatch)
+    assert float(loss) == pytest.approx((-math.log(0.05) - 1 + 2) / 5 / 2, abs=1e-4)
+
+
 def test_prune_weights_the_k1_signal_by_topk_overlap(monkeypatch):
     """topk 2, tau 0.7, w_drop 0.5, w_base 0.5. Overlap (2, 1, 2)/2: position 1 is bad, so
     w = (1, .5, .5) and the factor w + w_base = (1.5, 1, 1). Teacher log-probs of the sampled

@@ -22,8 +22,18 @@ from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
-LOSS_MODES = {"optr": "scout_optr", "optr_scout": "scout_optr", "prune_opd": "scout_prune"}
 PLUGIN = "scout.verl.plugin"
+
+
+def loss_mode(method) -> str:
+    """verl's distillation loss of a method: scout's for OPTR and Prune-OPD, scout's K1 where the
+    method's row reshapes the advantage, else verl's own K1."""
+    if method.student_loss == "optr":
+        return "scout_optr"
+    if method.budget == "prune":
+        return "scout_prune"
+    return "scout_k1" if method.advantage else "k1"
+
 # scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
 TEACHER_INFERENCE = "distillation.teacher_models.teacher_model.inference"
@@ -182,7 +192,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.n_gpus_per_node": pools["teacher_gpus"],
             "distillation.teacher_models.teacher_model.model_path": spec["teacher"],
             "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
-            "distillation.distillation_loss.loss_mode": LOSS_MODES.get(spec["method"], "k1"),
+            "distillation.distillation_loss.loss_mode": loss_mode(method),
             "distillation.distillation_loss.use_policy_gradient": True,
             "distillation.distillation_loss.use_task_rewards": False,
             "distillation.distillation_loss.clip_ratio": spec["clip"],
@@ -266,9 +276,10 @@ def worker_env(spec: dict, out_dir: str = ".") -> dict[str, str]:
     losses read the cell's method settings, and verl's trackers write into the run folder
     (TensorBoard always; W&B offline unless credentials are given; MLflow to a local store unless
     a tracking URI is)."""
-    from scout.verl.plugin import METHOD_CFG_ENV
+    from scout.verl.plugin import METHOD_CFG_ENV, METHOD_ENV
 
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN, METHOD_CFG_ENV: json.dumps(spec.get("method_cfg", {}))}
+    env[METHOD_ENV] = spec["method"]
     env |= {
         "TENSORBOARD_DIR": f"{out_dir}/{TB_DIR}",
         "WANDB_DIR": out_dir,

@@ -35,6 +35,22 @@ BUDGET_HITS = "distillation/prune_budget_hits"
 BUDGET_SAMPLES = "distillation/prune_budget_samples"
 
 
+METHOD_ENV = "SCOUT_METHOD"  # the cell's method id, for the advantage a method row names
+
+
+def shaped(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The distillation advantage after the cell's method's ``advantage`` function, if it names one
+    (``scout.methods``); the same function the embedded backend applies."""
+    from scout.methods import METHODS
+
+    method = METHODS.get(os.environ.get(METHOD_ENV, ""))
+    fn = method.advantage_fn() if method else None
+    if fn is None:
+        return adv
+    cfg = json.loads(os.environ.get(METHOD_CFG_ENV) or "{}").get(method.id, {})
+    return fn(adv, mask, cfg)
+
+
 def method_cfg(name: str) -> dict:
     """The ``method_cfg[name]`` section of the cell being trained, as the driver exported it."""
     raw = os.environ.get(METHOD_CFG_ENV)
@@ -73,6 +89,14 @@ def _dense(t: torch.Tensor, fill=0) -> torch.Tensor:
     return t.to_padded_tensor(fill) if t.is_nested else t
 
 
+def k1_losses(config, distillation_config, model_output, data):
+    """OPD's K1 term for methods whose row reshapes the advantage (verl's built-in k1 otherwise)."""
+    mask = _dense(data["response_mask"]).to(torch.float32)
+    teacher = _padded(data["teacher_logprobs"], data).squeeze(-1)
+    old = _dense(data["old_log_probs"], 0.0)
+    return -shaped(alg.k1_advantage(teacher, old) * mask, mask), {}
+
+
 def optr_losses(config, distillation_config, model_output, data):
     oc = method_cfg("optr")
     if oc.get("outlier", "mask") != "mask":
@@ -83,7 +107,7 @@ def optr_losses(config, distillation_config, model_output, data):
     trusted = alg.optr_mask(alg.optr_trust(teacher, old), mask, oc["threshold"])
     adv = alg.k1_advantage(teacher, old) * trusted
     frac = float(trusted.sum() / mask.sum().clamp_min(1.0))
-    return -adv, {"distillation/optr_trusted_frac": frac}
+    return -shaped(adv, mask), {"distillation/optr_trusted_frac": frac}
 
 
 def teacher_logp_of_sampled(teacher_ids: torch.Tensor, teacher_lp: torch.Tensor, tokens: torch.Tensor):
@@ -116,7 +140,7 @@ def prune_losses(config, distillation_config, model_output, data):
         "distillation/prune_sampled_in_teacher_topk": float(alg.masked_mean(found.float(), mask)),
     }
     metrics |= budget_metrics(w, mask, data, pc["budget"]["margin"])
-    return -adv, metrics
+    return -shaped(adv, mask), metrics
 
 
 def budget_metrics(w: torch.Tensor, mask: torch.Tensor, data, margin: int) -> dict:
@@ -229,6 +253,8 @@ def register() -> None:
 
     if "scout_grpo" not in ADV_ESTIMATOR_REGISTRY:
         register_adv_est("scout_grpo")(scout_grpo)
+    if "scout_k1" not in DISTILLATION_LOSS_REGISTRY:
+        register_distillation_loss(DistillationLossSettings(names=["scout_k1"], use_estimator=True))(k1_losses)
     if "scout_optr" not in DISTILLATION_LOSS_REGISTRY:
         register_distillation_loss(DistillationLossSettings(names=["scout_optr"], use_estimator=True))(optr_losses)
     if "scout_prune" not in DISTILLATION_LOSS_REGISTRY:
