@@ -37,10 +37,19 @@ def per_method(runs: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def summarize(record_paths: list[str | Path], out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(
+    record_paths: list[str | Path], out_dir: str | Path, config: dict | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """With ``config``, cells that share another cell's run get its records under their own labels
+    (``shared_with`` names the run)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = per_run(load_records(record_paths))
+    records = load_records(record_paths)
+    if config is not None:
+        from scout.results import with_shared
+
+        records = with_shared(config, records.astype({"seed": int}))
+    runs = per_run(records)
     methods = per_method(runs)
     runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")
     methods.to_csv(out / "methods.csv", index=False, float_format="%.6g")

@@ -106,8 +106,9 @@ def cmd_aggregate(args) -> int:
     from scout import grid
     from scout.aggregate import summarize
 
-    records = args.records or grid.eval_records(_config(args))
-    runs, methods = summarize(records, args.out)
+    cfg = _config(args) if (args.spec or not args.records) else None
+    records = args.records or grid.eval_records(cfg)
+    runs, methods = summarize(records, args.out, cfg)
     _log(f"{len(runs)} run rows, {len(methods)} method rows -> {args.out}")
     return 0
 
@@ -153,8 +154,10 @@ def cmd_import_results(args) -> int:
 def cmd_plan(args) -> int:
     from scout import resources
 
-    jobs = resources.plan(_config(args))
+    cfg = _config(args)
+    jobs = resources.plan(cfg)
     print(resources.render(jobs))
+    print(resources.sharing(cfg))
     if args.csv:
         jobs.to_csv(args.csv, index=False)
         _log(f"{len(jobs)} jobs -> {args.csv}")

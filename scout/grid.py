@@ -14,6 +14,7 @@ from pathlib import Path
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError
 from scout.methods import METHODS
+from scout.runs import NOT_WEIGHTS
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 _OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr")
@@ -296,7 +297,10 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
 
 def checkpoint_steps(spec: dict) -> list[int]:
     """Intermediate steps that are exported and evaluated: every ``eval_every`` steps (compute-matched
-    runs) and the analysis' matched checkpoints (``probe_steps``), before the last step."""
+    runs) and the analysis' matched checkpoints (``probe_steps``), before the last step; a run that
+    serves other cells too has them all in ``export_steps`` (``run_spec``)."""
+    if "export_steps" in spec:
+        return list(spec["export_steps"])
     every = spec.get("eval_every")
     steps = set(range(every, spec["total_steps"], every)) if every else set()
     steps |= {s for s in spec.get("probe_steps", []) if 0 < s < spec["total_steps"]}
@@ -308,18 +312,140 @@ def checkpoints(spec: dict) -> list[str]:
     return [f"step{s}" for s in checkpoint_steps(spec)] + ["final"]
 
 
+# ------------------------------------------------------------------------------------------------
+# Runs: cells whose training is one run (the same weights spec), or continues a shorter one
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a cell's run is trained: by its own job (neither field set), as another cell's run
+    (``shares``: the same weights spec apart from labels), or continuing from a shorter cell's last
+    checkpoint (``continues``: the same spec apart from its length, for methods whose steps do not
+    depend on the run's length)."""
+
+    shares: Cell | None = None
+    continues: Cell | None = None
+
+
+def _identity(spec: dict, with_length: bool = True) -> str:
+    """What a run's weights depend on, as the DAG sees it (inputs by path): the spec without labels,
+    cadences and exports (``runs.NOT_WEIGHTS``), and without its length when ``with_length`` is false."""
+    skip = set(NOT_WEIGHTS) | (set() if with_length else {"epochs", "total_steps"})
+    return json.dumps({k: v for k, v in spec.items() if k not in skip}, sort_keys=True)
+
+
+_PLANS: dict[str, dict[Cell, Plan]] = {}
+
+
+def run_plans(config: dict) -> dict[Cell, Plan]:
+    """The plan of every cell. The first cell (in config order: the main grid first) of a weights
+    spec trains it; a longer run continues the longest shorter one of the same spec where its
+    method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
+    tested in tests/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
+    memo = json.dumps(config, sort_keys=True, default=str)
+    if memo in _PLANS:
+        return _PLANS[memo]
+    every = cells(config)
+    plans = {c: Plan() for c in every}
+    if config["training"].get("share_runs", True):
+        specs = {c: cell_spec(config, c) for c in every}
+        first: dict[str, Cell] = {}
+        for c in every:
+            key = _identity(specs[c])
+            if key in first:
+                plans[c] = Plan(shares=first[key])
+            else:
+                first[key] = c
+        if config["backend"] == "embedded":
+            owners = list(first.values())
+            for c in owners:
+                if not METHODS[c.method].length_free:
+                    continue
+                mine = _identity(specs[c], with_length=False)
+                shorter = [d for d in owners if _identity(specs[d], with_length=False) == mine
+                           and specs[d]["total_steps"] < specs[c]["total_steps"]]  # fmt: skip
+                if shorter:
+                    plans[c] = Plan(continues=max(shorter, key=lambda d: specs[d]["total_steps"]))
+    _PLANS[memo] = plans
+    return plans
+
+
+def run_spec(config: dict, cell: Cell) -> dict:
+    """The spec a cell's training job runs: ``cell_spec`` plus every checkpoint its run is evaluated
+    at for the cells it serves (``export_steps``) and, for a continuation, where it starts
+    (``continue_from``: the shorter run's folder and last step)."""
+    plans = run_plans(config)
+    spec = cell_spec(config, cell)
+    total = spec["total_steps"]
+    steps = set(checkpoint_steps(spec))
+    for other, plan in plans.items():
+        if cell in (plan.shares, plan.continues):
+            steps |= {s for s in checkpoint_steps(cell_spec(config, other)) if s < total}
+            if plan.continues == cell:
+                steps |= {s for s in [cell_spec(config, other)["total_steps"]] if s < total}
+    start = plans[cell].continues
+    if start is not None:
+        base = cell_spec(config, start)["total_steps"]
+        spec["continue_from"] = {"run": train_dir(config, start.setting, start.variant, start.seed), "step": base}
+        steps = {s for s in steps if s > base}
+    spec["export_steps"] = sorted(s for s in steps if 0 < s < total)
+    return spec
+
+
+def record_source(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> tuple[str, str, str, str]:
+    """The evaluated unit whose records stand for this one: itself, or the run it shares or
+    continues from (its step N in the shorter run's naming: ``final`` at that run's last step)."""
+    if variant in BASE_VARIANTS:
+        return setting, variant, str(seed), ckpt
+    cell = find_cell(config, setting, variant, int(seed))
+    plan = run_plans(config)[cell]
+    if plan.shares is not None:
+        s = plan.shares
+        return record_source(config, s.setting, s.variant, s.seed, ckpt)
+    if plan.continues is not None:
+        step = cell_spec(config, cell)["total_steps"] if ckpt == "final" else int(ckpt[4:])
+        base = cell_spec(config, plan.continues)
+        if step <= base["total_steps"]:
+            name = "final" if step == base["total_steps"] else f"step{step}"
+            s = plan.continues
+            return record_source(config, s.setting, s.variant, s.seed, name)
+    return setting, variant, str(seed), ckpt
+
+
+def shared_runs(config: dict) -> dict[tuple[str, str], tuple[str, str]]:
+    """(setting, variant) -> (setting, variant) whose runs it reports, for variants that train none of
+    their own (every seed shares another cell's run): the tables say so."""
+    plans = run_plans(config)
+    out: dict[tuple[str, str], set] = {}
+    for c in cells(config):
+        s = plans[c].shares
+        out.setdefault((c.setting, c.variant), set()).add((s.setting, s.variant) if s else None)
+    return {k: next(iter(v)) for k, v in out.items() if len(v) == 1 and None not in v}
+
+
 def benchmarks_for(config: dict, domain: str) -> list[str]:
     return [b for b, spec in config["benchmarks"].items() if spec["domain"] == domain]
 
 
-def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
-    """(setting, variant, seed, checkpoint) of every evaluation: trained cells and base rows."""
-    units = []
-    for setting in config["settings"]:
-        units += [(setting, v, "0", "final") for v in BASE_VARIANTS]
+def report_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """(setting, variant, seed, checkpoint) of every result the report shows: base rows and every
+    cell's checkpoints, whichever run they come from (``record_source``)."""
+    units = [(setting, v, "0", "final") for setting in config["settings"] for v in BASE_VARIANTS]
     for cell in cells(config):
-        spec = cell_spec(config, cell)
-        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
+        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(cell_spec(config, cell))]
+    return units
+
+
+def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
+    of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
+    units = [(setting, v, "0", "final") for setting in config["settings"] for v in BASE_VARIANTS]
+    plans = run_plans(config)
+    for cell in cells(config):
+        if plans[cell].shares is None:
+            spec = run_spec(config, cell)
+            units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
     return units
 
 

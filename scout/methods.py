@@ -57,6 +57,12 @@ class Method:
         return fn
 
     @property
+    def length_free(self) -> bool:
+        """Its steps do not depend on the run's length, so a longer run may continue a shorter one
+        (SCOUT's prefix curriculum spans the run; the prefix-0 control has none)."""
+        return self.teacher_phase != "scout"
+
+    @property
     def opd_based(self) -> bool:
         """Competes for best/second-best in the tables (GRPO is the non-distillation reference)."""
         return self.student_loss != "grpo"

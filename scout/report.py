@@ -41,7 +41,7 @@ def missing_evaluations(config: dict, df) -> list[str]:
     if len(df):
         have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, df.benchmark, strict=True))
     out = []
-    for setting, variant, seed, ckpt in grid.eval_units(config):
+    for setting, variant, seed, ckpt in grid.report_units(config):
         benches = grid.benchmarks_for(config, config["settings"][setting]["domain"])
         gone = [b for b in benches if (setting, variant, str(seed), ckpt, b) not in have]
         if gone:
@@ -124,7 +124,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         log(f"notice: {n}")
     missing = missing_evaluations(config, df)
     n_expected = sum(
-        len(grid.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in grid.eval_units(config)
+        len(grid.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in grid.report_units(config)
     )
     sources = df.source.value_counts().to_dict() if len(df) else {}
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]

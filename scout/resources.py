@@ -80,8 +80,11 @@ def _jobs(config: dict) -> list[dict]:
     for m in prepared:
         add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
     experiment_of = {}
+    plans = grid.run_plans(config)
     for c in grid.cells(config):
         experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
+        if plans[c].shares is not None:  # trained (and evaluated) as another cell
+            continue
         r = job_resources(config, "train", c.setting, c.method, c.variant)
         add(c.experiments[0], "train", f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json", r)
     for setting, variant, seed, ckpt in grid.eval_units(config):
@@ -107,6 +110,25 @@ def plan(config: dict, exists: Callable[[str], bool] = os.path.exists) -> pd.Dat
     df["node_hours"] = df["nodes"] * df["runtime"] / 60
     df["done"] = [exists(t) for t in df["target"]]
     return df
+
+
+def sharing(config: dict) -> str:
+    """What sharing runs saves (``grid.run_plans``): the jobs and requested GPU-hours of training
+    every cell on its own, against the plan."""
+    alone = plan({**config, "training": {**config["training"], "share_runs": False}}, exists=lambda _: False)
+    shared = plan(config, exists=lambda _: False)
+    plans = grid.run_plans(config)
+    n_shared = sum(p.shares is not None for p in plans.values())
+    n_cont = sum(p.continues is not None for p in plans.values())
+    if not n_shared and not n_cont:
+        return "Every cell trains a run of its own (no two cells have the same training spec)."
+    keys = [f"{c.key} = {p.shares.key}" for c, p in plans.items() if p.shares is not None]
+    keys += [f"{c.key} continues {p.continues.key}" for c, p in plans.items() if p.continues is not None]
+    saved = alone["gpu_hours"].sum() - shared["gpu_hours"].sum()
+    return (
+        f"Shared runs: {n_shared} cells share another cell's run and {n_cont} continue a shorter one; "
+        f"{len(alone) - len(shared)} jobs fewer, {saved:,.0f} GPU-hours fewer requested:\n  " + "\n  ".join(keys)
+    )
 
 
 def summary(jobs: pd.DataFrame) -> pd.DataFrame:

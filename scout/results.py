@@ -21,6 +21,7 @@ from scout import grid
 from scout.io import DamagedInput
 
 COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "source"]
+# records that stand for another unit too (a shared run) appear under it with `shared_with` set
 IMPORT_COLUMNS = ["setting", "method", "run", "benchmark", "mean", "sem"]
 _REQUIRED = ("setting", "variant", "seed", "checkpoint", "benchmark", "mean", "sem")
 
@@ -76,7 +77,28 @@ def load(config: dict, damaged: list[DamagedInput] | None = None) -> pd.DataFram
         return pd.DataFrame(columns=COLUMNS)
     df = pd.concat(frames, ignore_index=True)
     keys = ["setting", "variant", "seed", "checkpoint", "benchmark"]
-    return df.drop_duplicates(keys, keep="first").reset_index(drop=True)
+    return with_shared(config, df.drop_duplicates(keys, keep="first").reset_index(drop=True))
+
+
+def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` plus the rows of every reported unit whose records are another run's (a shared run, or
+    the shorter run a longer one continues: ``grid.record_source``), under the unit's own labels;
+    ``shared_with`` names the run they come from."""
+    if not len(df):
+        return df
+    df = df.assign(shared_with=df["shared_with"] if "shared_with" in df else None)
+    have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True))
+    methods = {(c.setting, c.variant): c.method for c in grid.cells(config)}
+    extra = []
+    for unit in grid.report_units(config):
+        source = grid.record_source(config, *unit)
+        if source == unit or unit in have:
+            continue
+        s, v, seed, ck = source
+        rows = df[(df.setting == s) & (df.variant == v) & (df.seed == int(seed)) & (df.checkpoint == ck)]
+        extra.append(rows.assign(setting=unit[0], variant=unit[1], method=methods[unit[:2]], seed=int(unit[2]),
+                                 checkpoint=unit[3], shared_with=f"{s}/{v}/s{seed}/{ck}"))  # fmt: skip
+    return pd.concat([df, *extra], ignore_index=True) if extra else df
 
 
 # ------------------------------------------------------------------------------------------------

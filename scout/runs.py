@@ -22,7 +22,7 @@ RUN_FILE = "run.json"
 # Spec fields that never change the weights: names, experiment membership, how often checkpoints
 # are saved and exported, logging cadence, threads and cluster resources.
 NOT_WEIGHTS = ("setting", "variant", "experiments", "save_every", "reward_every", "eval_every", "probe_steps",
-               "threads", "resources", "backend_options")  # fmt: skip
+               "export_steps", "continue_from", "threads", "resources")  # fmt: skip
 INPUTS = ("student", "teacher", "train_data")
 _WHOLE_FILE = 256 * 2**20  # files up to this size are identified by content, larger ones by size and time
 
@@ -78,6 +78,15 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
         elif a != b:
             out.append(f"{prefix}{key}: {json.dumps(a)} -> {json.dumps(b)}")
     return out
+
+
+class RunMismatch(RuntimeError):
+    """A run folder was written under another spec than the job expects."""
+
+
+def owner(out: str | Path) -> dict | None:
+    """The folder's ``run.json`` (its weights spec, fingerprint and whether it finished), or None."""
+    return _read(Path(out))
 
 
 def _read(out: Path) -> dict | None:

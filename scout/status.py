@@ -65,7 +65,11 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     res = config.get("results", "results")
     per_exp: dict[str, dict[str, int]] = {}
     active, durations, damaged = [], [], []
+    plans, shared = grid.run_plans(config), []
     for cell in grid.cells(config):
+        if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
+            shared.append(f"{cell.key} = {plans[cell].shares.key}")
+            continue
         run = grid.train_dir(config, cell.setting, cell.variant, cell.seed)
         out, log = (
             f"{run}/train.json",
@@ -81,7 +85,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         elif out in incomplete:
             state = "running" if running else "interrupted"
             if running:
-                spec = grid.cell_spec(config, cell)
+                spec = grid.run_spec(config, cell)
                 active.append((cell.key, last_step(work / run, log), spec["total_steps"]))
         elif _failed(log):
             state = "failed"
@@ -113,6 +117,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "running_trainings": active,
         "evaluations": (evals_done, len(units)),
         "damaged": damaged,
+        "shared": shared,
         "snakemake_running": running,
         "wall": grid_wall_time(work / res, running),
         "remaining_s": remainder,
@@ -152,6 +157,9 @@ def render(st: dict) -> str:
         lines.append(f"running: {key} at step {step}/{total_steps}")
     for d in st["damaged"]:
         lines.append(f"damaged: {d}")
+    if st["shared"]:
+        lines.append(f"{len(st['shared'])} cells share another cell's run (trained and evaluated once): "
+                     + ", ".join(st["shared"]))  # fmt: skip
     state = "snakemake is running" if st["snakemake_running"] else "no snakemake running"
     if st["wall"] is None:
         wall = f"{state}; no job has finished in this results folder yet, so its wall time cannot be told"

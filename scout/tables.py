@@ -200,6 +200,18 @@ class Cache:
         (y, e), (y0, e0) = m.pair(col), b.pair(col)
         return stats.welch_test(y, y0).p if col == AVG else stats.p_value(self.test, y, e, y0, e0)
 
+    @cached_property
+    def shared(self) -> dict[tuple[str, str], tuple[str, str]]:
+        return grid.shared_runs(self.config)
+
+    def shared_note(self, setting: str, variant: str) -> str:
+        """Say so when a row reports another cell's runs (the same training spec, trained once)."""
+        source = self.shared.get((setting, variant))
+        if source is None:
+            return ""
+        other = source[0] if source[1] == variant else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
+        return rf" {{\scriptsize (the runs of {tex(other)})}}"
+
     def has_variant(self, setting: str, variant: str) -> bool:
         return (setting, variant) in self.seeds
 
@@ -284,7 +296,8 @@ def _row_name(cache: Cache, setting: str, variant: str) -> str:
     if variant == "base-teacher":
         return tex(s["teacher"])
     name = tex(cache.label(variant))
-    return rf"\textbf{{{name}}}" if cache.method_of(variant) == "scout" else name
+    name = rf"\textbf{{{name}}}" if cache.method_of(variant) == "scout" else name
+    return name + cache.shared_note(setting, variant)
 
 
 def _main_row_name(cache: Cache, settings: list[str], variant: str) -> str:

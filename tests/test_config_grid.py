@@ -192,10 +192,12 @@ def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    assert counts["train"] == 105
+    # 105 cells; q8b's GRPO is q4b's (the same student, data and settings) and scout-cm s1 is scout s1
+    assert counts["train"] == 105 - 4
     assert counts["prepare_teacher"] == 1
-    # base rows, final checkpoints, the compute-matched runs' steps, the probes' matched checkpoints (step 160)
-    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 105 + 26 + 8 + 3
+    # base rows, final checkpoints, the compute-matched runs' steps (scout-cm's under scout s1), the
+    # probes' matched checkpoints (step 160; s1's is one of scout-cm's steps)
+    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 101 + 26 + 8 + 2
     assert counts["prepare_data"] == 12
     assert counts["aggregate"] == 1
 

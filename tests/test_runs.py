@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from scout import runs
 from scout.embedded.trainer import Trainer
+from scout.methods import METHODS
 
 
 def _weights(out):
@@ -129,3 +130,37 @@ def test_a_resume_that_would_lack_an_evaluated_checkpoint_trains_from_scratch(sp
     assert _train(probed, out, logs)["resumed_from"] is None
     assert any("model/step1" in line for line in logs)
     assert sorted(p.name for p in (out / "model").iterdir()) == ["final", "step1", "step2", "step3"]
+
+
+def _metrics(out, after: int = 0) -> list[dict]:
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if k != "step_seconds"} for m in lines if m["step"] > after]
+
+
+@pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].length_free))
+def test_a_longer_run_continues_a_shorter_one_exactly(method, spec_for, tmp_path):
+    """Two epochs that continue a one-epoch run end with the weights of two epochs from scratch
+    (what lets grid.run_plans skip the first epoch of opd-3ep)."""
+    short = spec_for(method, epochs=1, total_steps=2, steps_per_epoch=2, save_every=1)
+    long = spec_for(method, epochs=2, total_steps=4, steps_per_epoch=2, save_every=1)
+    for spec in (short, long):
+        if METHODS[method].trains_teacher:
+            spec["method_cfg"]["scout"]["interval"] = 1
+    _train(long, tmp_path / "fresh")
+    _train(short, tmp_path / "short")
+    summary = _train({**long, "continue_from": {"run": str(tmp_path / "short"), "step": 2}}, tmp_path / "continued")
+    assert summary["continued"] == {"run": str(tmp_path / "short"), "step": 2}
+    assert _same(_weights(tmp_path / "fresh"), _weights(tmp_path / "continued"))
+    if METHODS[method].trains_teacher:
+        teacher = lambda out: load_file(str(out / "model" / "final-teacher" / "model.safetensors"))  # noqa: E731
+        assert _same(teacher(tmp_path / "fresh"), teacher(tmp_path / "continued"))
+    assert _metrics(tmp_path / "fresh", after=2) == _metrics(tmp_path / "continued", after=2)
+    assert [m["step"] for m in _metrics(tmp_path / "continued")] == [1, 2, 3, 4]
+
+
+def test_a_run_of_another_spec_is_not_continued(spec_for, tmp_path):
+    short = spec_for("opd", epochs=1, total_steps=2, steps_per_epoch=2)
+    _train(short, tmp_path / "short")
+    long = spec_for("opd", epochs=2, total_steps=4, steps_per_epoch=2, lr=1e-3)
+    with pytest.raises(runs.RunMismatch, match="not a shorter run of this spec"):
+        _train({**long, "continue_from": {"run": str(tmp_path / "short"), "step": 2}}, tmp_path / "long")

@@ -23,7 +23,7 @@ from scout import algorithms as alg
 from scout import grid, runs
 from scout.embedded import lm
 from scout.grading import Grader
-from scout.io import read_jsonl
+from scout.io import DamagedInput, read_jsonl
 from scout.methods import METHODS, Method
 from scout.prepare import load_rows
 from scout.tracking import Tracker
@@ -314,6 +314,10 @@ class Trainer:
             log(f"{done[-1] / STATE_FILE} is damaged ({type(exc).__name__}: {exc}); the run was moved to {moved} "
                 "and trains from scratch")  # fmt: skip
             return False
+        self._load(state)
+        return True
+
+    def _load(self, state: dict) -> None:
         m = self.models
         m.student.load_state_dict(state["student"])
         m.student_opt.load_state_dict(state["student_opt"])
@@ -324,7 +328,34 @@ class Trainer:
         self.progress.step = p["step"]
         if p["budget"]:
             self.progress.budget = alg.BudgetState(**p["budget"])
-        return True
+
+    def continue_shorter_run(self, log=print) -> dict:
+        """Start from the last checkpoint of the shorter run this one extends (``continue_from``,
+        ``grid.run_spec``): the same weights spec apart from the length, checked against its
+        ``run.json``, so the steps up to there are the ones this run would take. Its metrics up
+        to that step are copied in."""
+        base = Path(self.spec["continue_from"]["run"])
+        step = self.spec["continue_from"]["step"]
+        owner = runs.owner(base)
+        mine = runs.weights_spec(self.spec)
+        lengths = ("epochs", "total_steps")
+        if owner is None or {k: v for k, v in owner["spec"].items() if k not in lengths} != {
+            k: v for k, v in mine.items() if k not in lengths
+        }:
+            raise runs.RunMismatch(f"{base} is not a shorter run of this spec; it cannot be continued")
+        state_file = base / "checkpoints" / f"step_{step}" / STATE_FILE
+        try:
+            state = torch.load(state_file, weights_only=False)
+        except FileNotFoundError as exc:
+            raise DamagedInput(state_file, "missing (the shorter run keeps its last checkpoint)") from exc
+        except Exception as exc:
+            raise DamagedInput(state_file, f"unreadable ({type(exc).__name__}: {exc})") from exc
+        self._load(state)
+        lines = [m for m in read_jsonl(base / "metrics.jsonl") if m["step"] <= step]
+        with open(self.out / "metrics.jsonl", "w") as fh:
+            fh.writelines(json.dumps(m) + "\n" for m in lines)
+        log(f"continuing {base} from its step {step}")
+        return {"run": str(base), "step": step}
 
     def export(self, name: str) -> None:
         """Save the student (and a trained teacher) in Hugging Face format for evaluation."""
@@ -342,6 +373,7 @@ class Trainer:
 
     def run(self, log=print) -> dict:
         resumed = runs.claim(self.out, self.spec, log, missing=self._missing_exports) and self.try_resume(log)
+        continued = self.continue_shorter_run(log) if not resumed and self.spec.get("continue_from") else None
         metrics_path = self.out / "metrics.jsonl"
         start = self.progress.step
         lines = read_jsonl(metrics_path) if metrics_path.exists() else []
@@ -383,6 +415,7 @@ class Trainer:
             "spec": self.spec,
             "steps": total,
             "resumed_from": start if resumed else None,
+            "continued": continued,
             "seconds": time.perf_counter() - t0,
             "device": str(self.device),
         }
