@@ -337,7 +337,8 @@ def check_row(row: dict) -> str | None:
     if not isinstance(t, dict):
         return "code row without 'tests'"
     if t.get("type") == "assert":
-        return "assert-style tests can be forged by the program under test; prepare the data again (it becomes 'calls')"
+        return ("assert-style tests can be forged by the program under test, so the grader accepts calls, stdin "
+                "and functional tests; prepare the data again (assert tests become calls)")
     if t.get("type") == "calls":
         calls, check = t.get("calls"), t.get("check")
         if not isinstance(calls, list) or not calls or not all(isinstance(c, str) for c in calls):
@@ -352,4 +353,6 @@ def check_row(row: dict) -> str | None:
         if t["type"] == "functional" and not t.get("fn_name"):
             return "functional tests without 'fn_name'"
         return None
-    return f"unknown test type {t.get('type')!r}"
+    from scout.grading.code import TEST_TYPES
+
+    return f"unknown test type {t.get('type')!r}; the grader accepts {', '.join(TEST_TYPES)}"

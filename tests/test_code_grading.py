@@ -253,3 +253,19 @@ def test_taco_training_rows_convert_to_both_kinds():
     )
     assert fn["tests"]["cases"] == [{"input": "1\n[2, 3]", "output": "5"}] and fn["tests"]["fn_name"] == "f"
     assert catalogue.check_row(stdin) is None and catalogue.check_row(fn) is None
+
+
+def test_a_test_type_the_grader_cannot_run_is_refused_not_graded_wrong(tmp_path):
+    """A row with assert-style tests (the format before preparation, or a user's own benchmark)
+    used to come back False in silence: a benchmark of 0% and no reason."""
+    from scout.grading import Grader
+    from scout.prepare import load_rows
+
+    row = {"id": "mine-1", "domain": "code", "prompt": "Write f.", "tests": {"type": "assert", "asserts": ["assert f(1) == 2"]}}
+    with Grader() as g, pytest.raises(ValueError, match=r"row 'mine-1': test type 'assert' cannot be graded; "
+                                                        r"the grader accepts calls, stdin, functional"):  # fmt: skip
+        g.grade(["```python\ndef f(x):\n    return x + 1\n```"], [row])
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    with pytest.raises(catalogue.DataError, match=r"row 1: assert-style tests .* the grader accepts calls, stdin and functional"):
+        load_rows(data)

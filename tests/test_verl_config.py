@@ -214,5 +214,6 @@ def test_rollout_log_probs_are_asked_only_of_loops_that_return_them():
 
 def test_verl_keeps_the_probes_matched_checkpoint():
     cfg = build("q4b-q1.7b-math", "scout")  # the probes visit step 160 of these runs
-    assert (cfg.trainer.save_freq, cfg.trainer.max_actor_ckpt_to_keep) == (20, None)
-    assert build("q8b-q1.7b-math", "scout").trainer.max_actor_ckpt_to_keep == 1
+    assert (cfg.trainer.save_freq, list(cfg.scout.keep_steps)) == (20, [160])
+    other = build("q8b-q1.7b-math", "scout")
+    assert list(other.scout.keep_steps) == [] and other.trainer.max_actor_ckpt_to_keep is None  # scout deletes

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,7 +204,7 @@ def test_batch_from_transfer_queue_rows():
     assert dp.batch["responses"].tolist() == [[11, 12, 2], [21, 0, 0]]
     assert dp.batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
     assert list(dp.non_tensor_batch["uid"]) == ["a", "b"] and dp.non_tensor_batch["extra_info"][1] == {"row": "B"}
-    req = tp.continuation_requests(dp, 0.5, 2, 2, 0, 3, decode=str)
+    req = tp.continuation_requests(dp, 0.5, 2, 2, 0, 3)
     assert [list(x) for x in req.non_tensor_batch["raw_prompt_ids"]] == [[5, 6, 11]] * 2 + [[7]] * 2
 
 
@@ -229,6 +230,7 @@ def test_trainers_override_only_what_verls_trainer_has():
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     hooks = {
+        vt.RetainCheckpoints: ("_save_checkpoint",),
         vt.ScoutTrainer: ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"),
         vt.PruneTrainer: ("__init__", "_load_checkpoint", "_save_checkpoint", "_next_train_batch", "_update_actor"),
     }
@@ -240,7 +242,8 @@ def test_trainers_override_only_what_verls_trainer_has():
             assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
     assert vt.trainer_class("scout") is vt.ScoutTrainer and vt.trainer_class("optr_scout") is vt.ScoutTrainer
     assert vt.trainer_class("prune_opd") is vt.PruneTrainer
-    assert vt.trainer_class("opd") is PPOTrainerSync and vt.trainer_class("grpo") is PPOTrainerSync
+    assert vt.trainer_class("opd") is vt.StudentTrainer and vt.trainer_class("grpo") is vt.StudentTrainer
+    assert all(issubclass(c, vt.RetainCheckpoints) for c in (vt.StudentTrainer, vt.ScoutTrainer, vt.PruneTrainer))
 
 
 PRUNE = {
@@ -272,3 +275,185 @@ def test_prune_budget_is_checkpointed_beside_verls_state(tmp_path):
     assert [p.name for p in step.iterdir()] == ["scout_budget.json"]
     with pytest.raises(FileNotFoundError, match="global_step_7/scout_budget.json.*cannot be resumed"):
         vt.load_budget(tmp_path / "global_step_7")
+
+
+# -- checkpoint retention: a kill between saves leaves a whole checkpoint; only evaluated steps kept --------
+
+
+class _Killed(BaseException):
+    pass
+
+
+class _RecordingWorkers:
+    """A worker group whose saves run verl's own checkpoint manager bookkeeping
+    (BaseCheckpointManager.register_checkpoint, which deletes old checkpoints past the keep count),
+    recording every save and delete; ``die_at`` kills the job inside that step's save."""
+
+    def __init__(self, events: list, root, die_at=None):
+        from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+
+        self.mgr = object.__new__(BaseCheckpointManager)
+        self.mgr.previous_saved_paths = []
+        self.events, self.root, self.die_at = events, root, die_at
+        remove = self.mgr.remove_previous_save_local_path
+
+        def recorded(paths):
+            for p in [paths] if isinstance(paths, str) else paths:
+                self.events.append(("delete", str(Path(p).relative_to(root))))
+            remove(paths)
+
+        self.mgr.remove_previous_save_local_path = recorded
+
+    def save_checkpoint(self, path, hdfs, step, max_ckpt_to_keep=None):
+        if step == self.die_at:
+            raise _Killed(path)
+        self.mgr.ensure_checkpoint_capacity(max_ckpt_to_keep)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "model_world_size_1_rank_0.pt").write_text("w")
+        self.events.append(("save", str(Path(path).relative_to(self.root))))
+        self.mgr.register_checkpoint(path, max_ckpt_to_keep)
+
+
+def _saving_trainer(root, keep_steps, max_keep, die_at=None, events=None):
+    """ScoutTrainer with recording worker groups, saving through verl's own _save_checkpoint with
+    the cell config's ``max_actor_ckpt_to_keep``."""
+    import types
+
+    events = [] if events is None else events
+    conf = OmegaConf.create({
+        "trainer": {"default_local_dir": str(root), "max_actor_ckpt_to_keep": max_keep, "default_hdfs_dir": None},
+        "actor_rollout_ref": {"actor": {"checkpoint": {}}}, "scout": {"keep_steps": keep_steps},
+    })  # fmt: skip
+    t = object.__new__(vt.ScoutTrainer)
+    t.config, t.use_critic, t.trainer_mode = conf, False, "sync"
+    t.teacher_wg, t.actor_rollout_wg = _RecordingWorkers(events, root), _RecordingWorkers(events, root, die_at)
+    t.train_dataloader = types.SimpleNamespace(state_dict=lambda: {})
+    t.checkpoint_callback = types.SimpleNamespace(on_save=lambda **kw: None)
+    return t, events
+
+
+def test_a_kill_between_the_teacher_and_the_student_save_leaves_the_last_step_whole(tmp_path, math_rows):
+    cell = vc_build(paper_spec("q8b-q1.7b-math", "scout", math_rows))  # a SCOUT run without probed steps
+    t, events = _saving_trainer(tmp_path / "ckpt", [], cell.trainer.max_actor_ckpt_to_keep)
+    tmp_path = tmp_path / "ckpt"
+    for step in (20, 40):
+        t.global_steps = step
+        if step == 40:
+            t.actor_rollout_wg.die_at = 40
+        try:
+            t._save_checkpoint()
+        except _Killed:
+            pass
+    named = driver.latest_step(tmp_path)
+    assert named == 20  # the tracker still names step 20 ...
+    assert (tmp_path / "global_step_20" / vt.TEACHER_DIR).is_dir() and (tmp_path / "global_step_20" / "actor").is_dir()
+    assert not [e for e in events if e[0] == "delete"]  # ... and nothing of it was deleted
+
+
+def test_only_the_evaluated_steps_and_the_latest_are_kept(tmp_path, math_rows):
+    """A probed SCOUT run of the paper grid (358 steps, step 160 evaluated, saved every 20): after
+    every save the folder holds the latest step and the evaluated ones before it, nothing else; a
+    step is deleted only once the tracker names a newer one."""
+    cell = vc_build(paper_spec("q4b-q1.7b-math", "scout", math_rows))
+    tmp_path = tmp_path / "ckpt"
+    t, events = _saving_trainer(tmp_path, list(cell.scout.keep_steps), cell.trainer.max_actor_ckpt_to_keep)
+    for step in [*range(20, 358, 20), 358]:
+        t.global_steps = step
+        t._save_checkpoint()
+        on_disk = sorted(int(d.name.removeprefix("global_step_")) for d in tmp_path.glob("global_step_*"))
+        assert on_disk == sorted({step} | ({160} if step >= 160 else set())), step
+    assert [e for e in events if e[0] == "delete"] == []  # verl's manager deleted nothing itself
+    assert driver.latest_step(tmp_path) == 358
+
+
+def test_the_paper_grid_keeps_only_what_it_evaluates(math_rows):
+    cfg = vc_build(paper_spec("q4b-q1.7b-math", "scout", math_rows))
+    assert cfg.trainer.max_actor_ckpt_to_keep is None and list(cfg.scout.keep_steps) == [160]
+    assert cfg.trainer.v1.sampler.sync_refill_failed_groups is True
+    assert cfg.distillation.teacher_models.teacher_model.inference.enforce_eager is False
+    opd = vc_build(paper_spec("q4b-q1.7b-math", "opd", math_rows))
+    assert list(opd.scout.keep_steps) == [] and opd.trainer.max_actor_ckpt_to_keep is None
+
+
+def vc_build(spec):
+    from scout.verl import config as vc
+
+    return vc.build(spec, spec["resources"], "out")
+
+
+def test_a_failed_sample_is_refilled_and_counted_through_verls_replay_buffer(math_rows):
+    """One agent loop of a step fails (a grader error, a relay fault, a failed teacher request): with
+    the cells' sampler settings verl's replay buffer refills it with one new prompt and counts it,
+    and verl's own batch fetch takes that one prompt; the step goes on."""
+    import types
+
+    from verl.trainer.ppo.v1 import replay_buffer as rb
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    cfg = vc_build(paper_spec("q4b-q1.7b-math", "opd", math_rows))
+    refill_on = bool(cfg.trainer.v1.sampler.sync_refill_failed_groups)
+    store = {"train": {}}
+    for i, status in enumerate(["finished"] * 3 + ["failure"]):
+        store["train"][f"p{i}"] = {"is_prompt": True, "status": status, "global_steps": 1}
+        if status == "finished":
+            store["train"][f"p{i}_0_0"] = {"status": "success"}
+    fetched = []
+
+    def refill(n):
+        me = types.SimpleNamespace(config=OmegaConf.create({"data": {"train_batch_size": 128, "gen_batch_size": 1}}),
+                                   global_steps=1, _fetch_one_gen_batch=lambda: fetched.append(1) or _one_prompt())  # fmt: skip
+        PPOTrainer._next_train_batch(me, n)  # verl's own fetch, gen_batch_size 1 as verl sets it with refills on
+        for j in range(n):
+            store["train"][f"r{j}"] = {"is_prompt": True, "status": "finished", "global_steps": 1}
+            store["train"][f"r{j}_0_0"] = {"status": "success"}
+        return n
+
+    rb.tq.kv_list = lambda: store
+    rb.tq.kv_clear = lambda partition_id, keys: [store[partition_id].pop(k, None) for k in keys]
+    buf = rb.ReplayBuffer("sync", OmegaConf.create({}), 8, "drop", {}, poll_interval=0, refill_fn=refill,
+                          train_batch_size=4, gen_batch_size=1, sync_refill_failed_groups=refill_on)  # fmt: skip
+    meta, metrics = buf.sample(1, "train", 4)
+    assert fetched == [1] and metrics["training/rollout_failure/evicted_samples"] == 1 and len(meta.keys) == 4
+
+
+def _one_prompt():
+    from verl.utils import tensordict_utils as tu
+
+    return tu.get_tensordict({"uid": np.array(["x"], dtype=object)})
+
+
+def test_the_teacher_updates_metrics_are_reduced_as_verl_reduces_the_actors():
+    """verl's workers return every metric as a list (Metric.aggregate_dp, append_to_dict); the
+    teacher phase used to keep only int/float values, so its losses, KL and grad norm were never
+    logged. Two micro-batches: pg_loss summed 0.25 + 0.15, clipfrac averaged, grad norm 1.5 then 2.5."""
+    from verl.utils.metric import AggregationType, Metric
+    from verl.utils.py_functional import append_to_dict
+
+    raw = {}
+    for mb in (
+        {"actor/pg_loss": [Metric(AggregationType.SUM, 0.25)], "actor/pg_clipfrac": [Metric(AggregationType.MEAN, 0.1)],
+         "kl_loss": [Metric(AggregationType.SUM, 0.02)], "grad_norm": [1.5], "lr": [1e-6]},
+        {"actor/pg_loss": [Metric(AggregationType.SUM, 0.15)], "actor/pg_clipfrac": [Metric(AggregationType.MEAN, 0.3)],
+         "kl_loss": [Metric(AggregationType.SUM, 0.04)], "grad_norm": [2.5], "lr": [1e-6]},
+    ):  # fmt: skip
+        append_to_dict(raw, {k: Metric.aggregate_dp(v) if isinstance(v[0], Metric) else v for k, v in mb.items()})
+    got = vt.teacher_update_metrics(raw)
+    assert got["scout/teacher_grad_norm"] == pytest.approx(2.0) and got["scout/teacher_lr"] == pytest.approx(1e-6)
+    assert {"scout/teacher_pg_loss", "scout/teacher_pg_clipfrac", "scout/teacher_kl_loss"} <= set(got)
+    assert all(isinstance(v, float) for v in got.values())
+
+
+def test_only_tensors_travel_to_the_teachers_workers():
+    """The rows (code test suites among them), rewards' fields and uids stay with the driver: the
+    teacher's workers get the tensors their log-prob and update passes read, nothing else."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rows = [{"uid": u, "prompts": torch.tensor([5, 6]), "responses": torch.tensor([11, 12, 2]), "data_source": "scout/code",
+             "reward_model": {"ground_truth": "{}"}, "extra_info": {"row": "x" * 10_000}} for u in "ab"]  # fmt: skip
+    req = tp.continuation_requests(vt.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0), 0.5, 2, 2, 0, 3)
+    batch = tp.teacher_train_batch(req, [[7, 2]] * len(req), [1.0, 0.0] * (len(req) // 2), 0, 3)
+    assert "extra_info" in batch.non_tensor_batch  # the driver keeps them ...
+    td = vt.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
+    shipped = {k for k, v in td.items() if type(v).__name__ in ("NonTensorStack", "NonTensorData")}
+    # ... the workers get the metadata of the call and of verl's no-padding layout, nothing else
+    assert shipped == {"calculate_entropy", "compute_loss", "temperature", "max_seq_len", "max_response_len", "indices"}

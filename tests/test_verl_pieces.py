@@ -82,7 +82,7 @@ def test_prepared_rows_read_back_through_verls_dataset(tmp_path, tok):
 def test_a_malformed_row_or_missing_file_is_named(tmp_path):
     src = tmp_path / "bad.jsonl"
     src.write_text(json.dumps(MATH) + "\n" + json.dumps({**MATH, "id": "m2", "answer": " "}) + "\n")
-    with pytest.raises(DataError, match=r"row 1 \(m2\): math row without an 'answer'"):
+    with pytest.raises(DataError, match=r"bad.jsonl: row 2 \(m2\): math row without an 'answer'"):
         vdata.export(src, tmp_path / "bad.verl.parquet")
     assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*tmp"))
     with pytest.raises(DataError, match="missing.*prepare_data"):
@@ -124,10 +124,9 @@ def test_the_student_is_trained_without_thinking_as_it_is_evaluated(world, tmp_p
 
 def _reward_items(tok, cases):
     items = []
-    for response, row, prefix in cases:
+    for response, row in cases:
         r = tok.encode(response, add_special_tokens=False)
         p = tok.encode("hi", add_special_tokens=False)
-        extra = {"row": json.dumps(row)} | ({"scout_prefix": prefix} if prefix is not None else {})
         truth = row.get("answer") or json.dumps(row["tests"])
         items.append(
             DataProto.from_dict(
@@ -139,35 +138,61 @@ def _reward_items(tok, cases):
                 non_tensors={
                     "data_source": np.array([f"scout/{row['domain']}"], dtype=object),
                     "reward_model": np.array([{"ground_truth": truth}], dtype=object),
-                    "extra_info": np.array([extra], dtype=object),
+                    "extra_info": np.array([{"row": json.dumps(row)}], dtype=object),
                 },
             )
         )
     return items
 
 
-def test_the_reward_function_grades_prefix_and_continuation_as_one_answer(tok):
+def test_the_reward_function_grades_through_verls_reward_manager(tok):
     """Through verl's reward manager, configured as the cells configure it."""
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     cfg = paper_cfg("scout")
     fn = get_custom_reward_fn(cfg)
-    cases = [
-        ("The answer is \\boxed{10}", MATH, None),
-        ("The answer is \\boxed{11}", MATH, None),
-        ("0}", MATH, "The answer is \\boxed{1"),  # the box opens in the student prefix
-        ("0}", MATH, None),
-        ("    return x + 13\n```", CODE, "```python\ndef f(x):\n"),  # the code block spans both
-        ("    return x + 13\n```", CODE, None),
-        ("    return x + 12\n```", CODE, "```python\ndef f(x):\n"),
-    ]
+    cases = [("The answer is \\boxed{10}", MATH), ("The answer is \\boxed{11}", MATH),
+             ("```python\ndef f(x):\n    return x + 13\n```", CODE), ("    return x + 13\n```", CODE)]  # fmt: skip
 
     async def run():
         mgr = NaiveRewardManager(cfg, tok, fn)
         return [(await mgr.run_single(item))["reward_score"] for item in _reward_items(tok, cases)]
 
-    assert asyncio.run(run()) == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    assert asyncio.run(run()) == [1.0, 0.0, 1.0, 0.0]
+
+
+def _byte_level_tokenizer():
+    """A byte-level BPE tokenizer (as Qwen's is) with a special token, trained here on a few words."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    raw.train_from_iterator(["the answer is 42"] * 10, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>")
+
+
+def test_the_teacher_phase_grades_prefix_and_continuation_decoded_as_one(monkeypatch):
+    """verl's reward manager decodes a whole response at once, special tokens skipped; the teacher
+    phase grades prefix + continuation the same way. Decoded apart and joined, a character cut
+    at the split (pi is two bytes, two tokens here) would be garbled, and a special token in the
+    prefix would be graded as text."""
+    from scout.verl import reward
+    from scout.verl.trainer import graded_texts
+
+    tok = _byte_level_tokenizer()
+    ids = tok.encode("so r = 2\u03c0, \\boxed{2\u03c0}")
+    cut = ids.index(tok.encode("\u03c0")[0]) + 1  # inside the two bytes of pi
+    with_special = ids[:3] + [tok.eos_token_id] + ids[3:cut]
+    texts = graded_texts(tok, [ids[:cut], with_special], [ids[cut:], ids[cut:]])
+    assert texts == ["so r = 2\u03c0, \\boxed{2\u03c0}"] * 2
+    assert tok.decode(ids[:cut]) + tok.decode(ids[cut:]) != texts[0]  # what joining two decodes gave
+    row = {"id": "p", "domain": "math", "prompt": "r?", "answer": "2\\pi"}
+    assert reward.grade_batch(["scout/math"] * 2, texts, ["2\\pi"] * 2, [{"row": json.dumps(row)}] * 2) == [1.0, 1.0]
 
 
 def test_the_teacher_phase_grades_its_batch_at_once(monkeypatch):
@@ -176,17 +201,15 @@ def test_the_teacher_phase_grades_its_batch_at_once(monkeypatch):
     from scout.grading import Grader
     from scout.verl import reward
 
-    cases = [("The answer is \\boxed{10}", MATH, None), ("0}", MATH, "The answer is \\boxed{1"), ("0}", MATH, None),
-             ("    return x + 13\n```", CODE, "```python\ndef f(x):\n"), ("    return x + 12\n```", CODE, None)]  # fmt: skip
+    cases = [("The answer is \\boxed{10}", MATH), ("The answer is \\boxed{1", MATH), ("0}", MATH),
+             ("```python\ndef f(x):\n    return x + 13\n```", CODE), ("    return x + 12\n```", CODE)]  # fmt: skip
     calls = []
     real = Grader.grade
     monkeypatch.setattr(Grader, "grade", lambda self, r, rows: calls.append(len(r)) or real(self, r, rows))
-    infos = [{"row": json.dumps(row)} | ({"scout_prefix": p} if p else {}) for _, row, p in cases]
-    truths = [row.get("answer") or json.dumps(row["tests"]) for _, row, _ in cases]
-    scores = reward.grade_batch(
-        [f"scout/{row['domain']}" for _, row, _ in cases], [c for c, _, _ in cases], truths, infos
-    )
-    assert scores == [1.0, 1.0, 0.0, 1.0, 0.0] and sorted(calls) == [2, 3]
+    infos = [{"row": json.dumps(row)} for _, row in cases]
+    truths = [row.get("answer") or json.dumps(row["tests"]) for _, row in cases]
+    scores = reward.grade_batch([f"scout/{row['domain']}" for _, row in cases], [c for c, _ in cases], truths, infos)
+    assert scores == [1.0, 0.0, 0.0, 1.0, 0.0] and sorted(calls) == [2, 3]
 
 
 # -- advantage estimator ---------------------------------------------------------------------------------
@@ -573,14 +596,17 @@ def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, se
 
     student, teacher, tok = relay_models
     vocab = student.get_output_embeddings().weight.shape[0]
-    g = torch.Generator().manual_seed(seed)
-    reflect, blank = torch.rand(vocab, generator=g) < 0.3, torch.rand(vocab, generator=g) < 0.1
     cfg = alg.RelayConfig(max_legs=2, max_paragraphs=2, max_leg_tokens=6, student_topk=topk)
     prompt = lm.prompt_ids(tok, MATH["prompt"])
-    ref = lm.relay_sample(
-        student, teacher, [prompt], lm.Sampling(budget, temperature=0.0), cfg, reflect, blank,
-        tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0),
-    )  # fmt: skip
+    for table_seed in range(seed, seed + 20):  # the first tables (from this seed on) that make a trigger
+        g = torch.Generator().manual_seed(table_seed)
+        reflect, blank = torch.rand(vocab, generator=g) < 0.3, torch.rand(vocab, generator=g) < 0.1
+        ref = lm.relay_sample(
+            student, teacher, [prompt], lm.Sampling(budget, temperature=0.0), cfg, reflect, blank,
+            tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0),
+        )  # fmt: skip
+        if ref.triggers:
+            break
     servers = [_ModelServer(m, tok.eos_token_id) for m in (student, teacher)]
     gen = [al._client_generate(s) for s in servers]
     ours = asyncio.run(
@@ -634,6 +660,107 @@ def test_relay_agent_loop_through_verls_loading(relay_models, monkeypatch):
     assert servers[1].requests > 0  # the teacher checked the student's tokens
 
 
+class _Remote:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *a, **kw):
+        return self.fn(*a, **kw)
+
+
+class _VersionedServer:
+    """A vLLM server actor as verl's LLMServerClient sees it: its outputs carry the version of the
+    weights it serves (``global_steps``, vllm_async_server.py), changing between calls as a weight
+    sync would, from ``versions``."""
+
+    def __init__(self, inner: _ModelServer, versions: list):
+        self.versions = list(versions)
+
+        async def generate(request_id, prompt_ids, sampling_params, **kw):
+            out = await inner.generate(request_id, prompt_ids=prompt_ids, sampling_params={"max_tokens": 24, **sampling_params})
+            step = self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]
+            out.extra_fields = {"global_steps": step, **(out.extra_fields or {})}
+            return out
+
+        self.generate = _Remote(generate)
+
+
+class _OneServerBalancer:
+    def __init__(self, server):
+        async def fields():
+            return []
+
+        async def acquire(request_id, **kw):
+            return "s0", server
+
+        self.require_acquire_fields = _Remote(fields)
+        self.require_release_fields = _Remote(fields)
+        self.acquire_server = _Remote(acquire)
+        self.release_server = _Remote(lambda **kw: None)
+
+
+def _tq_tags(output, monkeypatch) -> list[dict]:
+    """verl's own AgentLoopWorkerTQ._agent_loop_postprocess on one loop output: the tags it stores."""
+    import types
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    put = {}
+
+    async def fake_put(keys, fields, tags, partition_id):
+        put["tags"] = tags
+
+    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_batch_put", fake_put)
+    me = types.SimpleNamespace(processor=None, distillation_enabled=False, reward_loop_worker_handles=None)
+    for name in ("_compute_score", "_compute_teacher_logprobs", "_compute_multi_modal_inputs", "_compute_position_ids"):
+        setattr(me, name, types.MethodType(getattr(AgentLoopWorker, name), me))
+    post = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__._agent_loop_postprocess
+    asyncio.run(post(me, output, False, uid="u", session_id=0, global_steps=7))
+    return put["tags"]
+
+
+@pytest.mark.parametrize("loop_name", ["single_turn_agent", "scout_relay"])
+def test_the_loops_carry_the_weight_versions_through_verls_tag_step(relay_models, monkeypatch, loop_name):
+    """verl's trainer reads each sample's min/max weight version as ints (trainer_base's
+    _compute_metrics); the relay loop built its own extra fields and dropped them, so every
+    Relay-OPD cell died at step 1. Through verl's LLMServerClient (which sets them) and its
+    TransferQueue tag step, both loops give the student's version (5), never the teacher's (99)."""
+    import hydra
+    from omegaconf import OmegaConf, open_dict
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    from scout.verl import agent_loop as al
+
+    student, teacher, tok = relay_models
+    cfg = paper_cfg("relay_opd")
+    for k, v in cfg.ray_kwargs.ray_init.runtime_env.env_vars.items():
+        monkeypatch.setenv(k, v)
+    with open_dict(cfg):
+        cfg.actor_rollout_ref.rollout.response_length = 24
+
+    def client(model, versions):
+        server = _VersionedServer(_ModelServer(model, tok.eos_token_id), versions)
+        return LLMServerClient(config=cfg, load_balancer_handle=_OneServerBalancer(server))
+
+    agent = cfg.actor_rollout_ref.rollout.agent
+    loops = dict(_agent_loop_registry) | {c.name: c for c in OmegaConf.load(agent.agent_loop_config_path)}
+    monkeypatch.setitem(al._TEACHER, "default", client(teacher, [99]))
+    loop = hydra.utils.instantiate(
+        loops[loop_name], trainer_config=DictConfigWrap(config=cfg), server_manager=client(student, [5]),
+        tokenizer=tok, processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+    )  # fmt: skip
+    params = {"temperature": 0.0, "top_p": 1.0, "logprobs": False}
+    out = loop.loop.run_until_complete(loop.run(params, raw_prompt=[{"role": "user", "content": MATH["prompt"]}]))
+    tags = _tq_tags(out, monkeypatch)
+    low = np.array([t["min_global_steps"] for t in tags], dtype=int)  # as trainer_base does
+    high = np.array([t["max_global_steps"] for t in tags], dtype=int)
+    assert low.tolist() == high.tolist() == [5]
+    assert "prompt_ids" not in out.extra_fields  # a prefill's top-k lists never travel with the sample
+
+
 def test_relay_workers_hand_the_teacher_to_the_loop():
     """Drift guard: the worker's constructor is verl's, and Relay-OPD gets scout's manager."""
     import inspect
@@ -683,18 +810,18 @@ def _student_batch():
 def test_continuation_requests_cut_one_trajectory_per_prompt_at_the_scheduled_ratio():
     """ratio 0.5: trajectory a has body (11, 12, 13) without its EOS, k = floor(1.5) = 1; b has
     (21..25), k = floor(2.5) = 2. K = 3 copies each, a fresh group per prefix, budget 6 - k."""
-    req = tp.continuation_requests(_student_batch(), 0.5, 3, EOS, PAD, 6, decode=lambda ids: "|".join(map(str, ids)))
+    req = tp.continuation_requests(_student_batch(), 0.5, 3, EOS, PAD, 6)
     assert len(req) == 6
     assert [list(x) for x in req.non_tensor_batch[tp.PREFIX_IDS]] == [[11]] * 3 + [[21, 22]] * 3
     assert [list(x) for x in req.non_tensor_batch["raw_prompt_ids"]] == [[5, 6, 11]] * 3 + [[7, 21, 22]] * 3
     assert req.batch["input_ids"].tolist()[0] == [5, 6, 11] and req.batch["input_ids"].tolist()[3] == [7, 21, 22]
     assert list(req.non_tensor_batch["uid"]) == ["a/teacher"] * 3 + ["b/teacher"] * 3
     assert list(req.non_tensor_batch[tp.MAX_TOKENS]) == [5] * 3 + [4] * 3
-    assert [e["scout_prefix"] for e in req.non_tensor_batch["extra_info"]] == ["11"] * 3 + ["21|22"] * 3
+    assert [list(p) for p in req.non_tensor_batch[tp.PREFIX_IDS]] == [[11]] * 3 + [[21, 22]] * 3
     assert [e["row"] for e in req.non_tensor_batch["extra_info"]] == ["A"] * 3 + ["B"] * 3
     assert req.non_tensor_batch["reward_model"][3] == {"ground_truth": "2"}
     # the control (prefix 0) continues from the bare prompt
-    zero = tp.continuation_requests(_student_batch(), 0.0, 2, EOS, PAD, 6, decode=str)
+    zero = tp.continuation_requests(_student_batch(), 0.0, 2, EOS, PAD, 6)
     assert [list(x) for x in zero.non_tensor_batch["raw_prompt_ids"]] == [[5, 6]] * 2 + [[7]] * 2
     assert list(zero.non_tensor_batch[tp.MAX_TOKENS]) == [6] * 4
 
@@ -706,7 +833,7 @@ def test_teacher_train_batch_masks_the_student_prefix_and_feeds_verls_grpo_and_p
 
     import scout.verl.plugin  # noqa: F401
 
-    req = tp.continuation_requests(_student_batch(), 0.5, 2, EOS, PAD, 6, decode=str)
+    req = tp.continuation_requests(_student_batch(), 0.5, 2, EOS, PAD, 6)
     conts = [[30, EOS], [31, 32, EOS], [40, EOS], [41, EOS]]
     batch = tp.teacher_train_batch(req, conts, [1.0, 0.0, 0.0, 0.0], PAD, width=6)
     assert batch.batch["responses"].tolist() == [
@@ -734,7 +861,7 @@ def test_teacher_train_batch_masks_the_student_prefix_and_feeds_verls_grpo_and_p
 
 
 def test_teacher_train_batch_refuses_mismatched_or_overlong_input():
-    req = tp.continuation_requests(_student_batch(), 0.5, 1, EOS, PAD, 6, decode=str)
+    req = tp.continuation_requests(_student_batch(), 0.5, 1, EOS, PAD, 6)
     with pytest.raises(ValueError, match="2 requests, 1 continuations, 2 rewards"):
         tp.teacher_train_batch(req, [[1]], [0.0, 1.0], PAD, 6)
     with pytest.raises(ValueError, match=r"exceeds the response width 6 for requests \[1\]"):
@@ -870,3 +997,32 @@ def test_the_patch_reaches_a_module_that_imports_the_function_by_name(tmp_path, 
     module = importlib.import_module("fake_server")
     assert module.extract_prompt_logprobs() == "scout"
     sys.modules.pop("fake_server")
+
+
+def test_relay_keeps_the_widest_weight_versions_of_its_sampling_calls():
+    """verl's multi-turn rule for several calls in one sample: the lowest and the highest version seen."""
+    from scout.verl.agent_loop import merge_student_fields
+
+    acc: dict = {}
+    merge_student_fields(acc, {"min_global_steps": 5, "max_global_steps": 5, "prompt_ids": [[1]]})
+    merge_student_fields(acc, {"min_global_steps": 6, "max_global_steps": 6})
+    merge_student_fields(acc, {"min_global_steps": None, "max_global_steps": None})
+    assert acc == {"min_global_steps": 5, "max_global_steps": 6}
+
+
+def test_a_current_parquet_is_not_trusted_over_a_bad_row(tmp_path):
+    """verl's parquet twin is reused while it is newer than the JSONL, but the rows are checked
+    every time: a code row whose tests the grader cannot run is refused, naming the row."""
+    import os
+
+    from scout.catalogue import DataError
+    from scout.verl import data
+
+    good = {"id": "c1", "domain": "code", "prompt": "Write f.", "tests": CODE["tests"]}
+    src = tmp_path / "mine.jsonl"
+    src.write_text(json.dumps(good) + "\n")
+    parquet = data.export(src, tmp_path / "mine.parquet")
+    src.write_text(json.dumps({**good, "tests": {"type": "assert", "asserts": ["assert f(1) == 2"]}}) + "\n")
+    os.utime(parquet, (src.stat().st_mtime + 10,) * 2)  # the old parquet looks current
+    with pytest.raises(DataError, match=r"row 1 \(c1\): assert-style tests .* the grader accepts calls, stdin"):
+        data.export(src, parquet)

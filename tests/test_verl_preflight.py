@@ -41,6 +41,8 @@ def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     assert scout["weight sync"] == "nccl -> nccl" and scout["log-probs"] == "on (single_turn_agent)"
     assert rows[3].checks["log-probs"] == "off (scout_relay)"
     assert scout["teacher engine KV"].startswith("KV 0.0 GiB for")
+    assert scout["teacher engine prefill"].startswith("prefill logits") and "student rollout prefill" not in scout
+    assert rows[3].checks["student rollout prefill"].startswith("prefill logits 0.0 GiB for 4096 tokens")
     assert any(line.startswith("first prompt of math-train as verl renders it") and "Compute" in line for line in said)
     table = preflight.render(rows)
     assert "toy-l-s-math/scout/s1" in table and "FAIL" not in table
@@ -68,6 +70,16 @@ def test_kv_cache_arithmetic_by_hand():
     assert not preflight.kv_fit(qwen3_4b, 262_144, 40, 0.5, 1)[0]
     assert preflight.kv_fit(qwen3_4b, 17_409, 40, 0.85, 1)[0]
     assert preflight.steps_per_epoch(45_883, 128) == 358
+
+
+def test_prefill_logits_arithmetic_by_hand():
+    """A prompt-log-prob prefill of 8,192 tokens over Qwen3's 151,936-token vocabulary holds
+    8192 x 151936 x 6 bytes = 6.96 GiB of logits, outside vLLM's share of the GPU."""
+    fits, text = preflight.prefill_logits_fit(8192, 151_936, 40, 0.5)
+    assert fits and text == "prefill logits 7.0 GiB for 8192 tokens, 20.0 GiB outside vLLM"
+    assert not preflight.prefill_logits_fit(8192, 151_936, 40, 0.9)[0]  # 4 GiB outside vLLM
+    assert preflight.prefill_logits_fit(4096, 151_936, 40, 0.9)[0]  # 3.48 GiB: fits
+    assert not preflight.prefill_logits_fit(4096, 151_936, 40, 0.9, resident_bytes=2**30)[0]  # beside 1 GiB more
 
 
 def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):

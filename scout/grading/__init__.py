@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from scout.grading.code import CodeGrader, extract
-from scout.grading.math import MathGrader
+from scout.grading.code import TEST_TYPES, CodeGrader, extract
+from scout.grading.math import MathGrader, answer_of
 from scout.grading.sandbox import Limits
 
 
@@ -28,8 +28,13 @@ class Grader:
         domains = {r["domain"] for r in rows}
         if len(domains) > 1:
             raise ValueError(f"cannot grade a batch mixing domains {sorted(domains)}")
-        if domains == {"math"}:
-            keys = [(r, row["answer"]) for r, row in zip(responses, rows, strict=True)]
+        if domains == {"code"}:  # a test type the grader cannot run would come back "wrong" in silence
+            for row in rows:
+                if row["tests"].get("type") not in TEST_TYPES:
+                    raise ValueError(f"row {row.get('id')!r}: test type {row['tests'].get('type')!r} cannot be "
+                                     f"graded; the grader accepts {', '.join(TEST_TYPES)}")  # fmt: skip
+        if domains == {"math"}:  # a verdict depends on the last boxed answer alone (grading.math)
+            keys = [(answer_of(r), row["answer"]) for r, row in zip(responses, rows, strict=True)]
         else:
             tests_key: dict[int, str] = {}  # test suites can be megabytes: serialise each row once
             keys = [

@@ -381,6 +381,9 @@ def _case_limits(limits: Limits, seconds: float, expected: str = "") -> Limits:
     )
 
 
+TEST_TYPES = ("calls", "stdin", "functional")  # what grade_one runs; anything else is refused on load
+
+
 def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
     kind = tests.get("type")
     code = extract(response, tests.get("extract", "fenced"))
@@ -414,7 +417,7 @@ def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
             return all(json.loads(r) == json.loads(c["output"]) for r, c in zip(results, cases, strict=False))
         except ValueError:
             return False
-    raise ValueError(f"unsupported test type {kind!r}; expected calls, stdin or functional")
+    raise ValueError(f"unsupported test type {kind!r}; the grader accepts {', '.join(TEST_TYPES)}")
 
 
 class CodeGrader:

@@ -30,14 +30,20 @@ def last_boxed(text: str) -> str | None:
     return found
 
 
+def answer_of(response: str) -> str | None:
+    """What a verdict depends on: the last complete boxed answer after any ``</think>``, or None."""
+    if THINK_END in response:
+        response = response.split(THINK_END)[-1]
+    answer = last_boxed(response)
+    return answer if answer is not None and answer.strip() else None
+
+
 def grade_one(response: str, gold: str, timeout: int = 5) -> bool:
     """True when the last boxed answer of ``response`` equals ``gold`` by math-verify."""
     from math_verify import parse, verify
 
-    if THINK_END in response:
-        response = response.split(THINK_END)[-1]
-    answer = last_boxed(response)
-    if answer is None or not answer.strip():
+    answer = answer_of(response)
+    if answer is None:
         return False
     gold_parsed = parse(f"${gold}$", parsing_timeout=timeout)
     if not gold_parsed:

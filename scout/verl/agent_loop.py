@@ -65,6 +65,23 @@ class RelayRollout:
     response: list[int] = field(default_factory=list)
     teacher_owned: list[int] = field(default_factory=list)
     triggers: int = 0
+    extra_fields: dict = field(default_factory=dict)  # the student's sampling calls' (verl's weight versions)
+
+
+PREFILL_FIELDS = ("prompt_ids", "prompt_logprobs")  # a prefill's top-k lists: never carried into the sample
+
+
+def merge_student_fields(acc: dict, new: dict) -> None:
+    """verl's multi-turn rule (tool_agent_loop.py:261-267): the first call's fields, then the
+    weight versions widened: min of the mins, max of the maxes (None = not reported)."""
+    new = {k: v for k, v in (new or {}).items() if k not in PREFILL_FIELDS}
+    if not acc:
+        acc.update(new)
+        return
+    for key, pick in (("min_global_steps", min), ("max_global_steps", max)):
+        vals = [v for v in (acc.get(key), new.get(key)) if v is not None]
+        if vals:
+            acc[key] = pick(vals)
 
 
 def leg_length(tokens: list[int], blank: torch.Tensor, cfg: alg.RelayConfig) -> int:
@@ -117,6 +134,7 @@ async def relay_rollout(
     while len(out.response) < max_tokens:
         prefix = prompt + out.response
         sampled = await student(prefix, {**sampling_params, "max_tokens": max_tokens - len(out.response)})
+        merge_student_fields(out.extra_fields, sampled.extra_fields)
         chunk = list(sampled.token_ids)
         if not chunk:
             break
@@ -193,7 +211,7 @@ class RelayAgentLoop(SingleTurnAgentLoop):
             multi_modal_data={},
             num_turns=2,
             metrics=metrics,
-            extra_fields={"turn_scores": [], "tool_rewards": [], "relay_triggers": relay.triggers,
+            extra_fields={**relay.extra_fields, "turn_scores": [], "tool_rewards": [], "relay_triggers": relay.triggers,
                           "relay_teacher_tokens": sum(relay.teacher_owned)},
         )  # fmt: skip
 

@@ -43,6 +43,7 @@ LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no r
 # 8,192 batched tokens and a 152k vocabulary; hence 4,096) and, for SCOUT, the weight-sync buffers.
 TEACHER_GPU_MEMORY = 0.7
 TEACHER_BATCHED_TOKENS = 4096
+RELAY_STUDENT_BATCHED_TOKENS = 4096  # Relay-OPD's student engine serves top-k prefills the same way
 SYNC_BUCKET_MB = 512  # weight-sync buffers; sender and receiver must use the same size
 WEIGHT_SYNC = "nccl"  # SCOUT's teacher trainer -> teacher engine (separate pools: never naive)
 
@@ -178,7 +179,13 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "trainer.val_before_train": False,
         "trainer.default_local_dir": f"{out_dir}/checkpoints",
         "trainer.resume_mode": "auto",
-        "trainer.max_actor_ckpt_to_keep": 1,
+        # verl's retention deletes a role's previous checkpoint before the tracker names the new
+        # step; scout's trainers delete old ones only after it does (trainer.RetainCheckpoints)
+        "trainer.max_actor_ckpt_to_keep": None,
+        # a sample that fails (a grader error, a relay fault, a failed teacher request) is refilled
+        # with a new prompt and counted (training/rollout_failure/*), never fatal; verl then
+        # fetches prompts one at a time (data.gen_batch_size 1)
+        "trainer.v1.sampler.sync_refill_failed_groups": True,
         "trainer.logger": verl_loggers(),
         "trainer.project_name": json.loads(os.environ.get(TRACKING_ENV) or "{}").get("project", "scout"),
         "trainer.experiment_name": f"{spec['setting']}-{spec['variant']}-s{spec['seed']}",
@@ -203,6 +210,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
             f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
             f"{TEACHER_INFERENCE}.max_num_batched_tokens": TEACHER_BATCHED_TOKENS,
+            # CUDA graphs: verl's distillation defaults run the teacher engine eager; the student's
+            # engine runs graphs and takes a weight update every step through the same path
+            f"{TEACHER_INFERENCE}.enforce_eager": False,
         }
     if method.budget == "prune":
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
@@ -223,6 +233,8 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     }
     if method.rollout == "relay":  # the relay loop reads the student's top-k from prefills
         extra["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"] = cfg["relay_opd"]["student_topk"]
+        # ... whose prompt log-prob logits (full vocabulary, every position) vLLM's sizing does not count
+        o["actor_rollout_ref.rollout.max_num_batched_tokens"] = RELAY_STUDENT_BATCHED_TOKENS
     if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = WEIGHT_SYNC
@@ -230,9 +242,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
     kept = grid.checkpoint_steps(spec)
-    if kept:  # intermediate checkpoints are evaluated (compute-matched runs, the probes): keep them all
+    extra["+scout.keep_steps"] = kept  # evaluated intermediate checkpoints: kept, the rest deleted
+    if kept:
         o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)
-        o["trainer.max_actor_ckpt_to_keep"] = None
     for name, section in cfg.items():
         for key, value in _flatten(section):
             extra[f"+scout.{name}.{key}"] = value

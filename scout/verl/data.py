@@ -42,9 +42,14 @@ def export(jsonl: str | Path, parquet: str | Path) -> Path:
     src, dst = Path(jsonl), Path(parquet)
     if not src.exists():
         raise DataError(f"{src}: prepared data is missing (run the prepare_data rule first)")
+    source = read_jsonl(src)
+    for i, r in enumerate(source):  # checked even when the parquet is current: it may predate the checks
+        problem = check_row(r)
+        if problem:
+            raise DataError(f"{src}: row {i + 1} ({r.get('id') if isinstance(r, dict) else '?'}): {problem}")
     if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
         return dst
-    rows = [verl_row(r, i) for i, r in enumerate(read_jsonl(src))]
+    rows = [verl_row(r, i) for i, r in enumerate(source)]
     if not rows:
         raise DataError(f"{src}: no rows")
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")

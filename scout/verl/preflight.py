@@ -86,6 +86,19 @@ def kv_fit(model_config: dict, max_model_len: int, gpu_gib: float, utilization: 
     return need <= budget, text
 
 
+def prefill_logits_fit(batched_tokens: int, vocab: int, gpu_gib: float, utilization: float,
+                       resident_bytes: float = 0.0) -> tuple[bool, str]:  # fmt: skip
+    """Do the logits of a prompt-log-prob prefill fit beside vLLM's share of the GPU? vLLM sizes
+    its memory without them: every position of a chunk of ``batched_tokens`` gets full-vocabulary
+    logits and their fp32 log-probs (about 6 bytes a token and vocabulary entry), outside its
+    ``utilization`` share, beside whatever else lives on the GPU (``resident_bytes``: the
+    colocated FSDP actor's share of weights, gradients and Adam state)."""
+    need = batched_tokens * vocab * 6
+    free = gpu_gib * GIB * (1 - utilization) - resident_bytes
+    text = f"prefill logits {need / GIB:.1f} GiB for {batched_tokens} tokens, {max(free, 0) / GIB:.1f} GiB outside vLLM"
+    return need <= free, text
+
+
 def steps_per_epoch(rows: int, batch: int) -> int:
     """verl's dataloader drops the last partial batch: floor, not ceil."""
     return rows // batch
@@ -117,22 +130,26 @@ def _model_config(config: dict, model_id: str) -> dict:
     return AutoConfig.from_pretrained(grid.model_path(config, model_id)).to_dict()
 
 
-def _engines(
-    cfg, config: dict, spec: dict, res: dict, teacher_id: str | None
-) -> list[tuple[str, str, int, float, int]]:
-    """(name, model id, max_model_len, gpu_memory_utilization, tensor parallel) of each vLLM engine."""
+def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -> list[dict]:
+    """Each vLLM engine of a cell: name, model id, max_model_len, gpu_memory_utilization, tensor
+    parallel size, batched tokens, whether it serves prompt log-probs (the teacher scores every
+    response; Relay-OPD's student checks its own top-k), and what shares its GPUs (the student
+    rollout is colocated with the FSDP actor)."""
     from scout.methods import METHODS
 
     setting = config["settings"].get(spec["setting"], {})
     student = setting.get("student") or config["models"][spec["setting"]]["prepare"]["base"]
     r = cfg.actor_rollout_ref.rollout
     length = r.get("max_model_len") or (r.prompt_length + r.response_length)
-    out = [("student rollout", student, length, r.gpu_memory_utilization, r.tensor_model_parallel_size)]
-    if teacher_id and METHODS[spec["method"]].needs_teacher:
+    method = METHODS[spec["method"]]
+    out = [{"name": "student rollout", "model": student, "length": length, "util": r.gpu_memory_utilization,
+            "tp": r.tensor_model_parallel_size, "batched": r.max_num_batched_tokens,
+            "prompt_logprobs": method.rollout == "relay", "actor_gpus": res["nodes"] * res["gpus_per_node"]}]  # fmt: skip
+    if teacher_id and method.needs_teacher:
         t = cfg.distillation.teacher_models.teacher_model.inference
-        out.append(
-            ("teacher engine", teacher_id, t.max_model_len, t.gpu_memory_utilization, t.tensor_model_parallel_size)
-        )
+        out.append({"name": "teacher engine", "model": teacher_id, "length": t.max_model_len,
+                    "util": t.gpu_memory_utilization, "tp": t.tensor_model_parallel_size,
+                    "batched": t.max_num_batched_tokens, "prompt_logprobs": True, "actor_gpus": None})  # fmt: skip
     return out
 
 
@@ -169,17 +186,23 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
     else:
         row.ok("log-probs", f"{'on' if wants else 'off'} ({loop or 'single_turn_agent'})")
     gpu_gb = res.get("gpu_mem_gb")
-    for name, model, length, util, tp in _engines(cfg, config, spec, res, setting.get("teacher")):
+    for e in _engines(cfg, config, spec, res, setting.get("teacher")):
+        name = e["name"]
         if not gpu_gb:
             row.fail(f"{name} KV", "resources give no gpu_mem_gb to check the KV cache against")
             continue
         try:
-            arch = _model_config(config, model)
+            arch = _model_config(config, e["model"])
         except (OSError, ValueError) as exc:
-            row.fail(f"{name} KV", f"cannot read the config of {model}: {str(exc).splitlines()[0][:120]}")
+            row.fail(f"{name} KV", f"cannot read the config of {e['model']}: {str(exc).splitlines()[0][:120]}")
             continue
-        fits, text = kv_fit(arch, length, gpu_gb, util, tp)
-        (row.ok if fits else row.fail)(f"{name} KV", f"{text} ({gpu_gb} GB GPUs at {util})")
+        fits, text = kv_fit(arch, e["length"], gpu_gb, e["util"], e["tp"])
+        (row.ok if fits else row.fail)(f"{name} KV", f"{text} ({gpu_gb} GB GPUs at {e['util']})")
+        if e["prompt_logprobs"]:
+            # fp32 weights, gradients and two Adam moments of the colocated actor, sharded over its GPUs
+            resident = 16 * weight_bytes(arch, "float32") / 4 / e["actor_gpus"] if e["actor_gpus"] else 0.0
+            fits, text = prefill_logits_fit(e["batched"] or 8192, arch["vocab_size"], gpu_gb, e["util"], resident)
+            (row.ok if fits else row.fail)(f"{name} prefill", text)
     data = grid.data_path(config, setting["train_data"])
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")

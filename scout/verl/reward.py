@@ -20,8 +20,6 @@ import threading
 
 from scout.grading import Grader
 
-PREFIX_KEY = "scout_prefix"
-
 _grader: Grader | None = None
 _lock = threading.Lock()
 
@@ -45,15 +43,10 @@ def row_of(data_source: str, ground_truth: str, extra_info: dict | None) -> dict
     return {"id": "?", "domain": "math", "prompt": "?", "answer": ground_truth}
 
 
-def graded_text(solution_str: str, extra_info: dict | None) -> str:
-    """The text that is graded: the student prefix (if any) followed by the generated response."""
-    return ((extra_info or {}).get(PREFIX_KEY) or "") + solution_str
-
-
 def grade_batch(data_sources, texts, ground_truths, extra_infos) -> list[float]:
     """Scores of many samples in one call per domain (the grader's pools work on them in parallel)."""
     rows = [row_of(ds, gt, info) for ds, gt, info in zip(data_sources, ground_truths, extra_infos, strict=True)]
-    graded = [graded_text(t, info) for t, info in zip(texts, extra_infos, strict=True)]
+    graded = list(texts)
     scores = [0.0] * len(rows)
     with _lock:
         for domain in ("math", "code"):
@@ -68,5 +61,5 @@ def grade_batch(data_sources, texts, ground_truths, extra_infos) -> list[float]:
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **_) -> dict:
     row = row_of(data_source, ground_truth, extra_info)
     with _lock:
-        ok = _shared_grader().grade([graded_text(solution_str, extra_info)], [row])[0]
+        ok = _shared_grader().grade([solution_str], [row])[0]
     return {"score": float(ok), "acc": bool(ok)}

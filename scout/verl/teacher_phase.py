@@ -14,13 +14,10 @@ batches between verl's worker groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 
 from scout import algorithms as alg
-from scout.verl.reward import PREFIX_KEY
 
 PROMPT_IDS = "scout_prompt_ids"  # the original prompt tokens (no padding)
 PREFIX_IDS = "scout_prefix_ids"  # the student prefix y[:k]
@@ -97,14 +94,13 @@ def continuation_requests(
     eos_id: int,
     pad_id: int,
     response_length: int,
-    decode: Callable[[list[int]], str],
 ):
     """The teacher's generation batch: K copies of prompt + student prefix per prompt.
 
     ``batch`` is the student's rollout DataProto (left-padded ``prompts``, right-padded
     ``responses``, ``attention_mask``, non-tensor ``uid`` and the dataset fields). Each request
-    carries its prefix (ids and decoded text, for the reward function), its budget and a fresh
-    group id shared by its K copies."""
+    carries its prefix ids (prefix + continuation is what is graded), its budget and a fresh group
+    id shared by its K copies."""
     from verl import DataProto
 
     P = batch.batch["prompts"].shape[1]
@@ -121,8 +117,6 @@ def continuation_requests(
     ids, mask = left_pad(inputs, pad_id)
     non_tensor = {key: col[src] for key, col in batch.non_tensor_batch.items()}
     non_tensor["uid"] = np.array([f"{u}/teacher" for u in non_tensor["uid"]], dtype=object)
-    infos = non_tensor.get("extra_info", [{}] * len(src))
-    non_tensor["extra_info"] = objects([{**info, PREFIX_KEY: decode(p)} for info, p in zip(infos, prefix, strict=True)])
     non_tensor[PROMPT_IDS] = objects([prompts[keep[j]] for j in rep])
     non_tensor[PREFIX_IDS] = objects(prefix)
     non_tensor[MAX_TOKENS] = objects([response_length - ks[j] for j in rep])

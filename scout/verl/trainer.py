@@ -28,6 +28,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import shutil
 from pathlib import Path
 from uuid import uuid4
 
@@ -97,13 +98,15 @@ def batch_from_tq(td, pad_id: int):
 
 
 def worker_batch(batch, **meta):
-    """verl's worker input: the padded batch in no-padding (jagged) form, plus metadata."""
+    """verl's worker input: the padded batch in no-padding (jagged) form, plus metadata. Only the
+    tensors the workers read travel: no non-tensor field (the rows in ``extra_info``, code test
+    suites among them, would go to the workers three times a teacher phase otherwise)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
     keys = ["prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
     keys += [k for k in ("old_log_probs", "ref_log_prob", "advantages") if k in batch.batch.keys()]
-    td = left_right_2_no_padding(batch.select(batch_keys=keys).to_tensordict())
+    td = left_right_2_no_padding(batch.select(batch_keys=keys, non_tensor_batch_keys=[], meta_info_keys=[]).to_tensordict())
     tu.assign_non_tensor(td, **meta)
     return td
 
@@ -142,6 +145,42 @@ def load_budget(folder: str | Path) -> alg.BudgetState:
     return alg.BudgetState(**read_jsonl(path)[0])
 
 
+def stale_checkpoints(root: str | Path, latest: int, keep: set[int]) -> list[Path]:
+    """``global_step_N`` folders that are neither the latest checkpoint nor one the grid evaluates."""
+    out = []
+    for d in Path(root).glob("global_step_*"):
+        n = d.name.removeprefix("global_step_")
+        if n.isdigit() and int(n) != latest and int(n) not in keep:
+            out.append(d)
+    return sorted(out, key=lambda d: int(d.name.removeprefix("global_step_")))
+
+
+def tracked_step(root: str | Path) -> int | None:
+    """The step verl's tracker file names (it writes the file last, after a whole save)."""
+    path = Path(root) / "latest_checkpointed_iteration.txt"
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text.isdigit() else None
+
+
+def teacher_update_metrics(raw: dict) -> dict:
+    """The teacher update's metrics as verl's own actor update reduces them (``reduce_metrics``:
+    verl's workers return every metric as a list over micro-batches)."""
+    from verl.utils.metric import reduce_metrics
+
+    flat = {k.removeprefix("actor/"): v for k, v in raw.items()}
+    return {f"scout/teacher_{k}": float(v) for k, v in reduce_metrics(flat).items()}
+
+
+def graded_texts(tokenizer, prefixes, continuations) -> list[str]:
+    """Prefix + continuation decoded in one call, as verl's reward manager decodes a response
+    (special tokens skipped): decoding the two apart and joining them would change what is graded
+    wherever a multi-byte character is cut at the split or the prefix holds a special token."""
+    return [
+        tokenizer.decode(list(p) + list(c), skip_special_tokens=True)
+        for p, c in zip(prefixes, continuations, strict=True)
+    ]
+
+
 def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
     r = cfg.actor_rollout_ref.rollout
     return {"max_tokens": int(max_tokens), "temperature": r.temperature, "top_p": r.top_p}
@@ -151,13 +190,12 @@ def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
 
 
 def trainer_class(method_id: str):
-    """verl's own sync trainer for every method but those that train the teacher or adapt a budget."""
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-
+    """verl's own sync trainer (with scout's checkpoint retention) for every method but those that
+    train the teacher or adapt a budget."""
     method = METHODS[method_id]
     if method.trains_teacher:
         return ScoutTrainer
-    return PruneTrainer if method.budget == "prune" else PPOTrainerSync
+    return PruneTrainer if method.budget == "prune" else StudentTrainer
 
 
 def agent_loop_manager(method_id: str):
@@ -177,7 +215,30 @@ except ImportError:  # verl without its verl-core extra: the pure pieces above s
     _Base = object
 
 
-class ScoutTrainer(_Base):
+class RetainCheckpoints(_Base):
+    """Checkpoint retention that a kill cannot break: verl's own (``max_actor_ckpt_to_keep``)
+    deletes the previous checkpoint of each role as soon as that role's new one is written, before
+    the tracker names the new step, so a job killed in between (the teacher saved, the student not)
+    could resume from nothing whole. The config turns verl's off (None); after verl has written
+    the tracker for the new step, this deletes every other ``global_step_N`` but the ones the grid
+    evaluates (``scout.keep_steps``): intermediate checkpoints hold optimizer state, so keeping
+    them all would cost terabytes on the paper grid."""
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        root = self.config.trainer.default_local_dir
+        if tracked_step(root) != self.global_steps:  # the save did not complete: delete nothing
+            return
+        keep = {int(s) for s in self.config.scout.get("keep_steps", [])}
+        for folder in stale_checkpoints(root, self.global_steps, keep):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class StudentTrainer(RetainCheckpoints):
+    """verl's sync PPO trainer, as every method without a teacher phase or a budget runs it."""
+
+
+class ScoutTrainer(RetainCheckpoints):
     """verl's sync PPO trainer plus SCOUT's teacher phase (see the module docstring)."""
 
     def _init_resource_pool_mgr(self):
@@ -230,9 +291,10 @@ class ScoutTrainer(_Base):
             self.teacher_sync.update_weights(self.global_steps)
 
     def _save_checkpoint(self):
-        # the teacher first: verl writes its tracker file last, so a checkpoint it names is whole
+        # the teacher first: verl writes its tracker file last, so a step it names has both; old
+        # checkpoints go only after that (RetainCheckpoints), never by verl's manager (None)
         path = f"{step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
-        self.teacher_wg.save_checkpoint(path, None, self.global_steps, self.config.trainer.max_actor_ckpt_to_keep)
+        self.teacher_wg.save_checkpoint(path, None, self.global_steps, None)
         super()._save_checkpoint()
 
     def step(self, metrics: dict, timing_raw: dict):
@@ -256,12 +318,10 @@ class ScoutTrainer(_Base):
         cfg, tok = self.config, self.tokenizer
         sc, width = cfg.scout.scout, cfg.actor_rollout_ref.rollout.response_length
         ratio = teacher_ratio(cfg, self.global_steps)
-        req = tp.continuation_requests(
-            student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width, decode=lambda ids: tok.decode(ids)
-        )
+        req = tp.continuation_requests(student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width)
         conts = self._generate(req)
-        texts = [tok.decode(c, skip_special_tokens=True) for c in conts]
         nt = req.non_tensor_batch
+        texts = graded_texts(tok, nt[tp.PREFIX_IDS], conts)
         rewards = grade_batch(
             nt["data_source"], texts, [rm["ground_truth"] for rm in nt["reward_model"]], nt["extra_info"]
         )
@@ -285,7 +345,7 @@ class ScoutTrainer(_Base):
             "scout/teacher_prefix_ratio": ratio,
             "scout/teacher_reward": float(np.mean(rewards)),
             "scout/teacher_cont_length": float(np.mean([len(c) for c in conts])),
-            **{f"scout/teacher_{k}": v for k, v in out.items() if isinstance(v, int | float)},
+            **teacher_update_metrics(out),
         }
 
     def _generate(self, req) -> list[list[int]]:
@@ -302,7 +362,7 @@ class ScoutTrainer(_Base):
         return [list(o.token_ids) for o in asyncio.run(all_requests())]
 
 
-class PruneTrainer(_Base):
+class PruneTrainer(RetainCheckpoints):
     """verl's sync PPO trainer plus Prune-OPD's adaptive response budget L: each prompt batch
     carries L to the rollout (``scout.verl.agent_loop``), the actor's loss gets L and counts the
     samples that used it up (``plugin.budget_metrics``), and L moves by ``alg.update_budget``."""
