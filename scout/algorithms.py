@@ -107,6 +107,32 @@ def split_points(lengths: torch.Tensor, ratio: float) -> torch.Tensor:
     return torch.floor(lengths.to(torch.float64) * ratio + 1e-9).to(torch.long)
 
 
+def reasoning_length(pieces: Sequence[str], marker: str | None) -> int:
+    """Tokens of a response before the line that states its final answer: the line in which
+    ``marker`` (say ``\\boxed``) first appears. All of them when there is no marker or no answer.
+
+    ``pieces`` are the response's tokens as text. Prefixes cut within this length end inside the
+    reasoning, as they do in long traces, where the answer is a sliver at the end."""
+    text = "".join(pieces)
+    at = text.find(marker) if marker else -1
+    if at < 0:
+        return len(pieces)
+    line = text.rfind("\n", 0, at) + 1
+    start = 0
+    for i, piece in enumerate(pieces):
+        if start >= line:
+            return i
+        start += len(piece)
+    return len(pieces)
+
+
+def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Per GRPO group (consecutive ``group_size`` rewards): whether its rewards differ, i.e. whether
+    it gives the policy gradient any signal."""
+    groups = rewards.view(-1, group_size)
+    return groups.max(dim=1).values > groups.min(dim=1).values
+
+
 def continuation_mask(prefix_lengths: torch.Tensor, total_lengths: torch.Tensor, width: int) -> torch.Tensor:
     """1 on teacher-generated positions [k, |y|) of each response, 0 on the student prefix."""
     pos = torch.arange(width).unsqueeze(0)
@@ -254,7 +280,8 @@ def topk_forward_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
 
 
 def scaled_teacher_lr(base_lr: float, interval: int, reference_interval: int = 10) -> float:
-    """The paper scales the teacher LR by f/10 for f below 10 and keeps it above."""
+    """The paper scales the teacher LR by f/10 for f below its f = 10 and keeps it above (the toy
+    world's reference is its own main f)."""
     return base_lr * min(1.0, interval / reference_interval)
 
 

@@ -97,6 +97,12 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(
                     f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
                 )
+    for i, c in enumerate(config.get("claims", [])):
+        for key in ("variant", "baseline"):
+            if c[key] not in variants | {"base-student", "base-teacher"}:
+                errs.append(f"claims[{i}].{key}: {c[key]!r} is not a variant of the grid; expected one of {sorted(variants)}")
+        if "experiment" in c and c["experiment"] not in config["experiments"]:
+            errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}")
     errs += _resource_errors(config, variants)
     errs += _silent_no_ops(config)
     if not errs:  # the per-cell checks resolve every cell, which needs valid references
@@ -156,6 +162,14 @@ def _silent_no_ops(config: dict) -> list[str]:
         errs.append(
             f"methods.scout.prefix_ratio: [{lo}, {hi}] shrinks; the curriculum grows from short to long prefixes"
         )
+    sc = methods["scout"]
+    if sc.get("split", "response") == "reasoning":
+        domains = sorted({s["domain"] for s in config["settings"].values()} - set(sc.get("answer_marker", {})))
+        if domains:
+            errs.append(
+                f"methods.scout.split: 'reasoning' cuts before the final-answer line, but answer_marker has no "
+                f"marker for {', '.join(domains)}, so those prefixes would be cut over the whole response"
+            )
     if methods["optr"]["threshold"] == 0:
         errs.append("methods.optr.threshold: 0 trusts every token, so OPTR would be OPD")
     for exp, e in config["experiments"].items():

@@ -17,6 +17,7 @@ from scout.methods import METHODS
 from scout.runs import NOT_WEIGHTS
 
 BASE_VARIANTS = ("base-student", "base-teacher")
+CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
 _OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr")
 
 
@@ -259,9 +260,12 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         spec["probe_steps"] = list(analysis["checkpoints"])  # matched checkpoints the teacher probes visit
     if method.trains_teacher:
         sc = spec["method_cfg"]["scout"]
+        main_interval = sc["interval"]  # the grid's f; the sweep's denser f scale the teacher LR down from it
         sc["interval"] = over.get("interval", sc["interval"])
         sc["prefix_zero"] = method.teacher_phase == "prefix0"
-        sc["teacher_lr"] = over.get("teacher_lr", scaled_teacher_lr(setting["teacher_lr"], sc["interval"]))
+        sc["teacher_lr"] = over.get(
+            "teacher_lr", scaled_teacher_lr(setting["teacher_lr"], sc["interval"], main_interval)
+        )
     return spec
 
 
@@ -413,6 +417,34 @@ def record_source(config: dict, setting: str, variant: str, seed: str | int, ckp
     return setting, variant, str(seed), ckpt
 
 
+def trained_cell(config: dict, setting: str, variant: str, seed: str | int) -> Cell:
+    """The cell of a training job; a cell whose run is another cell's has no job of its own."""
+    cell = find_cell(config, setting, variant, int(seed))
+    owner = run_plans(config)[cell].shares
+    if owner is not None:
+        raise ConfigError(f"{cell.key} shares the run of {owner.key} (the same training spec): target that one")
+    return cell
+
+
+def train_inputs(config: dict, cell: Cell) -> list[str]:
+    """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
+    s = config["settings"][cell.setting]
+    out = [data_path(config, s["train_data"]), *model_inputs(config, s["student"]), *model_inputs(config, s["teacher"])]
+    start = run_plans(config)[cell].continues
+    if start is not None:
+        out.append(f"{train_dir(config, start.setting, start.variant, start.seed)}/train.json")
+    return out
+
+
+def check_evaluated(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> None:
+    """Refuse an evaluation job for a unit whose records are another run's (a shared run)."""
+    source = record_source(config, setting, variant, seed, ckpt)
+    if source != (setting, variant, str(seed), ckpt):
+        s, v, n, c = source
+        raise ConfigError(f"{setting}/{variant}/s{seed}/{ckpt} is evaluated as {s}/{v}/s{n}/{c} (a shared run): "
+                          "target that one")  # fmt: skip
+
+
 def shared_runs(config: dict) -> dict[tuple[str, str], tuple[str, str]]:
     """(setting, variant) -> (setting, variant) whose runs it reports, for variants that train none of
     their own (every seed shares another cell's run): the tables say so."""
@@ -524,7 +556,13 @@ def analysis_spec(config: dict, setting: str) -> dict:
             for seed in variant_seeds(config).get((setting, "scout"), [])
             for ckpt in _probed_checkpoints(config, setting, seed)
         ],
+        "controls": [  # the prefix-0 control's trained teachers, probed on the initial student's prefixes
+            {"seed": seed, "teacher": f"{train_dir(config, setting, CONTROL, seed)}/model/final-teacher"}
+            for seed in variant_seeds(config).get((setting, CONTROL), [])
+        ],
         "ratios": a["ratios"],
+        "split": config["methods"]["scout"].get("split", "response"),  # prefixes cut as SCOUT cuts them
+        "answer_marker": config["methods"]["scout"].get("answer_marker", {}).get(config["settings"][setting]["domain"]),
         "k": a["k"],
         "responses": a.get("responses"),
         "max_new_tokens": a["max_new_tokens"],
@@ -554,6 +592,8 @@ def analysis_inputs(config: dict, setting: str) -> list[str]:
     bench = config["analysis"]["benchmark"]
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
     out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
+    for seed in variant_seeds(config).get((setting, CONTROL), []):
+        out.append(f"{train_dir(config, setting, CONTROL, seed)}/train.json")
     for seed in variant_seeds(config).get((setting, "scout"), []):
         out.append(f"{train_dir(config, setting, 'scout', seed)}/train.json")
         out += [

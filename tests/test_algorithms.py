@@ -79,6 +79,21 @@ def test_prefix_ratio_linear_schedule():
     assert alg.prefix_ratio(0, 1, 0.2, 0.9) == pytest.approx(0.2)
 
 
+def test_reasoning_length_stops_before_the_answer_line():
+    pieces = ["3", "+", "4", "=", "7", "\n\n", "The", " answer", " is", " ", "\\boxed", "{", "7", "}", "."]
+    assert alg.reasoning_length(pieces, "\\boxed") == 6  # "3+4=7\n\n"
+    assert alg.reasoning_length(pieces, None) == 15
+    assert alg.reasoning_length(pieces[:6], "\\boxed") == 6  # no answer yet: all of it
+    code = ["```python\n", "def", " f(x):\n", "    x += 3\n", "    ", "return", " x\n", "```"]
+    assert alg.reasoning_length(code, "return") == 4  # the line of "return" starts at the indent
+    assert alg.reasoning_length(["\\boxed", "{", "1", "}"], "\\boxed") == 0
+
+
+def test_informative_groups_by_hand():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    assert alg.informative_groups(rewards, 3).tolist() == [True, True, False]
+
+
 def test_split_points_floor():
     # floor(0.5 * [10, 7, 1, 0]) = [5, 3, 0, 0]; ratio 0 is the prefix-0 control
     assert alg.split_points(torch.tensor([10, 7, 1, 0]), 0.5).tolist() == [5, 3, 0, 0]

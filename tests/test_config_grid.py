@@ -176,7 +176,7 @@ def test_conflicting_variant_definitions_are_refused(toy):
     cfg = copy.deepcopy(toy)
     cfg["experiments"]["extra"] = {
         "settings": ["toy-mg-s-math"],
-        "methods": [{"name": "scout-f5", "method": "scout", "interval": 6}],
+        "methods": [{"name": "scout-f3", "method": "scout", "interval": 6}],
         "seeds": [1],
     }
     with pytest.raises(C.ConfigError, match="defined differently"):

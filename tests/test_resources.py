@@ -137,13 +137,13 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
         for line in text.splitlines()
         if line and line.split()[0] in ("main", "prefix0", "interval", "total")
     }
-    assert rows["main"][:2] == [
-        "147",
-        "147",
-    ]  # 4 settings x 6 methods x 3 seeds, trained and evaluated, + 3 probed step-160 checkpoints
+    # 4 settings x 6 methods x 3 seeds, trained and evaluated, less q8b's GRPO (q4b's runs), + scout s1's
+    # evaluations at the compute-matched steps (scout-cm s1 is the same run) and the probed step 160 of s2, s3
+    assert rows["main"][:2] == ["148", "148"]
     assert rows["prefix0"][:3] == ["18", "18", "4"]  # the q8b control places the 8B teacher on its own node
     assert rows["interval"][:2] == ["20", "20"]  # f=1 (1 seed) + f=5, 15, 20 (3 seeds), each + its evaluation
-    assert int(rows["total"][0]) == 257  # the teacher probes (analysis) and their step-160 evaluations too
+    assert int(rows["total"][0]) == 248  # the teacher probes (analysis) and their step-160 evaluations too
+    assert "Shared runs: 4 cells share another cell's run" in text and "2,784 GPU-hours fewer" in text
     assert (tmp_path / "jobs.csv").read_text().startswith("experiment,rule,target,")
 
 

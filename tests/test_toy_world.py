@@ -7,13 +7,21 @@ import random
 import pytest
 
 from scout.grading import Grader
-from scout.toy.tasks import Split, code_solution, generate_split, math_solution, worked_solution
+from scout.toy.tasks import (
+    Split,
+    code_solution,
+    generate_split,
+    math_solution,
+    training_segments,
+    worked_solution,
+)
 
 STEPS = [(9, "+", 3, 12), (12, "-", 5, 7), (7, "+", 3, 10)]  # Compute 9+3-5+3.
 
 
 class Scripted(random.Random):
-    """random() answers from a script (then 0.99), randint its lower bound: a style draw made visible."""
+    """random() answers from a script (then 0.99), randint its lower bound, choice the first item: a
+    style draw made visible."""
 
     def __init__(self, draws):
         super().__init__(0)
@@ -25,6 +33,9 @@ class Scripted(random.Random):
     def randint(self, a, b):
         return a
 
+    def choice(self, seq):
+        return seq[0]
+
 
 def test_careful_math_solution_by_hand():
     assert math_solution(STEPS, Scripted([]), hasty=0.0) == ("9+3=12\n\n12-5=7\n\n7+3=10\n\nThe answer is \\boxed{10}.")
@@ -33,6 +44,20 @@ def test_careful_math_solution_by_hand():
 def test_hasty_math_solution_states_the_answer_part_way():
     # first draw 0.1 < hasty 0.5: stop after randint(1, 2) = 1 written step, then the answer
     assert math_solution(STEPS, Scripted([0.1]), hasty=0.5) == "9+3=12\n\nThe answer is \\boxed{10}."
+
+
+def test_a_late_caught_slip_by_hand():
+    """checks: the second draw (after the hasty one), 0.1 < 0.5, makes a late check; randint gives its
+    lower bounds: the slip at the first step, carried no further; choice picks the first of -2, -1, 1,
+    2 (12 - 2 = 10). The slip is context only (a model learns the restart, not the slip), then the
+    solution starts again from the problem."""
+    got = training_segments(math_solution(STEPS, Scripted([0.99, 0.1]), hasty=0.0, checks=0.5))
+    assert got == [
+        ("9+3=10", False),
+        ("\n\nWait, let me start again.\n\n9+3=12\n\n12-5=7\n\n7+3=10\n\nThe answer is \\boxed{10}.", True),
+    ]
+    no_check = math_solution(STEPS, Scripted([0.99, 0.7]), hasty=0.0, checks=0.5)
+    assert no_check == math_solution(STEPS, Scripted([])) and training_segments(no_check) == [(no_check, True)]
 
 
 def test_code_solutions_by_hand():

@@ -220,3 +220,17 @@ def test_matched_checkpoints_of_the_probes_are_exported_with_their_teacher(spec_
     Trainer(spec, tmp_path, device="cpu").run(log=lambda _: None)
     exported = sorted(p.name for p in (tmp_path / "model").iterdir())
     assert exported == ["final", "final-teacher", "step2", "step2-teacher"]
+
+
+def test_chunked_scoring_equals_one_padded_batch(world):
+    """The teacher phase scores its continuations in chunks of similar length: the same log-probs
+    (up to float rounding) as one padded batch, and gradients flow through them."""
+    model = lm.load_model(world["teacher"], torch.device("cpu"))
+    prompts = [[5] * (4 + i % 3) for i in range(10)]
+    responses = [[7, 8, 9][: 1 + i % 3] * (1 + i % 4) for i in range(10)]
+    logits, tokens, mask = lm.response_logits(model, prompts, responses, 0)
+    whole = lm.token_logp(logits, tokens) * mask
+    chunked = lm.response_logp(model, prompts, responses, 0, chunk=3)
+    assert chunked.shape == whole.shape and torch.allclose(chunked, whole, atol=1e-5)
+    chunked.sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

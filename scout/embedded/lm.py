@@ -131,10 +131,26 @@ class Decoder:
         self.logits = out[:, -1].float()
         return self.logits
 
+    @property
+    def compactable(self) -> bool:
+        return self.native
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Go on with these rows only (finished ones dropped). A row's logits do not depend on
+        which other rows share its batch (of two or more rows; tests/test_qwen3.py), so this only
+        saves the work of decoding finished rows."""
+        self.cache = [(k[rows], v[rows]) for k, v in self.cache]
+        self.keys, self.next_pos, self.logits = self.keys[rows], self.next_pos[rows], self.logits[rows]
+
 
 def sample_from_logits(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
-) -> torch.Tensor:
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator,
+    rows: torch.Tensor | None = None, batch: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """One token per row. With ``rows`` (the rows' places in a batch of ``batch`` rows), the random
+    numbers drawn are those of the whole batch, so a row's token does not depend on which rows
+    are still decoded. It is ``torch.multinomial``'s own method for one sample (argmax of p / q,
+    q ~ Exp(1)), with the same draws: the same tokens as ``torch.multinomial`` for the same seed."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / temperature, dim=-1)
@@ -143,7 +159,10 @@ def sample_from_logits(
         drop = sorted_p.cumsum(-1) - sorted_p > top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+    q = torch.empty((batch or probs.shape[0], probs.shape[1])).exponential_(generator=generator)
+    if rows is not None:
+        q = q[rows.cpu()]
+    return (probs / q.to(probs.device)).argmax(dim=-1)
 
 
 @dataclass
@@ -162,24 +181,35 @@ def sample(
     pad_id: int,
     generator: torch.Generator,
     max_new_tokens: list[int] | None = None,
+    compact: bool = True,
 ) -> list[list[int]]:
     """Sample one response per prompt; a response ends with EOS or at its token budget
-    (``max_new_tokens`` per prompt overrides the common budget, as SCOUT continuations need)."""
-    budgets = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
+    (``max_new_tokens`` per prompt overrides the common budget, as SCOUT continuations need).
+    ``compact`` drops finished rows from the batch as they accumulate: the same responses (the
+    random draws are per prompt and a row's logits do not depend on its batch), less work."""
+    n = len(prompts)
+    budgets = max_new_tokens or [sampling.max_new_tokens] * n
     out: list[list[int]] = [[] for _ in prompts]
     done = [b <= 0 for b in budgets]
     if all(done):
         return out
     dec = Decoder(model, prompts, pad_id, max(budgets))
+    rows = torch.arange(n)  # the prompt each row of the decoder holds
     for _ in range(max(budgets)):
-        tok = sample_from_logits(dec.logits, sampling.temperature, sampling.top_p, generator)
-        for i, t in enumerate(tok.tolist()):
+        tok = sample_from_logits(dec.logits, sampling.temperature, sampling.top_p, generator, rows, n)
+        for i, t in zip(rows.tolist(), tok.tolist(), strict=True):
             if not done[i]:
                 out[i].append(t)
                 done[i] = t == eos_id or len(out[i]) >= budgets[i]
         if all(done):
             break
-        dec.step(torch.where(torch.tensor(done, device=tok.device), torch.full_like(tok, pad_id), tok))
+        finished = torch.tensor([done[i] for i in rows.tolist()])
+        alive = (~finished).nonzero().squeeze(1)
+        if compact and dec.compactable and len(alive) <= 0.75 * len(rows):
+            keep = alive if len(alive) >= 2 else torch.cat([alive, finished.nonzero().squeeze(1)[:1]])
+            dec.keep(keep)
+            rows, tok, finished = rows[keep], tok[keep.to(tok.device)], finished[keep]
+        dec.step(torch.where(finished.to(tok.device), torch.full_like(tok, pad_id), tok))
     return out
 
 
@@ -300,3 +330,24 @@ def response_logits(
 
 def token_logp(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def response_logp(
+    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int, chunk: int = 64
+) -> torch.Tensor:
+    """Log-probs of each response token [B, T] (T the longest response; 0 past a row's end),
+    computed over chunks of sequences of similar length: a batch of continuations from prefixes of
+    every length pads far less that way. Differentiable, for one backward pass over the batch."""
+    device = next(model.parameters()).device
+    t_max = max(1, max(len(r) for r in responses))
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+    parts = []
+    for start in range(0, len(order), chunk):
+        idx = order[start : start + chunk]
+        logits, tokens, mask = response_logits(model, [prompts[i] for i in idx], [responses[i] for i in idx], pad_id)
+        lp = token_logp(logits, tokens) * mask
+        parts.append(torch.nn.functional.pad(lp, (0, t_max - lp.shape[1])))
+    stacked = torch.cat(parts)
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return stacked.index_select(0, inverse.to(device))

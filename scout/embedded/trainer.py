@@ -93,6 +93,7 @@ class Trainer:
             self.reflect, self.blank = lm.vocab_flags(self.tok, size)
         self.grader = Grader()
         self._prompt_cache: dict[str, list[int]] = {}
+        self._pieces: dict[int, str] = {}  # token id -> its text
 
     # -- data --------------------------------------------------------------------------------------
 
@@ -234,7 +235,9 @@ class Trainer:
         sc, models = self.spec["method_cfg"]["scout"], self.models
         ratio = 0.0 if sc["prefix_zero"] else alg.prefix_ratio(step, self.spec["total_steps"], *sc["prefix_ratio"])
         body = [r[:-1] if r and r[-1] == self.eos else r for r in responses]
-        ks = alg.split_points(torch.tensor([len(r) for r in body]), ratio).tolist()
+        reasoning = [self.reasoning_length(b) for b in body]
+        lengths = reasoning if sc.get("split", "response") == "reasoning" else [len(b) for b in body]
+        ks = alg.split_points(torch.tensor(lengths), ratio).tolist()
         k_cont = sc["k"]
         cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks, strict=True) for _ in range(k_cont)]
         budgets = [self.spec["max_response_length"] - k for k in ks for _ in range(k_cont)]
@@ -246,16 +249,17 @@ class Trainer:
         full = [body[i // k_cont][: ks[i // k_cont]] + conts[i] for i in range(len(conts))]
         grp_rows = [r for r in rows for _ in range(k_cont)]
         rewards = self.grader.grade([self.decode(f) for f in full], grp_rows)
-        adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), k_cont).to(self.device)
+        reward_t = torch.tensor(rewards, dtype=torch.float32)
+        adv = alg.grpo_advantages(reward_t, k_cont).to(self.device)
         batch = teacher_batch(prompts, ks, full, k_cont)
-        logits, tokens, _ = lm.response_logits(models.teacher, batch["prompts"], batch["responses"], self.pad)
-        mask = batch["mask"][:, : tokens.shape[1]].to(self.device)
-        logp = lm.token_logp(logits, tokens)
+        # continuations from prefixes of every length: scored in chunks of similar length (less padding)
+        logp = lm.response_logp(models.teacher, batch["prompts"], batch["responses"], self.pad)
+        mask = batch["mask"][:, : logp.shape[1]].to(self.device)
         adv_t = adv.unsqueeze(1).expand_as(logp)
         loss, _ = alg.clipped_pg_loss(logp, logp.detach(), adv_t, mask, self.spec["clip"])
         with torch.no_grad():
-            r_logits, _, _ = lm.response_logits(models.teacher_ref, batch["prompts"], batch["responses"], self.pad)
-        kl = alg.masked_mean(alg.kl_penalty(logp, lm.token_logp(r_logits, tokens)), mask)
+            ref_logp = lm.response_logp(models.teacher_ref, batch["prompts"], batch["responses"], self.pad)
+        kl = alg.masked_mean(alg.kl_penalty(logp, ref_logp), mask)
         loss = loss + sc["kl_beta"] * kl
         models.teacher_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -268,7 +272,16 @@ class Trainer:
             "teacher_loss": float(loss.detach()),
             "teacher_kl": float(kl.detach()) if torch.is_tensor(kl) else float(kl),
             "teacher_cont_length": sum(map(len, conts)) / max(1, len(conts)),
+            "teacher_informative": float(alg.informative_groups(reward_t, k_cont).float().mean()),
+            # prefixes that reach into the line stating the final answer (nothing left to reason)
+            "teacher_committed": sum(k > r for k, r in zip(ks, reasoning, strict=True)) / max(1, len(ks)),
         }
+
+    def reasoning_length(self, ids: list[int]) -> int:
+        """Tokens before the response's final-answer line (``answer_marker`` of the domain)."""
+        marker = self.spec["method_cfg"]["scout"].get("answer_marker", {}).get(self.spec["domain"])
+        pieces = [self._pieces.setdefault(t, self.tok.decode([t])) for t in ids]
+        return alg.reasoning_length(pieces, marker)
 
     # -- checkpoints ---------------------------------------------------------------------------------
 

@@ -66,13 +66,21 @@ def _slip(a: int, op: str, b: int, c: int, rng: random.Random) -> str:
     return f"{a}{op}{b}={c + delta}"
 
 
-def math_solution(steps: list[tuple[int, str, int, int]], rng: random.Random, hasty: float = 0.0) -> str:
+def math_solution(
+    steps: list[tuple[int, str, int, int]], rng: random.Random, hasty: float = 0.0, checks: float = 0.0
+) -> str:
     """Worked solution: one paragraph per step, slips corrected at once, boxed answer. With
     probability ``hasty`` the solution stops writing steps part-way and states the answer
-    (the rest done in the head: right in the data, out of reach for a small model that imitates it)."""
+    (the rest done in the head: right in the data, out of reach for a small model that imitates it).
+    With probability ``checks`` a wrong result goes unnoticed for a step or two and is then caught
+    by a look back ("Wait, let me start again.") and the work redone: the delayed self-check an
+    instruct model can make, and the repair a teacher needs on a student's prefix. The slipped
+    paragraphs are marked (``LATE_SLIP``) for ``training_segments``."""
     stop = len(steps)
     if len(steps) > 1 and rng.random() < hasty:
         stop = rng.randint(1, len(steps) - 1)
+    if checks > 0 and rng.random() < checks:
+        return "\n\n".join([*_caught_late(steps, rng), f"The answer is \\boxed{{{steps[-1][3]}}}."])
     paras = []
     for a, op, b, c in steps[:stop]:
         if rng.random() < SLIP_RATE:
@@ -82,6 +90,42 @@ def math_solution(steps: list[tuple[int, str, int, int]], rng: random.Random, ha
             paras.append(f"{a}{op}{b}={c}")
     paras.append(f"The answer is \\boxed{{{steps[-1][3]}}}.")
     return "\n\n".join(paras)
+
+
+RESTART = "Wait, let me start again."
+LATE_SLIP = "\u2063"  # invisible separator: marks the paragraphs of a late-caught slip for ``training_segments``
+
+
+def training_segments(solution: str) -> list[tuple[str, bool]]:
+    """A worked solution as (text, learned) pieces: the wrong step of a late-caught slip and the steps
+    carried after it are context, not targets, so a model learns to catch and repair a slip a
+    few steps back without learning to make one."""
+    out = []
+    for i, part in enumerate(solution.split(LATE_SLIP)):
+        if part:
+            out.append((part, i % 2 == 0))
+    return out
+
+
+def _caught_late(steps: list[tuple[int, str, int, int]], rng: random.Random) -> list[str]:
+    """Paragraphs of a solution whose wrong result at one step is carried 0-2 steps, then noticed:
+    the solution starts again from the problem and works every step (the wrong paragraphs between
+    ``LATE_SLIP`` marks). Starting again needs no memory of which step was wrong, so even a tiny
+    model can repair a prefix this way, while pinpointing the slip is beyond it."""
+    j = rng.randint(0, len(steps) - 1)
+    carried = rng.randint(0, min(2, len(steps) - 1 - j))
+    a, op, b, c = steps[j]
+    wrong = c + rng.choice([d for d in (-2, -1, 1, 2) if c + d >= 0])
+    slipped = [f"{a}{op}{b}={wrong}"]
+    value = wrong
+    for _, o, y, _ in steps[j + 1 : j + 1 + carried]:
+        new = value + y if o == "+" else value - y
+        slipped.append(f"{value}{o}{y}={new}")
+        value = new
+    paras = [f"{x}{o}{y}={z}" for x, o, y, z in steps[:j]]
+    paras.append(LATE_SLIP + "\n\n".join(slipped) + LATE_SLIP)
+    paras.append(RESTART)
+    return paras + [f"{x}{o}{y}={z}" for x, o, y, z in steps]
 
 
 _MATH_PROMPT = re.compile(r"Compute (\d+)((?:[+-]\d)+)\.")
@@ -163,11 +207,17 @@ def code_solution(ops: list[tuple[str, int]], rng: random.Random, hasty: float =
     return f"```python\ndef f(x):\n{body}\n    return x\n```"
 
 
-def worked_solution(row: dict, rng: random.Random, hasty: float = 0.0) -> str:
-    """The worked solution a tiny model is pretrained on, in a style set by ``hasty``."""
+def worked_segments(row: dict, rng: random.Random, hasty: float = 0.0, checks: float = 0.0) -> list[tuple[str, bool]]:
+    """The worked solution a tiny model is pretrained on, in a style set by ``hasty`` and ``checks``,
+    as (text, learned) pieces (``training_segments``)."""
     if row["domain"] == "math":
-        return math_solution(_math_steps(row["prompt"]), rng, hasty)
-    return code_solution(_code_ops(row["prompt"]), rng, hasty)
+        return training_segments(math_solution(_math_steps(row["prompt"]), rng, hasty, checks))
+    return [(code_solution(_code_ops(row["prompt"]), rng, hasty), True)]
+
+
+def worked_solution(row: dict, rng: random.Random, hasty: float = 0.0, checks: float = 0.0) -> str:
+    """The worked solution as plain text."""
+    return "".join(text for text, _ in worked_segments(row, rng, hasty, checks))
 
 
 def generate_split(split: Split, seed: int, exclude: set[str] | None = None) -> list[dict]:
@@ -198,5 +248,5 @@ def sample_corpus_texts(seed: int = 0, n: int = 400) -> list[str]:
     for i in range(n):
         for make in (math_row, code_row):
             row = make(rng, 1 + i % 5, "v")
-            texts += [row["prompt"], worked_solution(row, rng, hasty=0.5)]
+            texts += [row["prompt"], worked_solution(row, rng, hasty=0.5, checks=0.3)]
     return texts

@@ -12,7 +12,7 @@ import torch
 from scout.embedded import lm
 from scout.embedded.qwen3 import Qwen3
 from scout.io import read_jsonl, write_jsonl
-from scout.toy.tasks import Split, generate_split, worked_solution
+from scout.toy.tasks import Split, generate_split, worked_segments
 from scout.toy.tokenizer import build_tokenizer
 
 
@@ -70,8 +70,12 @@ def pretrain(
     examples = []
     for r in rows:
         p = lm.prompt_ids(tok, r["prompt"])
-        solution = worked_solution(r, rng, arch.get("hasty", 0.0))
-        examples.append((p, tok.encode(solution, add_special_tokens=False) + [tok.eos_token_id]))
+        ids, learned = [], []
+        for text, learn in worked_segments(r, rng, arch.get("hasty", 0.0), arch.get("checks", 0.0)):
+            piece = tok.encode(text, add_special_tokens=False)
+            ids += piece
+            learned += [float(learn)] * len(piece)
+        examples.append((p, ids + [tok.eos_token_id], learned + [1.0]))
     opt = torch.optim.AdamW(model.parameters(), lr=arch["lr"], weight_decay=0.01)
     steps = arch["steps"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.1, 1 - s / steps))
@@ -80,6 +84,8 @@ def pretrain(
     for step in range(steps):
         batch = [examples[rng.randrange(len(examples))] for _ in range(arch["batch"])]
         logits, tokens, mask = lm.response_logits(model, [b[0] for b in batch], [b[1] for b in batch], tok.pad_token_id)
+        for i, b in enumerate(batch):  # context-only tokens (a late-caught slip) are not targets
+            mask[i, : len(b[2])] *= torch.tensor(b[2])
         loss = -(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
