@@ -23,21 +23,35 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import torch
 
+from scout import algorithms as alg
 from scout import grid
 from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
+from scout.prepare import load_rows
 
 CONTINUATION = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "accuracy", "n", "prefix_tokens",
-                "continuation_tokens"]  # fmt: skip
+                "continuation_tokens", "committed"]  # fmt: skip
 ENTROPY = ["setting", "teacher", "seed", "context", "position", "entropy", "count"]
-ENTROPY_RESPONSES = ["setting", "teacher", "seed", "context", "response", "entropy"]
+ENTROPY_RESPONSES = ["setting", "teacher", "seed", "context", "response", "question", "entropy"]
+# one row per probed prefix: the unit of the claims' tests is the question, with its responses and
+# their continuations nested in it
+ITEMS = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "question", "response", "correct", "k", "committed"]
 
 
 def split_point(length: int, ratio: float) -> int:
     """Tokens kept of a response of ``length`` tokens at prefix ``ratio`` (as SCOUT cuts them)."""
-    return int(ratio * length)
+    return int(alg.split_points(torch.tensor([length]), ratio)[0])
+
+
+def cut(tok, ids: list[int], ratio: float, split: str = "response", marker: str | None = None) -> tuple[list[int], bool]:
+    """The prefix of a response's tokens at ``ratio`` (of the whole response, or of its reasoning
+    before the final-answer line), and whether it already reaches into that line."""
+    reasoning = alg.reasoning_length([tok.decode([t]) for t in ids], marker)
+    kept = ids[: split_point(reasoning if split == "reasoning" else len(ids), ratio)]
+    return kept, len(kept) > reasoning
 
 
 def responses(path: str | Path, rows_by_id: dict[str, dict], per_row: int | None = None) -> list[tuple[dict, str]]:
@@ -54,18 +68,22 @@ def responses(path: str | Path, rows_by_id: dict[str, dict], per_row: int | None
 
 
 def continuation_accuracy(
-    engine, grader: Grader, pairs: list[tuple[dict, str]], ratios: list[float], k: int, sampling: dict, seed: int
-) -> list[dict]:
-    """Per ratio: accuracy of ``k`` continuations of every response's prefix, and mean lengths."""
+    engine, grader: Grader, pairs: list[tuple[dict, str]], ratios: list[float], k: int, sampling: dict, seed: int,
+    split: str = "response", marker: str | None = None,
+) -> list[dict]:  # fmt: skip
+    """Per ratio: accuracy of ``k`` continuations of every response's prefix, mean lengths, the share
+    of prefixes that already hold the final-answer line (``committed``), and ``items``: per prefix,
+    its question, its response's index and how many of its continuations were right."""
     tok = engine.tokenizer
     out = []
     for i, ratio in enumerate(ratios):
-        prompts, prefixes, graded = [], [], []
+        prompts, prefixes, graded, committed, flags = [], [], [], 0, []
         for row, text in pairs:
-            ids = tok.encode(text, add_special_tokens=False)
-            cut = ids[: split_point(len(ids), ratio)]
-            prompts.append(engine.render(row["prompt"]) + cut)
-            prefixes.append(cut)
+            prefix, done = cut(tok, tok.encode(text, add_special_tokens=False), ratio, split, marker)
+            committed += done
+            flags.append(done)
+            prompts.append(engine.render(row["prompt"]) + prefix)
+            prefixes.append(prefix)
             graded.append(row)
         conts = engine.complete(prompts, k, sampling, seed * 1009 + i)
         texts = [tok.decode(p + list(c.token_ids)) for p, cs in zip(prefixes, conts, strict=True) for c in cs]
@@ -77,6 +95,12 @@ def continuation_accuracy(
                 "n": len(verdicts),
                 "prefix_tokens": sum(map(len, prefixes)) / max(1, len(prefixes)),
                 "continuation_tokens": sum(len(c.token_ids) for cs in conts for c in cs) / max(1, len(verdicts)),
+                "committed": committed / max(1, len(pairs)),
+                "items": [
+                    {"question": row["id"], "response": j, "correct": sum(verdicts[j * k : (j + 1) * k]), "k": k,
+                     "committed": flags[j]}
+                    for j, (row, _) in enumerate(pairs)
+                ],  # fmt: skip
             }
         )
     return out
@@ -104,26 +128,32 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
     import torch
 
     torch.set_num_threads(spec.get("threads", 1))
-    rows_by_id = {r["id"]: r for r in read_jsonl(spec["benchmark_path"])}
+    rows_by_id = {r["id"]: r for r in load_rows(spec["benchmark_path"])}
     per_row = spec.get("responses")
     initial_student = responses(spec["student_generations"], rows_by_id, per_row)
     own = responses(spec["teacher_generations"], rows_by_id, per_row)
     sampling = {**spec["sampling"], "max_new_tokens": spec["max_new_tokens"]}
     ratios, k, setting = spec["ratios"], spec["k"], spec["setting"]
-    cont, ent, ent_resp = [], [], []
+    cont, ent, ent_resp, items = [], [], [], []
 
     def probe(engine, grader, teacher, seed, prefixes, pairs):
-        for point in continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed):
-            cont.append({"setting": setting, "teacher": teacher, "seed": seed, "prefixes": prefixes, **point})
+        points = continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed, spec.get("split", "response"),
+                                       spec.get("answer_marker"))  # fmt: skip
+        for point in points:
+            label = {"setting": setting, "teacher": teacher, "seed": seed, "prefixes": prefixes}
+            items.extend({**label, "prefix_ratio": point["prefix_ratio"], **it} for it in point.pop("items"))
+            cont.append({**label, **point})
             log(f"{teacher} teacher (seed {seed}) on {prefixes} prefixes at {point['prefix_ratio']:.0%}: "
-                f"continuation accuracy {point['accuracy']:.3f} ({point['n']} continuations)")  # fmt: skip
+                f"continuation accuracy {point['accuracy']:.3f} ({point['n']} continuations; "
+                f"{point['committed']:.0%} of the prefixes hold the final answer)")  # fmt: skip
 
     def entropy(engine, teacher, seed, context, pairs):
         curves = entropy_along(engine, pairs, spec["max_new_tokens"])
         ent.extend({"setting": setting, "teacher": teacher, "seed": seed, "context": context, "position": p,
                     "entropy": e, "count": n} for p, e, n in by_position(curves))  # fmt: skip
         ent_resp.extend({"setting": setting, "teacher": teacher, "seed": seed, "context": context, "response": i,
-                         "entropy": sum(c) / len(c)} for i, c in enumerate(curves) if c)  # fmt: skip
+                         "question": pairs[i][0]["id"], "entropy": sum(c) / len(c)}
+                        for i, c in enumerate(curves) if c)  # fmt: skip
 
     with Grader() as grader:
         engine = make_generator(
@@ -155,9 +185,16 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
                 entropy(engine, "scout", r["seed"], "own", own_trained)
                 entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
             del engine
+        for r in spec.get("controls", []):  # the prefix-0 control's trained teacher, on the same prefixes
+            engine = make_generator(
+                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+            )
+            probe(engine, grader, "control", r["seed"], "initial-student", initial_student)
+            del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(cont, columns=CONTINUATION).to_csv(out / "continuation.csv", index=False)
     pd.DataFrame(ent, columns=ENTROPY).to_csv(out / "entropy.csv", index=False)
     pd.DataFrame(ent_resp, columns=ENTROPY_RESPONSES).to_csv(out / "entropy_responses.csv", index=False)
+    pd.DataFrame(items, columns=ITEMS).to_csv(out / "continuation_items.csv", index=False)
     return len(cont), len(ent)

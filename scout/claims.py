@@ -1,31 +1,51 @@
-"""The paper's claims, each checked against this run's numbers: the report's first page.
+"""The paper's claims, each tested on this run's numbers with the unit that was randomised: the
+report's first page.
 
-One row per claim (and per setting where the paper makes it per setting): the statistic measured
-here, the test, and a verdict -- ``holds``, ``does not hold``, or ``not measured`` with the reason.
-The same code judges the toy grid and the paper grid (or imported numbers): a claim whose inputs
-are absent is ``not measured``, never guessed.
+Claims are data (``paper_claims.yaml``, plus a config's own ``claims:``): each names its comparison
+and its kind; the kind fixes the unit and the test.
 
-Tests are one-sided at the report's ``alpha``: Welch's t-test on run-level Avg (as the tables),
-a one-sample t-test against a single evaluation (the untrained student) or over per-seed
-differences, the Cochran-Armitage test for a trend in continuation accuracy across prefix ratios,
-and, for single runs, a z-test on evaluation noise.
+- Method comparisons (``beats``, ``on_par``, the f-sweep): the unit is the training seed. The effect
+  is the difference of run-level Avg means, with Welch's t bounds (Welch-Satterthwaite df). Against
+  the untrained student or teacher (one evaluation, no training seed) it is a t over the method's
+  seeds with the evaluation's standard error added. One run on a trained side is *not measured*:
+  a test on evaluation noise alone would ignore the spread between seeds.
+- Probe claims (continuation, entropy, the trained teachers): the unit is the question, with its
+  responses and their continuations nested in it; the bounds come from a bootstrap over questions
+  (and over seeds where several trained teachers are compared), so both teachers' sampling errors
+  count.
+
+Each row gives the effect with its one-sided 90% bounds (the paper's alpha of 0.1 on each side,
+an 80% two-sided interval) beside the paper's own number, and one of four verdicts:
+
+- *holds*: the lower bound is above 0 (significant in the paper's direction);
+- *does not hold*: the bounds exclude the paper's effect (below it, or below 0 where the paper
+  gives no number);
+- *inconclusive*: they hold both 0 and the paper's effect: this run is too small to tell;
+- *not measured*, with why.
+
+``on_par`` claims hold when both bounds lie within the setting's SCOUT-over-OPD effect of zero.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from scipy import stats as sps
 
-from scout import stats
+from scout import grid
 from scout.tables import Cache, interval_variants
 
-HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
+HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURED)
+PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")
+SEEDS_UNIT = "training seed"
+QUESTION_UNIT = "question (responses, continuations nested)"
+BOOTSTRAP = 2000
 
 
 @dataclass(frozen=True)
@@ -34,253 +54,324 @@ class Claim:
     setting: str
     statistic: str
     test: str
-    p: float
+    effect: float  # points (or nats), in the paper's direction
+    low: float  # one-sided lower and upper bounds at the report's alpha
+    high: float
+    paper: float | None  # the paper's own effect for this claim and setting, where it gives one
     verdict: str
+    unit: str = ""
     why: str = ""
+    used: list = field(default_factory=list)  # the runs or probe rows behind the numbers
+    id: str = ""
+
+
+def specs(config: dict) -> list[dict]:
+    """The paper's claims, then the config's own (``claims:``)."""
+    return yaml.safe_load(PAPER_CLAIMS.read_text()) + list(config.get("claims", []))
 
 
 # ------------------------------------------------------------------------------------------------
-# Tests (pure functions)
+# Statistics (pure functions)
 # ------------------------------------------------------------------------------------------------
 
 
-def one_sample_greater(x: Sequence[float], mu: float) -> float:
-    """One-sided p of mean(x) > mu (t-test); NaN with fewer than two values."""
-    x = np.asarray([v for v in x if not math.isnan(v)], dtype=float)
+def welch_bounds(x, y, alpha: float) -> tuple[float, float, float]:
+    """mean(x) - mean(y) with its one-sided (1 - alpha) bounds by Welch's t (NaN below two runs)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return math.nan, math.nan, math.nan
+    diff = float(x.mean() - y.mean())
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    if vx + vy == 0:
+        return diff, diff, diff
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    half = float(sps.t.ppf(1 - alpha, df)) * math.sqrt(vx + vy)
+    return diff, diff - half, diff + half
+
+
+def against_one_evaluation(x, value: float, sem: float, alpha: float) -> tuple[float, float, float]:
+    """mean(x) - value for runs x against one evaluation (no seeds) with its standard error: a t
+    over the runs with the evaluation's variance added."""
+    x = np.asarray(x, dtype=float)
     if x.size < 2:
-        return math.nan
-    if x.std(ddof=1) == 0:
-        return math.nan if x.mean() == mu else (0.0 if x.mean() > mu else 1.0)
-    return float(sps.ttest_1samp(x, mu, alternative="greater").pvalue)
+        return math.nan, math.nan, math.nan
+    diff = float(x.mean() - value)
+    se = math.sqrt(x.var(ddof=1) / x.size + (sem if not math.isnan(sem) else 0.0) ** 2)
+    half = float(sps.t.ppf(1 - alpha, x.size - 1)) * se
+    return diff, diff - half, diff + half
 
 
-def trend_decreasing(scores: Sequence[float], successes: Sequence[float], totals: Sequence[float]) -> float:
-    """Cochran-Armitage test for a trend in proportions: one-sided p that the proportion falls as
-    the score grows. ``successes``/``totals`` per group, groups ordered by ``scores``."""
-    s, x, n = (np.asarray(v, dtype=float) for v in (scores, successes, totals))
-    big_n, big_x = n.sum(), x.sum()
-    if len(s) < 2 or big_n == 0:
-        return math.nan
-    p = big_x / big_n
-    t = float(np.sum(s * (x - n * p)))
-    var = p * (1 - p) * float(np.sum(n * s**2) - np.sum(n * s) ** 2 / big_n)
-    if var <= 0:
-        return math.nan
-    return float(sps.norm.cdf(t / math.sqrt(var)))
+def cluster_bootstrap(statistic, clusters: list, alpha: float, groups: dict | None = None, seed: int = 0):
+    """``statistic(questions, seeds)`` with one-sided (1 - alpha) percentile bounds, resampling the
+    questions (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement."""
+    rng = np.random.default_rng(seed)
+    clusters = list(clusters)
+    groups = groups or {}
+    point = statistic(clusters, {g: list(s) for g, s in groups.items()})
+    draws = []
+    for _ in range(BOOTSTRAP):
+        q = [clusters[i] for i in rng.integers(0, len(clusters), len(clusters))]
+        s = {g: [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))] for g, seeds in groups.items()}
+        value = statistic(q, s)
+        if not math.isnan(value):
+            draws.append(value)
+    if not draws:
+        return point, math.nan, math.nan
+    return point, float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
 
 
-def z_greater(mean: float, sem: float, mean0: float, sem0: float) -> float:
-    """One-sided p of mean > mean0 from two independent estimates and their standard errors."""
-    se = math.hypot(sem, sem0)
-    if math.isnan(se) or se == 0:
-        return math.nan
-    return float(sps.norm.sf((mean - mean0) / se))
+def verdict(effect: float, low: float, high: float, paper: float | None, kind: str = "beats",
+            margin: float | None = None) -> str:  # fmt: skip
+    """The four verdicts from the bounds (see the module docstring)."""
+    if any(math.isnan(v) for v in (effect, low, high)):
+        return UNMEASURED
+    if kind == "on_par":
+        if margin is not None and -margin < low and high < margin:
+            return HOLDS
+        target = 0.0 if paper is None else paper
+        return FAILS if (low > target or high < target) else INCONCLUSIVE
+    if low > 0:
+        return HOLDS
+    if high < (0.0 if paper is None else paper):
+        return FAILS
+    return INCONCLUSIVE
 
 
 # ------------------------------------------------------------------------------------------------
-# The claims
+# Claims over training runs
 # ------------------------------------------------------------------------------------------------
 
 
-def _pts(x: float) -> str:
-    return f"{100 * x:.1f}"
+def _paper_effect(config: dict, spec: dict, setting: str) -> float | None:
+    paper = spec.get("paper") or {}
+    if not isinstance(paper, dict):
+        return float(paper)
+    key = setting if setting in paper else config["settings"][setting].get("mirrors")
+    return paper.get(key) if key in paper else None
 
 
-def _verdict(p: float, direction_ok: bool, alpha: float) -> str:
-    return HOLDS if (not math.isnan(p) and p < alpha and direction_ok) else FAILS
+def _settings(config: dict, spec: dict) -> list[str]:
+    if "experiment" in spec:
+        return list(config["experiments"].get(spec["experiment"], {}).get("settings", []))
+    return list(spec.get("settings") or config["settings"])
 
 
-def _avg_runs(cache: Cache, setting: str, variant: str) -> list[float]:
-    return list(cache.row(setting, variant).run_avg.dropna())
+def _runs(cache: Cache, setting: str, variant: str) -> tuple[list[float], list[str]]:
+    row = cache.row(setting, variant)
+    avg = row.run_avg.dropna()
+    return list(avg), [f"{setting}/{variant}/s{s}" for s in avg.index]
 
 
-def opd_improves(cache: Cache, alpha: float) -> list[Claim]:
-    name = "OPD improves the student"
-    out = []
-    for setting in cache.config["settings"]:
-        opd, base = _avg_runs(cache, setting, "opd"), _avg_runs(cache, setting, "base-student")
-        test = "one-sample t, OPD runs > untrained student"
-        if not opd or not base:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "no OPD runs or no untrained-student row"))
-            continue
-        p = one_sample_greater(opd, base[0])
-        stat = f"Avg {_pts(np.mean(opd))} vs {_pts(base[0])} ({len(opd)} runs, min {_pts(min(opd))})"
-        out.append(Claim(name, setting, stat, test, p, _verdict(p, np.mean(opd) > base[0], alpha)))
-    return out
+def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str, alpha: float) -> Claim:
+    """Run-level Avg of ``variant`` against ``baseline`` on one setting: unit the training seed."""
+    paper = _paper_effect(cache.config, spec, setting)
+    kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
+    base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"])
+    if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
+        return Claim(**base, statistic="", test="", effect=math.nan, low=math.nan, high=math.nan,
+                     verdict=UNMEASURED, why=f"{variant} or {baseline} is not in this grid on {setting}")  # fmt: skip
+    x, used_x = _runs(cache, setting, variant)
+    y, used_y = _runs(cache, setting, baseline)
+    label = cache.label(baseline) if baseline not in grid.BASE_VARIANTS else baseline.replace("-", " ")
+    absent = [name for name, runs in ((cache.label(variant), x), (label, y)) if not runs]
+    if absent:
+        return Claim(**base, statistic="", test="", effect=math.nan, low=math.nan, high=math.nan, verdict=UNMEASURED,
+                     why=f"no results of {' or '.join(absent)} on {setting} yet")  # fmt: skip
+    margin = None
+    if kind == "on_par":  # on a par: within the setting's SCOUT-over-OPD effect (points) of each other
+        gain = _paper_effect(cache.config, {"paper": _scout_gain()}, setting)
+        margin = abs(gain) if gain else None
+    if baseline in grid.BASE_VARIANTS:
+        test = "t over seeds against one evaluation (its error added)"
+        sem = _evaluation_sem(cache, setting, baseline)
+        if len(x) < 2 or not y:
+            why = f"{len(x)} run(s) of {cache.label(variant)}: the seed is the unit, two or more are needed"
+            return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
+                         verdict=UNMEASURED, why=why, used=used_x + used_y)  # fmt: skip
+        effect, low, high = against_one_evaluation(x, y[0], sem, alpha)
+    else:
+        test = "Welch t on run-level Avg"
+        if len(x) < 2 or len(y) < 2:
+            why = (f"{len(x)} run(s) of {cache.label(variant)} and {len(y)} of {label}: the seed is the unit, "
+                   "two or more a side are needed")  # fmt: skip
+            return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
+                         verdict=UNMEASURED, why=why, used=used_x + used_y)  # fmt: skip
+        effect, low, high = welch_bounds(x, y, alpha)
+    stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
+    v = verdict(effect * 100, low * 100, high * 100, paper, kind, margin)
+    return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=low * 100, high=high * 100,
+                 verdict=v, used=used_x + used_y)  # fmt: skip
 
 
-def _analysis(analysis_dir: Path, setting: str, name: str) -> pd.DataFrame | None:
-    path = analysis_dir / setting / name
+def _scout_gain() -> dict:
+    return next(s["paper"] for s in yaml.safe_load(PAPER_CLAIMS.read_text()) if s["id"] == "scout_beats_opd")
+
+
+def _evaluation_sem(cache: Cache, setting: str, variant: str) -> float:
+    """Standard error of one evaluation's Avg (the mean of its benchmarks' SEMs in quadrature)."""
+    e = cache.row(setting, variant).e.dropna(axis=0, how="all")
+    if not len(e):
+        return math.nan
+    row = e.iloc[0].dropna()
+    return float(np.sqrt((row**2).sum()) / len(row)) if len(row) else math.nan
+
+
+def _sweep(cache: Cache, spec: dict, setting: str, alpha: float) -> Claim:
+    sweep = interval_variants(cache, setting)
+    main = next((v for f, v in sweep if v == "scout"), None)
+    if main is None or len(sweep) < 2:
+        return Claim(spec["claim"], setting, "", "", math.nan, math.nan, math.nan, None, UNMEASURED, SEEDS_UNIT,
+                     "no f-sweep around the main SCOUT run", id=spec["id"])  # fmt: skip
+    if spec["kind"] == "sweep_sparse":
+        variant, baseline = main, sweep[-1][1]
+    else:
+        variant, baseline = sweep[0][1], main
+    claim = _compare(cache, spec, setting, variant, baseline, alpha)
+    fs = {v: f for f, v in sweep}
+    curve = "; ".join(f"f={f}: {100 * np.mean(_runs(cache, setting, v)[0]):.1f}" for f, v in sweep if _runs(cache, setting, v)[0])
+    stat = f"f={fs[variant]} vs f={fs[baseline]} ({curve})"
+    return Claim(**{**asdict(claim), "statistic": stat if claim.statistic else ""})
+
+
+# ------------------------------------------------------------------------------------------------
+# Claims over the teacher probes (unit: the question)
+# ------------------------------------------------------------------------------------------------
+
+
+def _items(analysis_dir: Path, setting: str) -> pd.DataFrame | None:
+    path = analysis_dir / setting / "continuation_items.csv"
     return pd.read_csv(path) if path.exists() else None
 
 
-def continuation_falls(cache: Cache, analysis_dir: Path, alpha: float) -> list[Claim]:
-    name = "Teacher continuation accuracy falls as the student prefix grows"
-    test = "Cochran-Armitage trend, initial teacher on student prefixes"
-    out = []
-    for setting in cache.config.get("analysis", {}).get("settings", []):
-        df = _analysis(analysis_dir, setting, "continuation.csv")
-        if df is None:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "the analysis stage has not run"))
-            continue
-        d = df[(df.teacher == "initial") & (df.prefixes == "initial-student")].sort_values("prefix_ratio")
-        own = df[(df.teacher == "initial") & (df.prefixes == "own")].sort_values("prefix_ratio")
-        if len(d) < 2:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "fewer than two prefix ratios"))
-            continue
-        p = trend_decreasing(d.prefix_ratio, d.accuracy * d.n, d.n)
-        first, last = d.iloc[0], d.iloc[-1]
-        stat = (f"{_pts(first.accuracy)} at {first.prefix_ratio:.0%} to {_pts(last.accuracy)} at "
-                f"{last.prefix_ratio:.0%}")  # fmt: skip
-        if len(own) >= 2:
-            stat += f"; own prefixes {_pts(own.iloc[0].accuracy)} to {_pts(own.iloc[-1].accuracy)}"
-        out.append(Claim(name, setting, stat, test, p, _verdict(p, last.accuracy < first.accuracy, alpha)))
-    return out
+def _acc(d: pd.DataFrame, questions: list) -> float:
+    """Accuracy of continuations over the (resampled) questions: every continuation of every prefix
+    of each drawn question counts, a question drawn twice twice."""
+    by_q = d.groupby("question")[["correct", "k"]].sum()
+    picked = by_q.reindex(questions).dropna()
+    return float(picked.correct.sum() / picked.k.sum()) if len(picked) and picked.k.sum() else math.nan
 
 
-def entropy_gap(cache: Cache, analysis_dir: Path, alpha: float) -> list[Claim]:
-    name = "Teacher entropy is higher on student prefixes than on its own"
-    test = "Welch t over responses (mean entropy per response)"
-    out = []
-    for setting in cache.config.get("analysis", {}).get("settings", []):
-        df = _analysis(analysis_dir, setting, "entropy_responses.csv")
-        if df is None:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "the analysis stage has not run"))
-            continue
-        d = df[df.teacher == "initial"]
-        student, own = list(d[d.context == "student"].entropy), list(d[d.context == "own"].entropy)
-        if len(student) < 2 or len(own) < 2:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "too few responses"))
-            continue
-        p = stats.welch_test(student, own).p
-        stat = f"{np.mean(student):.3f} vs {np.mean(own):.3f} nats per token"
-        out.append(Claim(name, setting, stat, test, p, _verdict(p, np.mean(student) > np.mean(own), alpha)))
-    return out
+def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: float) -> Claim:
+    kind = spec["kind"]
+    base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.config, spec, setting),
+                unit=QUESTION_UNIT, id=spec["id"])  # fmt: skip
+    items = _items(analysis_dir, setting) if kind != "entropy_gap" else None
+    path = analysis_dir / setting / ("entropy_responses.csv" if kind == "entropy_gap" else "continuation_items.csv")
+
+    def unmeasured(why: str, test: str = "") -> Claim:
+        return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
+                     verdict=UNMEASURED, why=why)  # fmt: skip
+
+    if not path.exists():
+        return unmeasured("the analysis stage has not run on this setting (or predates per-question records)")
+    test = "bootstrap over questions"
+    if kind == "entropy_gap":
+        d = pd.read_csv(path)
+        d = d[d.teacher == "initial"]
+        s, o = d[d.context == "student"], d[d.context == "own"]
+        qs = sorted(set(s.question) & set(o.question))
+        if len(qs) < 2:
+            return unmeasured("too few questions with both the student's and the teacher's responses", test)
+        sm, om = s.groupby("question").entropy.mean(), o.groupby("question").entropy.mean()
+
+        def gap(q, _):
+            return float(sm.reindex(q).mean() - om.reindex(q).mean())
+
+        effect, low, high = cluster_bootstrap(gap, qs, alpha)
+        stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
+        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
+                     verdict=verdict(effect, low, high, base["paper"]), used=[f"{path}: initial teacher"])  # fmt: skip
+    d = items
+    initial = d[(d.teacher == "initial") & (d.prefixes == "initial-student")]
+    qs = sorted(initial.question.unique())
+    if len(qs) < 2:
+        return unmeasured("too few probed questions", test)
+    ratios = sorted(initial.prefix_ratio.unique())
+    if kind == "continuation_falls":
+        lo_r, hi_r = ratios[0], ratios[-1]
+        first, last = initial[initial.prefix_ratio == lo_r], initial[initial.prefix_ratio == hi_r]
+
+        def fall(q, _):
+            return (_acc(first, q) - _acc(last, q)) * 100
+
+        effect, low, high = cluster_bootstrap(fall, qs, alpha)
+        stat = f"{100 * _acc(first, qs):.1f} at {lo_r:.0%} to {100 * _acc(last, qs):.1f} at {hi_r:.0%}"
+        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
+                     verdict=verdict(effect, low, high, base["paper"]),
+                     used=[f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])  # fmt: skip
+    if kind == "below_own":
+        own = d[(d.teacher == "initial") & (d.prefixes == "own")]
+        qs = sorted(set(qs) & set(own.question))
+        if len(qs) < 2:
+            return unmeasured("the teacher's own prefixes were not probed", test)
+
+        def gap(q, _):
+            return (_acc(own, q) - _acc(initial, q)) * 100
+
+        effect, low, high = cluster_bootstrap(gap, qs, alpha)
+        stat = f"own {100 * _acc(own, qs):.1f} vs student {100 * _acc(initial, qs):.1f}, all ratios"
+        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
+                     verdict=verdict(effect, low, high, base["paper"]),
+                     used=[f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])  # fmt: skip
+    trained = d[(d.teacher == "scout") & (d.prefixes == "initial-student")]
+    seeds = sorted(trained.seed.unique())
+    if not seeds:
+        return unmeasured("no SCOUT-trained teacher was probed", test)
+    if kind == "teacher_improves":
+
+        def gain(q, s):
+            per_seed = [_acc(trained[trained.seed == seed], q) for seed in s["scout"]]
+            return (float(np.mean(per_seed)) - _acc(initial, q)) * 100
+
+        effect, low, high = cluster_bootstrap(gain, qs, alpha, {"scout": seeds})
+        stat = f"{100 * _acc(trained, qs):.1f} vs initial {100 * _acc(initial, qs):.1f} ({len(seeds)} seeds)"
+        return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
+                     verdict=verdict(effect, low, high, base["paper"]),
+                     used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"])  # fmt: skip
+    control = d[(d.teacher == "control") & (d.prefixes == "initial-student")]
+    c_seeds = sorted(control.seed.unique())
+    if not c_seeds:
+        return unmeasured("no prefix-0 control teacher was probed on this setting", test)
+
+    def over_control(q, s):
+        a = [_acc(trained[trained.seed == seed], q) for seed in s["scout"]]
+        b = [_acc(control[control.seed == seed], q) for seed in s["control"]]
+        return (float(np.mean(a)) - float(np.mean(b))) * 100
+
+    effect, low, high = cluster_bootstrap(over_control, qs, alpha, {"scout": seeds, "control": c_seeds})
+    stat = f"{100 * _acc(trained, qs):.1f} vs control {100 * _acc(control, qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
+    return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
+                 verdict=verdict(effect, low, high, base["paper"]),
+                 used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: control s{s}" for s in c_seeds])  # fmt: skip
 
 
-def scout_improves_teacher(cache: Cache, analysis_dir: Path, alpha: float) -> list[Claim]:
-    name = "SCOUT improves the teacher on fixed initial-student prefixes"
-    test = "one-sample t over seeds, trained minus initial (mean over ratios)"
-    out = []
-    for setting in cache.config.get("analysis", {}).get("settings", []):
-        df = _analysis(analysis_dir, setting, "continuation.csv")
-        if df is None:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "the analysis stage has not run"))
-            continue
-        d = df[df.prefixes == "initial-student"]
-        initial = d[d.teacher == "initial"].accuracy.mean()
-        trained = d[d.teacher == "scout"].groupby("seed").accuracy.mean()
-        if math.isnan(initial) or not len(trained):
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "no trained teacher probed"))
-            continue
-        diffs = list(trained - initial)
-        p = one_sample_greater(diffs, 0.0)
-        stat = f"{_pts(trained.mean())} vs {_pts(initial)} ({len(diffs)} seeds, {'+' if np.mean(diffs) >= 0 else ''}{_pts(np.mean(diffs))})"
-        out.append(Claim(name, setting, stat, test, p, _verdict(p, np.mean(diffs) > 0, alpha)))
-    return out
-
-
-def _vs_baseline(cache: Cache, name: str, variant: str, settings: list[str], alpha: float, invert: bool) -> list[Claim]:
-    test = "Welch t on run-level Avg (one-sided)"
-    out = []
-    for setting in settings:
-        m, b = _avg_runs(cache, setting, variant), _avg_runs(cache, setting, "opd")
-        if len(m) < 2 or len(b) < 2:
-            why = f"needs two or more runs of {variant} and of OPD ({len(m)} and {len(b)})"
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, why))
-            continue
-        p = stats.welch_test(m, b).p
-        stat = f"Avg {_pts(np.mean(m))} vs OPD {_pts(np.mean(b))}"
-        beats = _verdict(p, np.mean(m) > np.mean(b), alpha) == HOLDS
-        verdict = (HOLDS if not beats else FAILS) if invert else (HOLDS if beats else FAILS)
-        out.append(Claim(name, setting, stat, test, p, verdict))
-    return out
-
-
-def scout_beats_opd(cache: Cache, alpha: float) -> list[Claim]:
-    settings = cache.config["experiments"].get("main", {}).get("settings", [])
-    return _vs_baseline(cache, "SCOUT beats OPD on Avg", "scout", settings, alpha, invert=False)
-
-
-def prefix0_does_not(cache: Cache, alpha: float) -> list[Claim]:
-    settings = cache.config["experiments"].get("prefix0", {}).get("settings", [])
-    name = "The prefix-0 control (teacher GRPO from bare prompts) does not beat OPD"
-    return _vs_baseline(cache, name, "opd_teacher_grpo", settings, alpha, invert=True)
-
-
-def interval(cache: Cache, alpha: float) -> list[Claim]:
-    name = "Frequent teacher updates (f <= 10) beat sparse ones (f = 20)"
-    test = "Welch t on run-level Avg, runs with f <= 10 pooled vs f = 20"
-    out = []
-    for setting in cache.config["experiments"].get("interval", {}).get("settings", []):
-        by_f = {f: _avg_runs(cache, setting, v) for f, v in interval_variants(cache, setting)}
-        dense = [x for f, runs in by_f.items() if f <= 10 for x in runs]
-        sparse = by_f.get(max(by_f, default=0), []) if by_f and max(by_f) > 10 else []
-        if len(dense) < 2 or len(sparse) < 2:
-            out.append(Claim(name, setting, "", test, math.nan, UNMEASURED, "too few runs on one side"))
-            continue
-        p = stats.welch_test(dense, sparse).p
-        curve = ", ".join(f"f={f}: {_pts(np.mean(r))}" for f, r in sorted(by_f.items()) if r)
-        out.append(Claim(name, setting, curve, test, p, _verdict(p, np.mean(dense) > np.mean(sparse), alpha)))
-    return out
-
-
-def _final_avg(cache: Cache, setting: str, variant: str) -> tuple[list[float], float]:
-    """Run-level Avg of a variant's final checkpoints, and for a single run the SEM of its Avg."""
-    row = cache.row(setting, variant)
-    runs = list(row.run_avg.dropna())
-    sem = math.nan
-    if len(runs) == 1:
-        e = row.e.loc[row.run_avg.dropna().index[0]]
-        sem = float(np.sqrt((e**2).sum()) / len(e))
-    return runs, sem
-
-
-def compute_matched(cache: Cache, alpha: float) -> list[Claim]:
-    name = "At matched compute, SCOUT beats OPD trained longer"
-    out = []
-    for setting in cache.config["experiments"].get("compute_matched", {}).get("settings", []):
-        variants = cache.experiment_variants("compute_matched", setting)
-        scout = [v for v in variants if cache.method_of(v) == "scout"]
-        opd = [v for v in variants if cache.method_of(v) == "opd"]
-        if not scout or not opd:
-            out.append(Claim(name, setting, "", "", math.nan, UNMEASURED, "no SCOUT and OPD variant to compare"))
-            continue
-        (s, s_sem), (o, o_sem) = _final_avg(cache, setting, scout[0]), _final_avg(cache, setting, opd[0])
-        if not s or not o:
-            out.append(Claim(name, setting, "", "", math.nan, UNMEASURED, "final checkpoints not evaluated"))
-            continue
-        if len(s) >= 2 and len(o) >= 2:
-            test, p = "Welch t on run-level Avg", stats.welch_test(s, o).p
-        elif len(s) == 1 and len(o) == 1:
-            test, p = "z on evaluation noise (one run each)", z_greater(s[0], s_sem, o[0], o_sem)
-        else:
-            out.append(Claim(name, setting, "", "", math.nan, UNMEASURED, "unequal run counts"))
-            continue
-        stat = f"final Avg {_pts(np.mean(s))} ({scout[0]}) vs {_pts(np.mean(o))} ({opd[0]})"
-        out.append(Claim(name, setting, stat, test, p, _verdict(p, np.mean(s) > np.mean(o), alpha)))
-    return out
+PROBES = ("continuation_falls", "below_own", "entropy_gap", "teacher_improves", "teacher_beats_control")
 
 
 def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Claim]:
-    """Every claim, in the order of the paper's argument."""
+    """Every claim (the paper's, then the config's), per setting where it is made."""
     a = Path(analysis_dir)
-    return [
-        *opd_improves(cache, alpha),
-        *continuation_falls(cache, a, alpha),
-        *entropy_gap(cache, a, alpha),
-        *scout_improves_teacher(cache, a, alpha),
-        *scout_beats_opd(cache, alpha),
-        *prefix0_does_not(cache, alpha),
-        *interval(cache, alpha),
-        *compute_matched(cache, alpha),
-    ]
+    out = []
+    for spec in specs(cache.config):
+        kind = spec["kind"]
+        if kind in PROBES:
+            for setting in cache.config.get("analysis", {}).get("settings", []):
+                out.append(_probe(cache, spec, setting, a, alpha))
+        elif kind in ("sweep_sparse", "sweep_dense"):
+            out += [_sweep(cache, spec, s, alpha) for s in _settings(cache.config, spec)]
+        else:
+            out += [_compare(cache, spec, s, spec["variant"], spec["baseline"], alpha) for s in _settings(cache.config, spec)]
+    return out
 
 
 def as_records(claims: list[Claim]) -> list[dict]:
-    """JSON-ready rows for the manifest (NaN p-values as null)."""
-    return [{**asdict(c), "p": None if math.isnan(c.p) else c.p} for c in claims]
+    """JSON-ready rows for the manifest (NaN as null)."""
+
+    def clean(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return [{k: clean(v) for k, v in asdict(c).items()} for c in claims]
 
 
 def summary(claims: list[Claim]) -> dict[str, int]:
-    return {v: sum(c.verdict == v for c in claims) for v in (HOLDS, FAILS, UNMEASURED)}
+    return {v: sum(c.verdict == v for c in claims) for v in VERDICTS}

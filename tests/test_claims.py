@@ -1,4 +1,5 @@
-"""The claims page: its tests against hand-worked values, and verdicts on a cache built to order."""
+"""The claims page: its statistics against hand-worked values, its four verdicts on caches built to
+order, the probe claims recomputed by hand, and the paper's own per-run numbers."""
 
 from __future__ import annotations
 
@@ -8,34 +9,64 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from scout import claims, grid, results, tables
-from scout.claims import FAILS, HOLDS, UNMEASURED
-from tests.conftest import toy_config
+from scout.claims import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from tests.conftest import REPO, toy_config
 
 
-def test_trend_test_by_hand():
-    # scores 0,1,2; 8/10, 5/10, 2/10: p-bar = 0.5, T = 2 * (2 - 5) = -6,
-    # Var = 0.25 * (10 * 5 - 30^2 / 30) = 5, z = -6 / sqrt(5) = -2.6833, p = Phi(z) = 0.003645
-    assert claims.trend_decreasing([0, 1, 2], [8, 5, 2], [10, 10, 10]) == pytest.approx(0.003645, abs=2e-6)
-    # a rising trend is not a falling one
-    assert claims.trend_decreasing([0, 1, 2], [2, 5, 8], [10, 10, 10]) == pytest.approx(1 - 0.003645, abs=2e-6)
-    assert math.isnan(claims.trend_decreasing([0.5], [3], [10]))
+def test_welch_bounds_by_hand():
+    # x = (3, 4, 5), y = (1, 2, 3): diff 2, var/n 1/3 each, se = sqrt(2/3) = 0.8165, df = 4;
+    # t(0.9, 4) = 1.5332: bounds 2 -/+ 1.2518
+    diff, low, high = claims.welch_bounds([3, 4, 5], [1, 2, 3], 0.1)
+    assert diff == 2 and low == pytest.approx(0.74818, abs=1e-4) and high == pytest.approx(3.25182, abs=1e-4)
+    assert all(math.isnan(v) for v in claims.welch_bounds([3], [1, 2], 0.1))
 
 
-def test_one_sample_and_z_by_hand():
-    # t = 0.2 / (0.1 / sqrt 3) = 3.4641, df 2: p = 1/2 - t / (2 sqrt(2 + t^2)) = 0.037090
-    assert claims.one_sample_greater([0.3, 0.4, 0.5], 0.2) == pytest.approx(0.037090, abs=1e-6)
-    # z = (0.6 - 0.5) / hypot(0.03, 0.04) = 2: p = 0.022750
-    assert claims.z_greater(0.6, 0.03, 0.5, 0.04) == pytest.approx(0.022750, abs=1e-6)
-    assert math.isnan(claims.one_sample_greater([0.4], 0.2))
+def test_against_one_evaluation_by_hand():
+    # runs (0.5, 0.6, 0.7) against 0.3 with SEM 0.05: diff 0.3; se = sqrt(0.01 / 3 + 0.0025) = 0.07638;
+    # t(0.9, 2) = 1.8856: bounds 0.3 -/+ 0.14402
+    diff, low, high = claims.against_one_evaluation([0.5, 0.6, 0.7], 0.3, 0.05, 0.1)
+    assert diff == pytest.approx(0.3) and low == pytest.approx(0.15598, abs=1e-4) and high == pytest.approx(0.44402, abs=1e-4)
 
 
-def _record(cfg, setting, variant, seed, bench, mean, ckpt="final"):
+@pytest.mark.parametrize(
+    "bounds, paper, kind, margin, expected",
+    [
+        ((2.0, 0.5, 3.5), 2.2, "beats", None, HOLDS),  # the lower bound above 0
+        ((-1.0, -3.0, 1.0), 2.2, "beats", None, FAILS),  # the upper bound below the paper's 2.2
+        ((1.0, -0.5, 2.5), 2.2, "beats", None, INCONCLUSIVE),  # 0 and 2.2 both inside
+        ((-1.0, -2.0, -0.5), None, "beats", None, FAILS),  # no paper number: significantly the wrong way
+        ((0.3, -0.5, 1.0), -0.2, "on_par", 2.6, HOLDS),  # within 2.6 of zero
+        ((4.0, 3.0, 5.0), -0.2, "on_par", 2.6, FAILS),  # clearly apart
+        ((1.0, -1.0, 3.0), -0.2, "on_par", 2.6, INCONCLUSIVE),
+        ((math.nan, math.nan, math.nan), 2.2, "beats", None, UNMEASURED),
+    ],
+)
+def test_the_four_verdicts(bounds, paper, kind, margin, expected):
+    assert claims.verdict(*bounds, paper, kind, margin) == expected
+
+
+def test_the_bootstrap_resamples_clusters_and_seeds():
+    # every cluster the same value: no spread, the bounds are the point
+    assert claims.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5, 0.1) == (2.0, 2.0, 2.0)
+    # the mean of (0, 1): bounds inside [0, 1] around 0.5, the same for the same seed
+    point, low, high = claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10, 0.1)
+    assert point == 0.5 and 0.3 < low < 0.5 < high < 0.7
+    assert claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10, 0.1) == (point, low, high)
+
+
+# ------------------------------------------------------------------------------------------------
+# Caches built to order
+# ------------------------------------------------------------------------------------------------
+
+
+def _record(cfg, setting, variant, seed, bench, mean, ckpt="final", sem=0.02):
     out = Path(grid.eval_dir(cfg, setting, variant, seed, ckpt))
     out.mkdir(parents=True, exist_ok=True)
     rec = {"setting": setting, "variant": variant, "method": variant, "seed": seed, "checkpoint": ckpt,
-           "benchmark": bench, "mean": mean, "sem": 0.02, "repeats": 4}  # fmt: skip
+           "benchmark": bench, "mean": mean, "sem": sem, "repeats": 4}  # fmt: skip
     (out / f"{bench}.json").write_text(json.dumps(rec))
 
 
@@ -50,64 +81,113 @@ def _cache(cfg):
     return tables.Cache(cfg, results.load(cfg))
 
 
-def test_verdicts_follow_the_numbers(cfg):
+def _runs(cfg, setting, variant, means):
+    for seed, mean in zip((1, 2, 3), means, strict=False):
+        for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+            _record(cfg, setting, variant, seed, b, mean)
+
+
+def _one(found, claim_id, setting):
+    (c,) = [c for c in found if c.id == claim_id and c.setting == setting]
+    return c
+
+
+def test_method_claims_follow_the_numbers(cfg):
     s = "toy-l-s-math"
     for b in ("tm-easy", "tm-hard", "tm-long"):
-        _record(cfg, s, "base-student", 0, b, 0.30)
-        for seed, (opd, scout, p0) in zip(
-            (1, 2, 3), ((0.50, 0.60, 0.52), (0.52, 0.61, 0.49), (0.51, 0.62, 0.50)), strict=True
-        ):
-            _record(cfg, s, "opd", seed, b, opd)
-            _record(cfg, s, "scout", seed, b, scout)
-            _record(cfg, s, "opd_teacher_grpo", seed, b, p0)
-    found = {(c.claim, c.setting): c for c in claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)}
-    opd = found[("OPD improves the student", s)]
-    assert opd.verdict == HOLDS and opd.statistic.startswith("Avg 51.0 vs 30.0 (3 runs, min 50.0)")
-    assert found[("SCOUT beats OPD on Avg", s)].verdict == HOLDS
-    prefix0 = found[("The prefix-0 control (teacher GRPO from bare prompts) does not beat OPD", s)]
-    assert prefix0.verdict == HOLDS and prefix0.p > 0.1
-    # no runs of this setting: not measured, with the reason
-    code = found[("SCOUT beats OPD on Avg", "toy-l-s-code")]
-    assert code.verdict == UNMEASURED and "two or more runs" in code.why
-    # the analysis stage has not run
-    assert found[("Teacher continuation accuracy falls as the student prefix grows", s)].verdict == UNMEASURED
+        _record(cfg, s, "base-student", 0, b, 0.30, sem=0.03)
+    _runs(cfg, s, "opd", [0.50, 0.52, 0.51])
+    _runs(cfg, s, "scout", [0.60, 0.61, 0.62])  # clearly above OPD
+    _runs(cfg, s, "opd_teacher_grpo", [0.40, 0.62, 0.55])  # noisy: SCOUT above it, but not clearly
+    _runs(cfg, s, "grpo", [0.35])  # one run
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    opd = _one(found, "opd_improves", s)
+    assert opd.verdict == HOLDS and opd.unit == claims.SEEDS_UNIT and opd.paper == 17.3  # mirrors q4b-q1.7b-math
+    # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257; t(0.9, 2) = 1.8856
+    assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 1.8856 * 1.8257, abs=1e-3)
+    assert sorted(opd.used)[:3] == [f"{s}/base-student/s0", f"{s}/opd/s1", f"{s}/opd/s2"]
+    assert _one(found, "scout_beats_opd", s).verdict == HOLDS
+    control = _one(found, "scout_beats_control", s)
+    assert control.verdict == INCONCLUSIVE and control.low < 0 < control.paper < control.high
+    grpo = _one(found, "grpo_improves", s)
+    assert grpo.verdict == UNMEASURED and "the seed is the unit" in grpo.why
+    assert _one(found, "scout_beats_opd", "toy-mg-s-math").verdict == UNMEASURED
 
 
 def test_scout_below_opd_does_not_hold(cfg):
-    s = "toy-l-s-math"
-    for b in ("tm-easy", "tm-hard", "tm-long"):
-        for seed, (opd, scout) in zip((1, 2, 3), ((0.50, 0.45), (0.52, 0.47), (0.51, 0.46)), strict=True):
-            _record(cfg, s, "opd", seed, b, opd)
-            _record(cfg, s, "scout", seed, b, scout)
-    got = [c for c in claims.scout_beats_opd(_cache(cfg), 0.1) if c.setting == s][0]
-    assert got.verdict == FAILS and got.p > 0.9
+    s = "toy-l-s-code"
+    _runs(cfg, s, "opd", [0.70, 0.71, 0.72])
+    _runs(cfg, s, "scout", [0.60, 0.61, 0.62])
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    c = _one(found, "scout_beats_opd", s)
+    assert c.verdict == FAILS and c.high < c.paper == 3.1  # q4b-q1.7b-code's +3.1
 
 
-def test_analysis_claims_from_the_csvs(cfg):
+def test_a_users_declared_claim_reaches_the_page(cfg):
+    cfg["claims"] = [{"id": "mine", "claim": "Prune-OPD beats OPD", "kind": "beats", "variant": "prune_opd",
+                      "baseline": "opd", "experiment": "main", "paper": 1.0}]  # fmt: skip
     s = "toy-l-s-math"
+    _runs(cfg, s, "opd", [0.50, 0.52, 0.51])
+    _runs(cfg, s, "prune_opd", [0.53, 0.55, 0.54])
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "mine", s)
+    assert c.claim == "Prune-OPD beats OPD" and c.verdict == HOLDS and c.paper == 1.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Probe claims: the unit is the question
+# ------------------------------------------------------------------------------------------------
+
+
+def _items(cfg, s, rows):
     d = Path(cfg["results"]) / "analysis" / s
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
+    cols = ["teacher", "seed", "prefixes", "prefix_ratio", "question", "correct"]
+    df = pd.DataFrame(rows, columns=cols).assign(setting=s, response=0, k=4, committed=False)
+    df.to_csv(d / "continuation_items.csv", index=False)
+
+
+def test_probe_claims_recomputed_by_hand(cfg):
+    s = "toy-l-s-math"
     rows = []
-    for r, acc in ((0.1, 0.8), (0.5, 0.5), (0.9, 0.2)):
-        rows.append(("initial", 0, "initial-student", r, acc))
-        rows.append(("initial", 0, "own", r, 0.8))
-        for seed, gain in ((1, 0.05), (2, 0.07), (3, 0.06)):
-            rows.append(("scout", seed, "initial-student", r, acc + gain))
-    cont = pd.DataFrame(rows, columns=["teacher", "seed", "prefixes", "prefix_ratio", "accuracy"])
-    cont = cont.assign(setting=s, n=100, prefix_tokens=10, continuation_tokens=5)
-    cont.to_csv(d / "continuation.csv", index=False)
-    ent = [("initial", 0, "student", i, 1.0 + 0.01 * (i % 5)) for i in range(20)]
-    ent += [("initial", 0, "own", i, 0.5 + 0.01 * (i % 5)) for i in range(20)]
-    pd.DataFrame(ent, columns=["teacher", "seed", "context", "response", "entropy"]).assign(setting=s).to_csv(
-        d / "entropy_responses.csv", index=False
+    for i in range(8):
+        q = f"q{i}"
+        rows += [("initial", 0, "initial-student", 0.1, q, 4), ("initial", 0, "initial-student", 0.9, q, 1 + i % 2)]
+        rows += [("initial", 0, "own", 0.1, q, 4), ("initial", 0, "own", 0.9, q, 4)]
+        for seed in (1, 2):  # the trained teachers: one more right continuation at 90% on every question
+            rows += [("scout", seed, "initial-student", 0.1, q, 4), ("scout", seed, "initial-student", 0.9, q, 2 + i % 2)]
+        rows += [("control", 1, "initial-student", 0.1, q, 4), ("control", 1, "initial-student", 0.9, q, 1 + i % 2)]
+    _items(cfg, s, rows)
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    falls = _one(found, "continuation_falls", s)
+    # at 10%: 32/32 right; at 90%: 12/32 (1 or 2 of 4 a question): a fall of 62.5 points
+    assert falls.effect == pytest.approx(62.5) and falls.verdict == HOLDS and falls.unit == claims.QUESTION_UNIT
+    below = _one(found, "below_own", s)
+    assert below.effect == pytest.approx(100 * (64 / 64 - 44 / 64)) and below.verdict == HOLDS
+    gain = _one(found, "teacher_improves", s)
+    assert gain.effect == pytest.approx(100 * 8 / 64)  # 8 more right of 64 continuations a seed
+    assert gain.verdict == HOLDS and "scout s1" in " ".join(gain.used)
+    assert _one(found, "teacher_beats_control", s).effect == pytest.approx(100 * 8 / 64)
+    assert _one(found, "entropy_gap", s).verdict == UNMEASURED  # no entropy file written here
+    assert "has not run" in _one(found, "continuation_falls", "toy-mg-s-math").why
+
+
+# ------------------------------------------------------------------------------------------------
+# The paper's own numbers
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_paper_per_run_numbers_give_the_papers_verdict(tmp_path):
+    """The 4B math per-run table imported: SCOUT over OPD (+2.2, the paper's one-sided p = 0.06) holds
+    at the paper's alpha; OPD and GRPO improve the student; the rest is not measured."""
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["results"] = str(tmp_path / "results")
+    results.write_imported(
+        cfg, results.parse_import(cfg, REPO / "tests" / "data" / "paper_q4b_math_runs.csv", scale="percent")
     )
-    cache, a = _cache(cfg), Path(cfg["results"]) / "analysis"
-    falls = [c for c in claims.continuation_falls(cache, a, 0.1) if c.setting == s][0]
-    assert falls.verdict == HOLDS and falls.statistic == "80.0 at 10% to 20.0 at 90%; own prefixes 80.0 to 80.0"
-    gap = [c for c in claims.entropy_gap(cache, a, 0.1) if c.setting == s][0]
-    assert gap.verdict == HOLDS and gap.statistic == "1.020 vs 0.520 nats per token"
-    better = [c for c in claims.scout_improves_teacher(cache, a, 0.1) if c.setting == s][0]
-    # per-seed gains 5, 7, 6 points: t = 6 / (1 / sqrt 3) = 10.39, df 2: p = 0.004566
-    assert better.verdict == HOLDS and better.p == pytest.approx(0.004566, abs=1e-5)
-    records = claims.as_records(claims.all_claims(cache, a, 0.1))
-    assert json.dumps(records)  # JSON-ready for the manifest (no NaN)
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    s = "q4b-q1.7b-math"
+    scout = _one(found, "scout_beats_opd", s)
+    assert scout.verdict == HOLDS and scout.effect == pytest.approx(2.2, abs=0.05) and scout.paper == 2.2
+    assert 0 < scout.low < 2.2 < scout.high
+    assert "no results of base student" in _one(found, "opd_improves", s).why  # the table has no base rows
+    assert "no results of SCOUT or OPD on q8b-q1.7b-math" in _one(found, "scout_beats_opd", "q8b-q1.7b-math").why

@@ -9,6 +9,7 @@ rule analysis:
         f"{RES}/analysis/{{setting}}/continuation.csv",
         f"{RES}/analysis/{{setting}}/entropy.csv",
         f"{RES}/analysis/{{setting}}/entropy_responses.csv",
+        f"{RES}/analysis/{{setting}}/continuation_items.csv",
     params:
         spec=analysis_spec,
         out=folder_of(),
