@@ -106,9 +106,12 @@ def criteria(workdir: Path) -> None:
             ups = [f"{m['teacher_reward'] * 100:.0f}" for m in lines if "teacher_reward" in m]
             print(f"  {s} scout {run.parent.name}: teacher continuation reward per update (%): {' '.join(ups)}")
     cache = tables.Cache(cfg, results.load(cfg))
+    from scout.report import effect_text
+
     for c in claims.all_claims(cache, workdir / "results" / "analysis", 0.1):
-        p = "--" if c.p != c.p else f"{c.p:.3g}"
-        print(f"  [{c.verdict:>13}] {c.claim} ({c.setting}): {c.statistic or c.why}; p = {p}")
+        paper = "--" if c.paper is None else f"{c.paper:+.1f}"
+        print(f"  [{c.verdict:>13}] {c.claim} ({c.setting}): {c.statistic or c.why}; effect {effect_text(c)}, "
+              f"paper {paper}")
 
 
 def matmul_gflops(seconds: float = 1.0) -> float:

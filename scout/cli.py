@@ -126,13 +126,24 @@ def _config(args) -> dict:
 
 
 def cmd_report(args) -> int:
-    from scout.report import ReportError, build
+    from scout.report import ReportError, build, console_summary
 
     try:
-        build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
+        manifest = build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
     except ReportError as exc:
         raise SystemExit(f"scout report: {exc}") from exc
+    if _CONSOLE is not None:  # under --log the claims go to the console as well as to the log
+        from scout import claims
+
+        found = [claims.Claim(**c) for c in _claims_back(manifest["claims"])]
+        pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
+        os.write(_CONSOLE, (console_summary(found, Path(manifest["html"]), pdf) + "\n").encode())
     return 0
+
+
+def _claims_back(rows: list[dict]) -> list[dict]:
+    nan = float("nan")
+    return [{**r, **{k: nan for k in ("effect", "low", "high") if r[k] is None}} for r in rows]
 
 
 def cmd_import_results(args) -> int:
@@ -323,6 +334,7 @@ def _dispatch(args) -> int:
 
 
 _LOGGING = "SCOUT_LOG"  # the log a parent scout already writes to (a driver under `scout ray-run`)
+_CONSOLE: int | None = None  # under --log: the console's stderr, for what a person should see at once
 TAIL_LINES = 15
 
 
@@ -333,7 +345,8 @@ def _logged(args) -> int:
 
     log = Path(args.log)
     log.parent.mkdir(parents=True, exist_ok=True)
-    console = os.dup(2)
+    global _CONSOLE
+    console = _CONSOLE = os.dup(2)
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

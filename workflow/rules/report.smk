@@ -28,6 +28,19 @@ rule grid_report:
         analysis_files(),
     output:
         report_files(),
+        report(f"{RES}/report/index.html", caption="../report/claims.rst", category="Report"),
+        report(
+            directory(f"{RES}/report/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
+        report(
+            directory(f"{RES}/report/tables"),
+            patterns=["{name}.tex"],
+            caption="../report/tables.rst",
+            category="Tables",
+        ),
     params:
         spec=config_spec(),
         out=folder_of(),
