@@ -7,8 +7,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-# The toy world is the default; --configfile config/paper.yaml replaces it (not merged into it).
-if not config:
+# The toy world is the default; --configfile config/paper.yaml replaces it (not merged into it),
+# while --config KEY=VALUE alone overrides single keys of the default.
+if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
 

@@ -202,6 +202,17 @@ def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
     assert counts["aggregate"] == 1
 
 
+def test_config_overrides_apply_to_the_default_toy_config(tmp_path):
+    """``--config KEY=VALUE`` without ``--configfile`` overrides keys of config/config.yaml; it does
+    not replace the whole config (which then fails validation)."""
+    (tmp_path / "config").symlink_to(REPO / "config")
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--cores", "1", "--config", "results=elsewhere"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "elsewhere/train/toy-l-s-math/scout/s1/train.json" in out.stdout
+
+
 def test_bad_config_stops_snakemake_before_any_job(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["training"]["batchsize"] = 3
