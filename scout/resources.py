@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from scout import grid
+from scout.methods import METHODS
 
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
 FALLBACK = {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 2000, "runtime": 60}
@@ -54,6 +55,42 @@ def slurm_resources(r: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+# Disk: what a training run's checkpoints hold at their largest
+# ------------------------------------------------------------------------------------------------
+
+# A resumable checkpoint (verl's FSDP one) holds fp32 weights and Adam's two fp32 moments per
+# parameter; an evaluated export holds bf16 weights.
+CHECKPOINT_BYTES_PER_PARAM = 12
+EXPORT_BYTES_PER_PARAM = 2
+
+
+def model_params(config: dict, model: str) -> float | None:
+    """Parameters of a model in billions (``models.<id>.params``; a prepared teacher has its
+    base's), or None where the config does not say."""
+    spec = config["models"][model]
+    if "prepare" in spec:
+        return model_params(config, spec["prepare"]["base"])
+    return spec.get("params")
+
+
+def peak_disk_gb(config: dict, cell: grid.Cell) -> float | None:
+    """The most disk a cell's training run holds at once, in GB: the checkpoints the grid
+    evaluates (kept, with optimizer state, so the run can also resume from them), the latest one
+    and the next one while it is written (the latest is deleted only after the next is whole),
+    each of the student and, for a method that trains it, the teacher; plus the student's bf16
+    exports of every evaluated checkpoint. None where a model's size is not in the config."""
+    setting = config["settings"][cell.setting]
+    student = model_params(config, setting["student"])
+    teacher = model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
+    if student is None or teacher is None:
+        return None
+    kept = len(grid.checkpoint_steps(grid.run_spec(config, cell)))
+    checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
+    exports = (kept + 1) * student * EXPORT_BYTES_PER_PARAM
+    return checkpoints + exports  # billions of parameters x bytes = GB
+
+
+# ------------------------------------------------------------------------------------------------
 # The plan: every job of the grid with what it requests
 # ------------------------------------------------------------------------------------------------
 
@@ -64,8 +101,8 @@ def _jobs(config: dict) -> list[dict]:
     res = config.get("results", "results")
     jobs = []
 
-    def add(experiment, rule, target, r):
-        jobs.append({"experiment": experiment, "rule": rule, "target": target, **r})
+    def add(experiment, rule, target, r, disk=None):
+        jobs.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk})
 
     models = config["models"]
     used = {s[role] for s in config["settings"].values() for role in ("teacher", "student")}
@@ -86,7 +123,8 @@ def _jobs(config: dict) -> list[dict]:
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
         r = job_resources(config, "train", c.setting, c.method, c.variant)
-        add(c.experiments[0], "train", f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json", r)
+        target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
+        add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
     for setting, variant, seed, ckpt in grid.eval_units(config):
         first = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
         target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
@@ -168,4 +206,30 @@ def render(jobs: pd.DataFrame) -> str:
         "Job shapes still to run (runtime in minutes):",
         by_shape.to_string(index=False),
     ]
+    disk = disk_table(todo)
+    if len(disk):
+        lines += [
+            "",
+            f"Peak disk per training run still to run (GB; checkpoints at {CHECKPOINT_BYTES_PER_PARAM} B/parameter, "
+            f"exports at {EXPORT_BYTES_PER_PARAM}):",
+            disk.to_string(index=False, float_format=lambda x: f"{x:,.0f}"),
+        ]
     return "\n".join(lines)
+
+
+def disk_table(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Training runs grouped by their peak disk (one row per size, largest first): the runs, the
+    settings and variants they are, and the disk they hold together at their peaks."""
+    train = jobs[(jobs["rule"] == "train") & jobs["peak_disk_gb"].notna()].copy()
+    if not len(train):
+        return pd.DataFrame()
+    parts = train["target"].str.split("/")
+    train["run"] = parts.str[-4] + "/" + parts.str[-3] + "/" + parts.str[-2]
+    out = (
+        train.groupby("peak_disk_gb")
+        .agg(runs=("run", "size"), examples=("run", lambda r: ", ".join(list(r)[:2]) + (", ..." if len(r) > 2 else "")))
+        .reset_index()
+        .sort_values("peak_disk_gb", ascending=False)
+    )
+    out["all_at_once_gb"] = out["runs"] * out["peak_disk_gb"]
+    return out[["peak_disk_gb", "runs", "all_at_once_gb", "examples"]]

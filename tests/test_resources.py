@@ -145,6 +145,14 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
     assert int(rows["total"][0]) == 248  # the teacher probes (analysis) and their step-160 evaluations too
     assert "Shared runs: 4 cells share another cell's run" in text and "2,784 GPU-hours fewer" in text
     assert (tmp_path / "jobs.csv").read_text().startswith("experiment,rule,target,")
+    # peak disk: a probed q4b SCOUT run keeps step 160 (student 1.72B + teacher 4.02B at 12 B/param)
+    # and holds the latest and the next checkpoint, plus two bf16 exports of the student
+    assert "Peak disk per training run" in text
+    jobs = resources.plan(PAPER, exists=lambda _: False).set_index("target")
+    scout_q4b = jobs.loc["results/train/q4b-q1.7b-math/scout/s2/train.json", "peak_disk_gb"]
+    assert scout_q4b == pytest.approx(3 * (1.72 + 4.02) * 12 + 2 * 1.72 * 2)
+    opd = jobs.loc["results/train/q4b-q1.7b-math/opd/s1/train.json", "peak_disk_gb"]
+    assert opd == pytest.approx(2 * 1.72 * 12 + 1.72 * 2)  # nothing evaluated before the end: no teacher
 
 
 @pytest.mark.parametrize(
