@@ -190,9 +190,11 @@ def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
 def _base_spec(config: dict) -> dict:
     """Training fields every run shares, taken from the ``training`` section."""
     tr = config["training"]
+    device = {"device": config.get("device", "cuda")} if config["backend"] == "verl" else {}
     return {
         "world": config["world"],
         "backend": config["backend"],
+        **device,
         "batch_size": tr["batch_size"],
         "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
         "ppo_epochs": tr.get("ppo_epochs", 1),
@@ -347,7 +349,7 @@ def run_plans(config: dict) -> dict[Cell, Plan]:
     spec trains it; a longer run continues the longest shorter one of the same spec where its
     method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
     tested in tests/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
-    memo = json.dumps(config, sort_keys=True, default=str)
+    memo = json.dumps(config, default=str)  # in order: the order decides which cell trains a run
     if memo in _PLANS:
         return _PLANS[memo]
     every = cells(config)

@@ -18,8 +18,10 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def spec_file(results: str, job: str, spec: dict) -> str:
-    """``@path`` of the file holding ``spec`` (the form ``scout --spec`` reads)."""
-    text = json.dumps(spec, sort_keys=True, indent=1)
+    """``@path`` of the file holding ``spec`` (the form ``scout --spec`` reads). Keys keep their
+    order: the config's order is meaningful (the first cell of a shared run trains it, tables list
+    experiments in order), so a job must read the config as the workflow did."""
+    text = json.dumps(spec, indent=1)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = Path(results) / "specs" / f"{job}.{digest}.json"
     if not path.exists():

@@ -256,3 +256,22 @@ def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
     assert runs[0]["teacher"].endswith("scout/s1/model/step160-teacher")
     assert runs[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
     assert ("q4b-q1.7b-math", "scout", "3", "step160") in grid.eval_units(paper)
+
+
+def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
+    """The first cell of a shared run (in config order, the main grid first) trains it: a job that
+    reads the config from its spec file must see the same order, or it looks for the records
+    under the other cell (the aggregate once read scout-cm's, which no job writes)."""
+    from scout import workflow
+    from scout.cli import _spec
+
+    cfg = C.load(REPO / "config" / "config.yaml")
+    back = _spec(workflow.spec_file(str(tmp_path), "config", cfg))
+    assert list(back["experiments"]) == list(cfg["experiments"])
+    scout_cm = grid.find_cell(cfg, "toy-l-s-math", "scout-cm", 1)
+    assert grid.run_plans(back)[scout_cm].shares == grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
+    assert grid.eval_records(back) == grid.eval_records(cfg)
+    # the order is the config's, not the memo's: listing compute_matched first makes it the trainer
+    reordered = {**cfg, "experiments": dict(reversed(list(cfg["experiments"].items())))}
+    scout = grid.find_cell(reordered, "toy-l-s-math", "scout", 1)
+    assert grid.run_plans(reordered)[scout].shares.variant == "scout-cm"
