@@ -243,12 +243,24 @@ def _items(analysis_dir: Path, setting: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
-def _acc(d: pd.DataFrame, questions: list) -> float:
-    """Accuracy of continuations over the (resampled) questions: every continuation of every prefix
-    of each drawn question counts, a question drawn twice twice."""
-    by_q = d.groupby("question")[["correct", "k"]].sum()
-    picked = by_q.reindex(questions).dropna()
-    return float(picked.correct.sum() / picked.k.sum()) if len(picked) and picked.k.sum() else math.nan
+class _Totals:
+    """Per-question sums of correct continuations and of continuations of one probe, so that the
+    accuracy over a resample of questions is two array sums (the bootstrap draws thousands)."""
+
+    def __init__(self, d: pd.DataFrame, universe: list):
+        by_q = d.groupby("question")[["correct", "k"]].sum().reindex(universe)
+        self.pos = {q: i for i, q in enumerate(universe)}
+        self.correct, self.k = by_q.correct.to_numpy(float), by_q.k.to_numpy(float)
+
+    def acc(self, questions: list) -> float:
+        """Accuracy of continuations over the (resampled) questions: every continuation of every
+        prefix of each drawn question counts, a question drawn twice twice; questions this probe
+        did not visit are left out."""
+        idx = np.fromiter((self.pos[q] for q in questions), dtype=int, count=len(questions))
+        k = self.k[idx]
+        seen = ~np.isnan(k)
+        total = k[seen].sum()
+        return float(self.correct[idx][seen].sum() / total) if total else math.nan
 
 
 def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: float) -> Claim:
@@ -282,6 +294,11 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
         return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
                      verdict=verdict(effect, low, high, base["paper"]), used=[f"{path}: initial teacher"])  # fmt: skip
     d = items
+    universe = sorted(d.question.unique())
+
+    def totals(rows: pd.DataFrame) -> _Totals:
+        return _Totals(rows, universe)
+
     initial = d[(d.teacher == "initial") & (d.prefixes == "initial-student")]
     qs = sorted(initial.question.unique())
     if len(qs) < 2:
@@ -289,27 +306,29 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
     ratios = sorted(initial.prefix_ratio.unique())
     if kind == "continuation_falls":
         lo_r, hi_r = ratios[0], ratios[-1]
-        first, last = initial[initial.prefix_ratio == lo_r], initial[initial.prefix_ratio == hi_r]
+        first, last = totals(initial[initial.prefix_ratio == lo_r]), totals(initial[initial.prefix_ratio == hi_r])
 
         def fall(q, _):
-            return (_acc(first, q) - _acc(last, q)) * 100
+            return (first.acc(q) - last.acc(q)) * 100
 
         effect, low, high = cluster_bootstrap(fall, qs, alpha)
-        stat = f"{100 * _acc(first, qs):.1f} at {lo_r:.0%} to {100 * _acc(last, qs):.1f} at {hi_r:.0%}"
+        stat = f"{100 * first.acc(qs):.1f} at {lo_r:.0%} to {100 * last.acc(qs):.1f} at {hi_r:.0%}"
         return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
                      verdict=verdict(effect, low, high, base["paper"]),
                      used=[f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])  # fmt: skip
+    t_initial = totals(initial)
     if kind == "below_own":
         own = d[(d.teacher == "initial") & (d.prefixes == "own")]
         qs = sorted(set(qs) & set(own.question))
         if len(qs) < 2:
             return unmeasured("the teacher's own prefixes were not probed", test)
+        t_own = totals(own)
 
         def gap(q, _):
-            return (_acc(own, q) - _acc(initial, q)) * 100
+            return (t_own.acc(q) - t_initial.acc(q)) * 100
 
         effect, low, high = cluster_bootstrap(gap, qs, alpha)
-        stat = f"own {100 * _acc(own, qs):.1f} vs student {100 * _acc(initial, qs):.1f}, all ratios"
+        stat = f"own {100 * t_own.acc(qs):.1f} vs student {100 * t_initial.acc(qs):.1f}, all ratios"
         return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
                      verdict=verdict(effect, low, high, base["paper"]),
                      used=[f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])  # fmt: skip
@@ -317,14 +336,16 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
     seeds = sorted(trained.seed.unique())
     if not seeds:
         return unmeasured("no SCOUT-trained teacher was probed", test)
+    t_trained = totals(trained)
+    per_scout = {seed: totals(trained[trained.seed == seed]) for seed in seeds}
     if kind == "teacher_improves":
 
         def gain(q, s):
-            per_seed = [_acc(trained[trained.seed == seed], q) for seed in s["scout"]]
-            return (float(np.mean(per_seed)) - _acc(initial, q)) * 100
+            per_seed = [per_scout[seed].acc(q) for seed in s["scout"]]
+            return (float(np.mean(per_seed)) - t_initial.acc(q)) * 100
 
         effect, low, high = cluster_bootstrap(gain, qs, alpha, {"scout": seeds})
-        stat = f"{100 * _acc(trained, qs):.1f} vs initial {100 * _acc(initial, qs):.1f} ({len(seeds)} seeds)"
+        stat = f"{100 * t_trained.acc(qs):.1f} vs initial {100 * t_initial.acc(qs):.1f} ({len(seeds)} seeds)"
         return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
                      verdict=verdict(effect, low, high, base["paper"]),
                      used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"])  # fmt: skip
@@ -333,13 +354,15 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
     if not c_seeds:
         return unmeasured("no prefix-0 control teacher was probed on this setting", test)
 
+    per_control = {seed: totals(control[control.seed == seed]) for seed in c_seeds}
+
     def over_control(q, s):
-        a = [_acc(trained[trained.seed == seed], q) for seed in s["scout"]]
-        b = [_acc(control[control.seed == seed], q) for seed in s["control"]]
+        a = [per_scout[seed].acc(q) for seed in s["scout"]]
+        b = [per_control[seed].acc(q) for seed in s["control"]]
         return (float(np.mean(a)) - float(np.mean(b))) * 100
 
     effect, low, high = cluster_bootstrap(over_control, qs, alpha, {"scout": seeds, "control": c_seeds})
-    stat = f"{100 * _acc(trained, qs):.1f} vs control {100 * _acc(control, qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
+    stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
     return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
                  verdict=verdict(effect, low, high, base["paper"]),
                  used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: control s{s}" for s in c_seeds])  # fmt: skip
