@@ -17,6 +17,7 @@ rule analysis:
         f"{RES}/logs/analysis/{{setting}}.log",
     benchmark:
         f"{RES}/benchmarks/analysis/{{setting}}.tsv"
+    priority: 1  # a long job the report waits for: ahead of the short evaluations
     threads: cluster_threads("analysis")
     resources:
         **cluster_resources("analysis"),
