@@ -59,6 +59,17 @@ def temp_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"ray-{os.getuid()}")
 
 
+def auth_mode(environ: dict[str, str], home: Path) -> str:
+    """Ray's token authentication, decided once for the head, the workers, this launcher and the
+    driver. Since Ray 2.5x a node that finds ~/.ray/auth_token (which any local ``ray.init()``
+    writes) turns token auth on by itself, while a client joining by address does not, and the
+    launcher then cannot reach its own head. A mode the user set is kept."""
+    if environ.get("RAY_AUTH_MODE"):
+        return environ["RAY_AUTH_MODE"]
+    has_token = environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
+    return "token" if has_token or (home / ".ray" / "auth_token").exists() else "disabled"
+
+
 def on_node(job_id: str, node: str, argv: Sequence[str]) -> list[str]:
     """Run a command as one task on one node of the job; --overlap shares the node with the step
     that runs the launcher, and without --gres the step sees all the job's GPUs on that node."""
@@ -117,6 +128,8 @@ class RayCluster:
         self.address = ""
         # Ray's nodes drain for 30 s on SIGTERM by default; a finished job has nothing to drain.
         self.env = {**os.environ, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+        # Set here as well, so that this process's ray.init and the driver use the same mode.
+        os.environ["RAY_AUTH_MODE"] = self.env["RAY_AUTH_MODE"] = auth_mode(dict(os.environ), Path.home())
 
     def _cmd(self, node: str, argv: list[str]) -> list[str]:
         return on_node(self.job_id, node, argv) if self.job_id else argv

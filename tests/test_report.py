@@ -97,7 +97,7 @@ def test_import_percent_scale(tmp_path):
         ("toy-l-s-math,opd_v2,1,tm-easy,0.5,0.01", "unknown method 'opd_v2' for setting 'toy-l-s-math'"),
         ("toy-l-s-math,opd,1,tc-easy,0.5,0.01", "unknown benchmark 'tc-easy' for the math setting"),
         ("toy-l-s-math,opd,0,tm-easy,0.5,0.01", "run '0' is not a positive integer"),
-        ("toy-mg-s-math,scout-f1,4,tm-easy,0.5,0.01", r"run 4: scout-f1 on toy-mg-s-math has 3 run\(s\)"),
+        ("toy-mg-s-math,scout-f1,4,tm-easy,0.5,0.01", r"run 4: scout-f1 on toy-mg-s-math has 1 run\(s\)"),
         ("toy-l-s-math,opd,1,tm-easy,abc,0.01", "mean 'abc' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,0.5,", "sem '' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,nan,0.01", "mean 'nan' is not a finite number"),

@@ -212,10 +212,26 @@ def test_ray_commands():
     assert raycluster.ray_port("12345") == 22345 and raycluster.ray_port(None) == 6379
 
 
-def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path):
+def test_ray_auth_mode_follows_the_token_the_head_would_find(tmp_path):
+    assert raycluster.auth_mode({}, tmp_path) == "disabled"
+    assert raycluster.auth_mode({"RAY_AUTH_TOKEN": "abc"}, tmp_path) == "token"
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("abc")
+    assert raycluster.auth_mode({}, tmp_path) == "token"
+    assert raycluster.auth_mode({"RAY_AUTH_MODE": "disabled"}, tmp_path) == "disabled"
+
+
+@pytest.mark.parametrize("token", [False, True], ids=["no-token", "token-in-home"])
+def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path, token):
     """`scout ray-run` on a machine without Slurm: a local Ray head, the driver against it (the
-    probe), the driver's exit status passed on, and no Ray process left."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    probe), the driver's exit status passed on, and no Ray process left. With ~/.ray/auth_token
+    present (any local ray.init writes one) the head turns token auth on, and the launcher and
+    the driver must follow it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RAY_AUTH"))}
+    env["HOME"] = str(tmp_path / "home")
+    if token:
+        (tmp_path / "home" / ".ray").mkdir(parents=True)
+        (tmp_path / "home" / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     probe = tmp_path / "probe.json"
     cmd = [
