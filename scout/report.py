@@ -42,6 +42,16 @@ def missing_tex() -> str | None:
     return f"pdflatex not found: install TeX (Debian: apt-get install {TEX_PACKAGES})"
 
 
+def reported(config: dict, df):
+    """The records of the units the report shows; a run continued by a longer one is also evaluated
+    at the longer run's cadence, and those records appear under the longer run's labels only."""
+    if not len(df):
+        return df
+    units = set(grid.report_units(config))
+    keep = [u in units for u in zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True)]
+    return df[keep].reset_index(drop=True)
+
+
 def missing_evaluations(config: dict, df) -> list[str]:
     """Evaluation units of the grid without a full set of cached records, as readable lines."""
     have = set()
@@ -216,7 +226,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     out = Path(out_dir) if out_dir else root / "report"
     (out / "tables").mkdir(parents=True, exist_ok=True)
     damaged: list = []
-    df = results.load(config, damaged)
+    df = reported(config, results.load(config, damaged))
     for d in damaged:  # left out, each named with the command that remakes it
         log(f"damaged: {d}")
     cache = tables.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
