@@ -97,7 +97,7 @@ def test_import_percent_scale(tmp_path):
         ("toy-l-s-math,opd_v2,1,tm-easy,0.5,0.01", "unknown method 'opd_v2' for setting 'toy-l-s-math'"),
         ("toy-l-s-math,opd,1,tc-easy,0.5,0.01", "unknown benchmark 'tc-easy' for the math setting"),
         ("toy-l-s-math,opd,0,tm-easy,0.5,0.01", "run '0' is not a positive integer"),
-        ("toy-mg-s-math,scout-f1,4,tm-easy,0.5,0.01", r"run 4: scout-f1 on toy-mg-s-math has 1 run\(s\)"),
+        ("toy-mg-s-math,scout-f1,4,tm-easy,0.5,0.01", r"run 4: scout-f1 on toy-mg-s-math has 3 run\(s\)"),
         ("toy-l-s-math,opd,1,tm-easy,abc,0.01", "mean 'abc' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,0.5,", "sem '' is not a number"),
         ("toy-l-s-math,opd,1,tm-easy,nan,0.01", "mean 'nan' is not a finite number"),
@@ -356,8 +356,9 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     # every result the tables show: 795 final checkpoints and the probed SCOUT runs' step 160 (3 x 6)...
     assert m["expected_records"] == 795 + 18 and m["missing"] == []
     # ... read from 783 evaluated records and 72 that cells sharing a run report (q8b's GRPO is q4b's;
-    # scout-cm s1 is scout s1, which is evaluated at scout-cm's steps too)
-    assert m["records"] == 783 + 72
+    # scout-cm s1 is scout s1); scout s1's own records at scout-cm's other 7 steps (42) stand for
+    # scout-cm only, so the report counts each result it shows once
+    assert m["records"] == 783 + 72 - 42 == m["expected_records"]
     assert len(m["tables"]) == 17  # 3 main, 4 per-run, 2 + 2 prefix-0 / OPTR per-run, 2 summaries, f-sweep, 3 config
     prefix0_math = (Path(cfg["results"]) / "report" / "tables" / "per_run_prefix0_math.tex").read_text()
     assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math
