@@ -32,7 +32,7 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     plans = grid.run_plans(cfg)
     n = sum(1 for c in grid.cells(cfg) if "main" in c.experiments and plans[c].shares is None)
     assert (main["done"], main["running"], main["failed"], main["pending"]) == (1, 1, 1, n - 3)
-    assert len(st["shared"]) == 4  # toy-mg-s-math's three GRPO runs are toy-l-s-math's; scout-cm s1 is scout s1
+    assert len(st["shared"]) == 6  # toy-mg-s-math's GRPO runs are toy-l-s-math's; scout-cm's are scout's
     assert st["running_trainings"] == [(running, "17", cfg["training"]["steps"])] and st["snakemake_running"]
     assert st["remaining_s"] == 30.0 * (sum(sum(v.values()) for v in st["experiments"].values()) - 1)
     text = status.render(st)
