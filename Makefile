@@ -30,7 +30,7 @@ lint: install
 	ruff check .
 
 test: lint
-	pytest -q
+	pytest -q --durations=20
 
 toy: install tex
 	snakemake --cores 2

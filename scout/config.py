@@ -114,7 +114,10 @@ def _reference_errors(config: dict) -> list[str]:
             if "toy" not in b:
                 errs.append(f"benchmarks.{name}.toy: required when world is 'toy' (generator settings)")
         if config["backend"] == "verl" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
-            errs.append("backend: verl on the toy world needs GPUs in resources.default (see config/verl-smoke.yaml)")
+            errs.append(
+                "backend: verl on the toy world needs GPUs in resources.default (config/verl-smoke.yaml), or "
+                "device: cpu with fake ones (config/verl-cpu.yaml)"
+            )
     else:
         from scout.catalogue import CATALOGUE
 

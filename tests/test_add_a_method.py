@@ -86,6 +86,8 @@ def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
     assert "1 passed" in run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_algorithms.py",
                              "-k", "clip_advantage").stdout  # fmt: skip
     assert "valid (toy world)" in run(copy, "-m", "scout.cli", "check-config", "config/config.yaml").stdout
+    claim = "import yaml; from scout import claims; print([c['id'] for c in claims.specs(yaml.safe_load(open('config/config.yaml')))])"
+    assert "'clip_beats_opd'" in run(copy, "-c", claim).stdout  # the claims page tests it
 
     paths = {"student": world["student"], "teacher": world["teacher"],
              "train_data": str(world["data"] / "math-train.jsonl")}  # fmt: skip

@@ -177,9 +177,21 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     receiver = _teacher_inference(cfg).checkpoint_engine
     assert sender.backend == receiver.backend == "nccl"
     # the receiver cuts its buffer to the sender's length: the bucket sizes must agree
-    assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == vc.SYNC_BUCKET_MB
+    assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == vc.WEIGHT_SYNC["cuda"][1]
     with pytest.raises(NotImplementedError):  # what the old default receiver does
         CheckpointEngineRegistry.new("naive", bucket_size=1).prepare()
+
+
+def test_on_the_cpu_the_teacher_sync_is_scouts_gloo_engine():
+    """device: cpu selects scout's gloo checkpoint engine the way NCCL is selected on GPUs, and
+    verl's registry builds it once the module is imported (the CPU platform imports it)."""
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+
+    assert vc.weight_sync({"device": "cpu"}) == ("gloo", 64) and vc.weight_sync({})[0] == "nccl"
+    import scout.verl.gloo_sync  # noqa: F401
+
+    engine = CheckpointEngineRegistry.new("gloo", bucket_size=1 << 20)
+    assert type(engine).__name__ == "GlooCheckpointEngine" and engine.bucket_size == 1 << 20
 
 
 def test_teacher_engine_serves_prompt_plus_response_with_its_gpus():

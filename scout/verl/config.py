@@ -44,8 +44,14 @@ LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no r
 TEACHER_GPU_MEMORY = 0.7
 TEACHER_BATCHED_TOKENS = 4096
 RELAY_STUDENT_BATCHED_TOKENS = 4096  # Relay-OPD's student engine serves top-k prefills the same way
-SYNC_BUCKET_MB = 512  # weight-sync buffers; sender and receiver must use the same size
-WEIGHT_SYNC = "nccl"  # SCOUT's teacher trainer -> teacher engine (separate pools: never naive)
+# SCOUT's teacher trainer -> teacher engine (separate pools: never naive): NCCL on GPUs, scout's
+# gloo engine (scout/verl/gloo_sync.py) on CPU; the weight-sync buffers, the same size at both ends
+WEIGHT_SYNC = {"cuda": ("nccl", 512), "cpu": ("gloo", 64)}
+
+
+def weight_sync(spec: dict) -> tuple[str, int]:
+    """(checkpoint-engine backend, bucket MB) of SCOUT's teacher sync on the cell's device."""
+    return WEIGHT_SYNC[spec.get("device", "cuda")]
 
 
 def agent_loop(method_id: str) -> str | None:
@@ -237,8 +243,9 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         o["actor_rollout_ref.rollout.max_num_batched_tokens"] = RELAY_STUDENT_BATCHED_TOKENS
     if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
-        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = WEIGHT_SYNC
-        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = SYNC_BUCKET_MB
+        backend, bucket_mb = weight_sync(spec)
+        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = backend
+        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = bucket_mb
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
     kept = grid.checkpoint_steps(spec)
@@ -332,6 +339,10 @@ def build(spec: dict, res: dict, out_dir: str):
     cfg = compose(overrides(spec, res, out_dir))
     with open_dict(cfg):
         cfg.ray_kwargs.ray_init.runtime_env = {"env_vars": worker_env(spec, out_dir)}
+    if spec.get("device") == "cpu":  # no GPU: verl on the CPU platform, vLLM's CPU build (scout.verl.cpu)
+        from scout.verl import cpu
+
+        cpu.cpu_config(cfg, fake_gpus=res["nodes"] * res["gpus_per_node"])
     try:
         check(cfg)
     except Exception as exc:  # verl raises ValueError, AssertionError or hydra's InstantiationException

@@ -121,15 +121,21 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
     log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
     if dry_run:
         return {"config": str(out / "verl_config.yaml"), "resumed_from": resumed}
-    if not torch.cuda.is_available():
+    cpu = spec.get("device") == "cpu"
+    if not cpu and not torch.cuda.is_available():
         raise SystemExit(
-            f"the verl backend trains on GPUs and this machine has none; the config is {out}/verl_config.yaml"
+            f"the verl backend trains on GPUs and this machine has none (device: cpu trains toy cells on the CPU); "
+            f"the config is {out}/verl_config.yaml"
         )
+    os.environ.update(cfg.ray_kwargs.ray_init.runtime_env.env_vars)  # the driver process registers the plugin too
+    if cpu:  # the CPU platform and its patches, before verl's workers and engines load
+        from scout.verl import cpu as cpu_platform
+
+        cpu_platform.install()
     from verl.trainer.main_ppo import run_ppo
 
     from scout.verl.trainer import ScoutTaskRunner
 
-    os.environ.update(cfg.ray_kwargs.ray_init.runtime_env.env_vars)  # the driver process registers the plugin too
     t0 = time.perf_counter()
     run_ppo(cfg, task_runner_class=ScoutTaskRunner)
     models = export_models(spec, cfg.trainer.default_local_dir, out, log)

@@ -40,7 +40,6 @@ from scout import algorithms as alg
 from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
-from scout.verl.config import SYNC_BUCKET_MB, WEIGHT_SYNC
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
 from scout.verl.reward import grade_batch
 
@@ -56,8 +55,8 @@ BUDGET_FILE = "scout_budget.json"  # Prune-OPD's budget state, beside verl's dat
 
 def teacher_worker_config(cfg: DictConfig) -> DictConfig:
     """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
-    teacher's model, its own LR, KL 0.001 to its initial weights, and NCCL weight sync into the
-    teacher's inference engine (a separate pool, so naive in-process sync cannot reach it)."""
+    teacher's model, its own LR, KL 0.001 to its initial weights, and the weight sync its inference
+    engine receives with (NCCL on GPUs, gloo on CPU; a separate pool, so never naive)."""
     sc = cfg.scout.scout
     t = copy.deepcopy(cfg.actor_rollout_ref)
     with open_dict(t):
@@ -69,8 +68,9 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
         t.actor.kl_loss_type = "low_var_kl"
         t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
         t.rollout.n = sc.k
-        t.rollout.checkpoint_engine.backend = WEIGHT_SYNC
-        t.rollout.checkpoint_engine.update_weights_bucket_megabytes = SYNC_BUCKET_MB
+        receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
+        t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
+        t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
     return t
 
 
@@ -280,7 +280,10 @@ class ScoutTrainer(RetainCheckpoints):
         replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
         _bind_teacher_servers(replicas)
         self.teacher_sync = CheckpointEngineManager(
-            config=CheckpointEngineConfig(backend=WEIGHT_SYNC, update_weights_bucket_megabytes=SYNC_BUCKET_MB),
+            config=CheckpointEngineConfig(
+                backend=tcfg.rollout.checkpoint_engine.backend,
+                update_weights_bucket_megabytes=tcfg.rollout.checkpoint_engine.update_weights_bucket_megabytes,
+            ),
             actor_wg=self.teacher_wg,
             replicas=replicas,
         )

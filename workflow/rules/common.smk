@@ -85,8 +85,9 @@ def cluster_threads(family):
 
 def launcher(family):
     """The command prefix of a training job: the verl backend's driver runs against a Ray cluster
-    over the job's nodes (`scout ray-run`); the embedded backend runs in-process."""
-    if config["backend"] != "verl":
+    over the job's nodes (`scout ray-run`); the embedded backend, and verl on the CPU (a local Ray),
+    run in-process."""
+    if config["backend"] != "verl" or config.get("device") == "cpu":
         return lambda wc: ""
 
     def prefix(wc):

@@ -1,0 +1,84 @@
+"""scout's gloo checkpoint engine (SCOUT's teacher sync on the CPU), driven the way verl's
+CheckpointEngineManager drives it, across processes that each already have a default
+torch.distributed group of their own (as FSDP workers and CheckpointEngineWorker do): two trainer
+ranks (rank 0 sends, rank 1 only walks its generator) and two rollout ranks, two syncs (two
+teacher phases; the group is rebuilt each time), buckets small enough that one weight spans three."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
+
+BUCKET = 4096  # bytes
+PORT = 29700  # each process's own default group: PORT + 10 n (the engine picks its store's port itself)
+
+
+def weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "embed.weight": torch.randn(40, 16, generator=g),  # 2560 B
+        "layer.q.weight": torch.randn(16, 16, generator=g),  # 1024 B: does not fit beside it
+        "layer.mlp.weight": torch.randn(64, 32, generator=g),  # 8192 B: spans buckets
+        "norm.weight": torch.randn(16, generator=g).to(torch.bfloat16),
+        "step": torch.tensor([7], dtype=torch.int64),
+    }
+
+
+def worker(role: str, index: int, port: int, queue, results) -> None:
+    import torch.distributed as dist
+
+    from scout.verl.gloo_sync import GlooCheckpointEngine
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    is_master = role == "actor" and index == 0
+    engine = GlooCheckpointEngine(bucket_size=BUCKET, is_master=is_master)
+    for round_ in range(2):
+        meta = engine.prepare()
+        if is_master:
+            for _ in range(3):
+                queue.put(meta)
+        else:
+            meta = queue.get()
+        actor_kwargs, rollout_kwargs = GlooCheckpointEngine.build_topology(2, 2, [meta, None, None, None])
+        kw = actor_kwargs if role == "actor" else rollout_kwargs
+        engine.init_process_group(**{k: v[index] for k, v in kw.items()})
+
+        async def run(scale: int = round_ + 1):
+            if role == "actor":
+                await engine.send_weights((k, v * scale if v.is_floating_point() else v) for k, v in weights().items())
+                return None
+            return {k: v.clone() async for k, v in engine.receive_weights()}
+
+        got = asyncio.run(run())
+        engine.finalize()
+        if got is not None:
+            results.put((index, round_, pickle.dumps(got)))
+
+
+def test_gloo_engine_moves_every_weight_exactly():
+    ctx = mp.get_context("spawn")
+    queue, results = ctx.Queue(), ctx.Queue()
+    roles = [("actor", 0), ("actor", 1), ("rollout", 0), ("rollout", 1)]
+    procs = [
+        ctx.Process(target=worker, args=(role, i, PORT + 10 * n, queue, results)) for n, (role, i) in enumerate(roles)
+    ]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in range(4)]  # 2 receivers x 2 syncs
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    ref = weights()
+    assert sorted((i, r) for i, r, _ in got) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for _index, round_, blob in got:
+        received = pickle.loads(blob)
+        assert list(received) == list(ref)
+        for k, v in ref.items():
+            want = v * (round_ + 1) if v.is_floating_point() else v
+            assert received[k].dtype == want.dtype and torch.equal(received[k], want), k
