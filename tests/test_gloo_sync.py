@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import socket
 
 import pytest
 import torch
@@ -16,7 +17,6 @@ import torch.multiprocessing as mp
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 
 BUCKET = 4096  # bytes
-PORT = 29700  # each process's own default group: PORT + 10 n (the engine picks its store's port itself)
 
 
 def weights() -> dict[str, torch.Tensor]:
@@ -30,7 +30,13 @@ def weights() -> dict[str, torch.Tensor]:
     }
 
 
-def worker(role: str, index: int, port: int, queue, results) -> None:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(role: str, index: int, port: int, inbox, others, results) -> None:
     import torch.distributed as dist
 
     from scout.verl.gloo_sync import GlooCheckpointEngine
@@ -39,12 +45,14 @@ def worker(role: str, index: int, port: int, queue, results) -> None:
     is_master = role == "actor" and index == 0
     engine = GlooCheckpointEngine(bucket_size=BUCKET, is_master=is_master)
     for round_ in range(2):
+        # the master's address, to each process on its own queue, as verl's manager hands it out
+        # per sync (one shared queue would let a fast receiver take a slow one's stale address)
         meta = engine.prepare()
         if is_master:
-            for _ in range(3):
-                queue.put(meta)
+            for q in others:
+                q.put(meta)
         else:
-            meta = queue.get()
+            meta = inbox.get()
         actor_kwargs, rollout_kwargs = GlooCheckpointEngine.build_topology(2, 2, [meta, None, None, None])
         kw = actor_kwargs if role == "actor" else rollout_kwargs
         engine.init_process_group(**{k: v[index] for k, v in kw.items()})
@@ -63,17 +71,23 @@ def worker(role: str, index: int, port: int, queue, results) -> None:
 
 def test_gloo_engine_moves_every_weight_exactly():
     ctx = mp.get_context("spawn")
-    queue, results = ctx.Queue(), ctx.Queue()
+    results = ctx.Queue()
     roles = [("actor", 0), ("actor", 1), ("rollout", 0), ("rollout", 1)]
+    inboxes = [ctx.Queue() for _ in roles]
     procs = [
-        ctx.Process(target=worker, args=(role, i, PORT + 10 * n, queue, results)) for n, (role, i) in enumerate(roles)
+        ctx.Process(target=worker, args=(role, i, _free_port(), inboxes[n], inboxes[1:] if n == 0 else [], results))
+        for n, (role, i) in enumerate(roles)
     ]
     for p in procs:
         p.start()
-    got = [results.get(timeout=120) for _ in range(4)]  # 2 receivers x 2 syncs
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    try:
+        got = [results.get(timeout=300) for _ in range(4)]  # 2 receivers x 2 syncs
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+    finally:  # a hung sync must not outlive the test
+        for p in procs:
+            p.kill()
     ref = weights()
     assert sorted((i, r) for i, r, _ in got) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for _index, round_, blob in got:
