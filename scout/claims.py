@@ -277,6 +277,13 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
     if not path.exists():
         return unmeasured("the analysis stage has not run on this setting (or predates per-question records)")
     test = "bootstrap over questions"
+
+    def bootstrapped(diff, qs, stat: str, used: list[str], seeds: dict | None = None) -> Claim:
+        """The claim from a per-question difference, resampled over questions (and seeds, if any)."""
+        effect, low, high = cluster_bootstrap(diff, qs, alpha, seeds)
+        suffix = " and seeds" if seeds else " (paired)"
+        return Claim(**base, statistic=stat, test=test + suffix, effect=effect, low=low, high=high,
+                     verdict=verdict(effect, low, high, base["paper"]), used=used)  # fmt: skip
     if kind == "entropy_gap":
         d = pd.read_csv(path)
         d = d[d.teacher == "initial"]
@@ -289,10 +296,8 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
         def gap(q, _):
             return float(sm.reindex(q).mean() - om.reindex(q).mean())
 
-        effect, low, high = cluster_bootstrap(gap, qs, alpha)
         stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
-        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
-                     verdict=verdict(effect, low, high, base["paper"]), used=[f"{path}: initial teacher"])  # fmt: skip
+        return bootstrapped(gap, qs, stat, [f"{path}: initial teacher"])
     d = items
     universe = sorted(d.question.unique())
 
@@ -311,11 +316,8 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
         def fall(q, _):
             return (first.acc(q) - last.acc(q)) * 100
 
-        effect, low, high = cluster_bootstrap(fall, qs, alpha)
         stat = f"{100 * first.acc(qs):.1f} at {lo_r:.0%} to {100 * last.acc(qs):.1f} at {hi_r:.0%}"
-        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
-                     verdict=verdict(effect, low, high, base["paper"]),
-                     used=[f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])  # fmt: skip
+        return bootstrapped(fall, qs, stat, [f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])
     t_initial = totals(initial)
     if kind == "below_own":
         own = d[(d.teacher == "initial") & (d.prefixes == "own")]
@@ -327,11 +329,8 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
         def gap(q, _):
             return (t_own.acc(q) - t_initial.acc(q)) * 100
 
-        effect, low, high = cluster_bootstrap(gap, qs, alpha)
         stat = f"own {100 * t_own.acc(qs):.1f} vs student {100 * t_initial.acc(qs):.1f}, all ratios"
-        return Claim(**base, statistic=stat, test=test + " (paired)", effect=effect, low=low, high=high,
-                     verdict=verdict(effect, low, high, base["paper"]),
-                     used=[f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])  # fmt: skip
+        return bootstrapped(gap, qs, stat, [f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])
     trained = d[(d.teacher == "scout") & (d.prefixes == "initial-student")]
     seeds = sorted(trained.seed.unique())
     if not seeds:
@@ -344,11 +343,9 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
             per_seed = [per_scout[seed].acc(q) for seed in s["scout"]]
             return (float(np.mean(per_seed)) - t_initial.acc(q)) * 100
 
-        effect, low, high = cluster_bootstrap(gain, qs, alpha, {"scout": seeds})
         stat = f"{100 * t_trained.acc(qs):.1f} vs initial {100 * t_initial.acc(qs):.1f} ({len(seeds)} seeds)"
-        return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
-                     verdict=verdict(effect, low, high, base["paper"]),
-                     used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"])  # fmt: skip
+        used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"]
+        return bootstrapped(gain, qs, stat, used, {"scout": seeds})
     control = d[(d.teacher == "control") & (d.prefixes == "initial-student")]
     c_seeds = sorted(control.seed.unique())
     if not c_seeds:
@@ -361,11 +358,9 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
         b = [per_control[seed].acc(q) for seed in s["control"]]
         return (float(np.mean(a)) - float(np.mean(b))) * 100
 
-    effect, low, high = cluster_bootstrap(over_control, qs, alpha, {"scout": seeds, "control": c_seeds})
     stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
-    return Claim(**base, statistic=stat, test=test + " and seeds", effect=effect, low=low, high=high,
-                 verdict=verdict(effect, low, high, base["paper"]),
-                 used=[f"{path}: scout s{s}" for s in seeds] + [f"{path}: control s{s}" for s in c_seeds])  # fmt: skip
+    used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: control s{s}" for s in c_seeds]
+    return bootstrapped(over_control, qs, stat, used, {"scout": seeds, "control": c_seeds})
 
 
 PROBES = ("continuation_falls", "below_own", "entropy_gap", "teacher_improves", "teacher_beats_control")
