@@ -36,6 +36,8 @@ import types
 
 import torch
 
+from scout.verl.import_hooks import patch_on_import
+
 log = logging.getLogger(__name__)
 
 PLATFORM = "cpu"
@@ -372,38 +374,6 @@ def _patch_fsdp_offload(module) -> None:
             super().__init__(pin_memory=False)
 
     module.CPUOffloadPolicy = CPUOffloadPolicy
-
-
-class _PatchOnImport:
-    """A meta-path finder that calls ``patch(module)`` right after ``name`` is imported, so that
-    processes that never import vLLM's layers do not pay for importing them here."""
-
-    def __init__(self, name: str, patch):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, name, path=None, target=None):
-        if name != self.name:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run, patch = spec.loader.exec_module, self.patch
-
-        def exec_module(module):
-            run(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-def patch_on_import(name: str, patch) -> None:
-    if name in sys.modules:
-        patch(sys.modules[name])
-    elif not any(isinstance(f, _PatchOnImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(name, patch))
 
 
 def _select_platform(cls) -> None:

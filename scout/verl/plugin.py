@@ -207,39 +207,12 @@ def extract_prompt_logprobs_keeping_sampled(output, num_prompt_logprobs, result_
     result_dict["prompt_ids"], result_dict["prompt_logprobs"] = ids_ls, lps_ls
 
 
-class _PatchOnImport:
-    """A meta-path finder that sets ``attribute`` of ``module`` to ``value`` right after the module
-    is imported (the server imports verl's function by name, so the module attribute is what it calls)."""
-
-    def __init__(self, module: str, attribute: str, value):
-        self.module, self.attribute, self.value = module, attribute, value
-
-    def find_spec(self, name, path=None, target=None):
-        if name != self.module:
-            return None
-        import importlib.machinery
-
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run, patch = spec.loader.exec_module, (self.attribute, self.value)
-
-        def exec_module(module):
-            run(module)
-            setattr(module, *patch)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def patch_on_import(module: str, attribute: str, value) -> None:
-    """Install the patch now if ``module`` is loaded, else as soon as it is imported."""
-    import sys
+    """Set ``attribute`` of ``module`` to ``value`` now if it is loaded, else as soon as it is
+    imported (the server imports verl's function by name, so the module attribute is what it calls)."""
+    from scout.verl.import_hooks import patch_on_import as on_import
 
-    if module in sys.modules:
-        setattr(sys.modules[module], attribute, value)
-    elif not any(isinstance(f, _PatchOnImport) and f.module == module for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport(module, attribute, value))
+    on_import(module, lambda m: setattr(m, attribute, value))
 
 
 def register() -> None:
