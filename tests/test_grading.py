@@ -8,7 +8,7 @@ import pytest
 
 from scout.grading import Grader
 from scout.grading.code import calls_from_asserts, extract_code
-from scout.grading.math import MathGrader, last_boxed
+from scout.grading.math import MathGrader, _grade_item, grade_one, last_boxed, quick_verdict
 from scout.grading.sandbox import Limits
 
 FAST = Limits(wall_seconds=3, cpu_seconds=2, memory_bytes=512 << 20)
@@ -52,21 +52,19 @@ def test_math_malformed_outputs_are_wrong(grader):
     assert grader.grade(list(cases), [row] * len(cases)) == list(cases.values())
 
 
-def test_math_worker_that_hangs_is_killed_and_counted_wrong(monkeypatch):
-    import scout.grading.math as gm
+def _hangs_on_request(item):
+    """A worker's per-item function that never returns for a response ending in "hang"."""
+    if item[0].endswith("hang"):
+        time.sleep(30)
+    return _grade_item(item)
 
-    g = MathGrader(workers=1, deadline=1.0)
-    real = gm.grade_one
 
-    def slow(response, gold, timeout=5):
-        if response == "hang":
-            time.sleep(30)
-        return real(response, gold, timeout)
-
-    monkeypatch.setattr(gm, "grade_one", slow)
+def test_math_worker_that_hangs_is_killed_and_counted_wrong():
+    g = MathGrader(workers=1, deadline=1.0, item_fn=_hangs_on_request)
     try:
         t0 = time.time()
-        out = g.grade(["\\boxed{2}", "hang", "\\boxed{2}"], ["2", "2", "2"])
+        # fractions go to the workers (plain integers and unboxed text are decided without them)
+        out = g.grade(["\\boxed{1/2}", "\\boxed{1/2} hang", "\\boxed{\\frac12}"], ["\\frac{1}{2}"] * 3)
         assert out == [True, False, True]
         assert time.time() - t0 < 15
     finally:
@@ -164,3 +162,20 @@ def test_math_grader_hand_checked_cases():
         got = g.grade([r for _, r, _ in MATH_CASES], [gold for gold, _, _ in MATH_CASES])
     wrong = [(gold, r, want) for (gold, r, want), v in zip(MATH_CASES, got, strict=True) if v != want]
     assert wrong == []
+
+
+@pytest.mark.parametrize(
+    "gold, answer",
+    [("13", "13"), ("13", "14"), ("13", "013"), ("-4", "-4"), ("-4", "4"), ("0", "-0"), ("7", " 7 "),
+     ("123456789012345678901234567890", "123456789012345678901234567890")],
+)  # fmt: skip
+def test_integer_verdicts_without_a_worker_equal_math_verify(gold, answer):
+    response = f"so \\boxed{{{answer}}}"
+    assert quick_verdict(response, gold) == grade_one(response, gold)
+
+
+@pytest.mark.parametrize(
+    "gold, answer", [("\\frac{1}{2}", "1/2"), ("13", "13.0"), ("13", "+13"), ("x", "13"), ("10", "1 0")]
+)
+def test_anything_but_two_plain_integers_goes_to_math_verify(gold, answer):
+    assert quick_verdict(f"\\boxed{{{answer}}}", gold) is None

@@ -66,6 +66,32 @@ def test_incremental_decoding_matches_a_full_forward(saved):
             assert torch.allclose(seen[j][i], full[len(p) - 1 + j], atol=1e-5)
 
 
+def test_repeated_prompts_prefilled_once_give_the_same_logits_bit_for_bit(saved):
+    model = Qwen3.from_pretrained(saved).eval()
+    prompts = [p for p in ([5, 6, 7, 8, 9], [10, 11], [12, 13, 14]) for _ in range(4)]
+    tokens = torch.arange(20, 32)
+    with torch.no_grad():
+        shared = lm.Decoder(model, prompts, pad_id=0, max_new=4)
+        each = lm.Decoder(model, prompts, pad_id=0, max_new=4, share=False)
+        assert len(shared.cache[0][0]) == len(each.cache[0][0]) == 12
+        assert torch.equal(shared.logits, each.logits)
+        for j in range(3):
+            assert torch.equal(shared.step(tokens + j), each.step(tokens + j))
+
+
+def test_dropping_finished_rows_changes_the_others_only_by_rounding(saved):
+    model = Qwen3.from_pretrained(saved).eval()
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    with torch.no_grad():
+        full = lm.Decoder(model, prompts, pad_id=0, max_new=4)
+        kept = lm.Decoder(model, prompts, pad_id=0, max_new=4)
+        full.step(torch.tensor([20, 21, 22]))
+        kept.step(torch.tensor([20, 21, 22]))
+        kept.keep(torch.tensor([0, 2]))  # row 1 finished
+        want = full.step(torch.tensor([23, 24, 25]))[[0, 2]]
+        assert torch.allclose(kept.step(torch.tensor([23, 25])), want, atol=1e-5)
+
+
 def test_transformers_loads_what_we_save_after_training(saved, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -89,18 +89,25 @@ def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.T
 
 class Decoder:
     """Incremental decoding over a left-padded batch of prompts: ``logits`` holds the next-token
-    logits [B, V]; ``step(tokens)`` appends one token per row. At most ``max_new`` steps."""
+    logits [B, V]; ``step(tokens)`` appends one token per row. At most ``max_new`` steps.
 
-    def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int, max_new: int):
+    With ``share``, repeated prompts (a GRPO group, SCOUT's K continuations of one prefix) are
+    prefilled once and their cache rows copied: the same logits, bit for bit, as prefilling every
+    copy (``tests/test_qwen3.py``), for a K-th of the work."""
+
+    def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int, max_new: int,
+                 share: bool = True):  # fmt: skip
         self.model = model
         device = next(model.parameters()).device
-        ids, mask = _left_padded(prompts, pad_id, device)
+        self.native = isinstance(model, Qwen3)
+        distinct = list(dict.fromkeys(map(tuple, prompts)))
+        shared = share and self.native and 2 <= len(distinct) < len(prompts)
+        ids, mask = _left_padded([list(p) for p in distinct] if shared else prompts, pad_id, device)
         width = ids.shape[1]
         pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        self.native = isinstance(model, Qwen3)
         if self.native:
-            self.cache = model.new_cache(len(prompts), width + max_new)
-            self.keys = torch.zeros((len(prompts), width + max_new), dtype=torch.bool, device=device)
+            self.cache = model.new_cache(len(ids), width + max_new)
+            self.keys = torch.zeros((len(ids), width + max_new), dtype=torch.bool, device=device)
             self.keys[:, :width] = mask.bool()
             out = model(ids, pos, _attend(mask), self.cache, 0)
         else:
@@ -110,6 +117,9 @@ class Decoder:
         self.at = width
         self.next_pos = pos[:, -1] + 1
         self.logits = out[:, -1].float()
+        if shared:
+            row = {p: i for i, p in enumerate(distinct)}
+            self.keep(torch.tensor([row[tuple(p)] for p in prompts], device=device))
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         pos = self.next_pos.unsqueeze(1)
@@ -136,9 +146,9 @@ class Decoder:
         return self.native
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Go on with these rows only (finished ones dropped). A row's logits do not depend on
-        which other rows share its batch (of two or more rows; tests/test_qwen3.py), so this only
-        saves the work of decoding finished rows."""
+        """Go on with these rows: a prefilled row copied for each of its repeats, or finished rows
+        dropped. A row's logits then change only by float rounding (a smaller batch may take
+        another matmul kernel), so sampling draws from the same distribution with less work."""
         self.cache = [(k[rows], v[rows]) for k, v in self.cache]
         self.keys, self.next_pos, self.logits = self.keys[rows], self.next_pos[rows], self.logits[rows]
 
@@ -185,8 +195,8 @@ def sample(
 ) -> list[list[int]]:
     """Sample one response per prompt; a response ends with EOS or at its token budget
     (``max_new_tokens`` per prompt overrides the common budget, as SCOUT continuations need).
-    ``compact`` drops finished rows from the batch as they accumulate: the same responses (the
-    random draws are per prompt and a row's logits do not depend on its batch), less work."""
+    ``compact`` drops finished rows from the batch as they accumulate: less work, and the same
+    responses up to float rounding of the logits (the random draws are per prompt)."""
     n = len(prompts)
     budgets = max_new_tokens or [sampling.max_new_tokens] * n
     out: list[list[int]] = [[] for _ in prompts]

@@ -22,6 +22,7 @@ import torch
 from scout import algorithms as alg
 from scout import grid, runs
 from scout.embedded import lm
+from scout.embedded.optim import AdamW
 from scout.grading import Grader
 from scout.io import DamagedInput, read_jsonl
 from scout.methods import METHODS, Method
@@ -36,10 +37,10 @@ class Models:
     """The trainable student, its frozen reference, and (for distillation) the teacher."""
 
     student: torch.nn.Module
-    student_opt: torch.optim.Optimizer
+    student_opt: AdamW
     ref: torch.nn.Module | None = None
     teacher: torch.nn.Module | None = None
-    teacher_opt: torch.optim.Optimizer | None = None
+    teacher_opt: AdamW | None = None
     teacher_ref: torch.nn.Module | None = None
 
 
@@ -57,8 +58,8 @@ def _frozen(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.0)
+def _adamw(model: torch.nn.Module, lr: float) -> AdamW:
+    return AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.0)
 
 
 class Trainer:

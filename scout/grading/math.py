@@ -5,6 +5,11 @@ graded in worker processes; a worker that overruns its per-item deadline anyway 
 item counts as wrong, so one pathological answer never stalls or stops a job. Workers come from a
 fork server (a clean single-threaded process with math-verify preloaded), never by forking the
 caller: forking a multi-threaded process (a Ray actor, a trainer) can deadlock the child.
+
+Two cases are decided in the caller, without a worker: no complete boxed answer (wrong, as
+math-verify is never asked), and a boxed plain integer against a plain-integer gold, where
+math-verify's verdict is integer equality (``tests/test_grading.py`` holds the two equal). Every
+toy-world answer is such an integer, and the round trip to a worker cost more than the check.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 from collections.abc import Sequence
 
 THINK_END = "</think>"
+INTEGER = re.compile(r"\s*(-?\d{1,64})\s*")
 
 
 def last_boxed(text: str) -> str | None:
@@ -54,6 +60,17 @@ def grade_one(response: str, gold: str, timeout: int = 5) -> bool:
     return bool(verify(gold_parsed, pred, timeout_seconds=timeout))
 
 
+def quick_verdict(response: str, gold: str) -> bool | None:
+    """The verdict where it needs no parser (see the module's docstring); None: ask math-verify."""
+    answer = answer_of(response)
+    if answer is None:
+        return False
+    a, g = INTEGER.fullmatch(answer), INTEGER.fullmatch(gold)
+    if a and g:
+        return int(a.group(1)) == int(g.group(1))
+    return None
+
+
 def _grade_item(item: tuple[str, str, int]) -> bool:
     try:
         return grade_one(*item)
@@ -64,8 +81,9 @@ def _grade_item(item: tuple[str, str, int]) -> bool:
 class MathGrader:
     """A small pool of grading processes with a hard per-item deadline."""
 
-    def __init__(self, workers: int = 1, item_timeout: int = 5, deadline: float = 20.0):
+    def __init__(self, workers: int = 1, item_timeout: int = 5, deadline: float = 20.0, item_fn=None):
         self.workers, self.item_timeout, self.deadline = workers, item_timeout, deadline
+        self.item_fn = item_fn or _grade_item  # what a worker runs per item (a test swaps in a slow one)
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["scout.grading.math", "math_verify"])
         self._pool = None
@@ -74,12 +92,17 @@ class MathGrader:
         self._pool = self._ctx.Pool(self.workers)
 
     def grade(self, responses: Sequence[str], golds: Sequence[str]) -> list[bool]:
-        items = [(r, g, self.item_timeout) for r, g in zip(responses, golds, strict=True)]
+        quick = [quick_verdict(r, g) for r, g in zip(responses, golds, strict=True)]
+        ask = [i for i, v in enumerate(quick) if v is None]
+        slow = iter(self._in_workers([(responses[i], golds[i], self.item_timeout) for i in ask]))
+        return [next(slow) if v is None else v for v in quick]
+
+    def _in_workers(self, items: list[tuple[str, str, int]]) -> list[bool]:
         verdicts: list[bool] = []
         while len(verdicts) < len(items):
             if self._pool is None:
                 self._start()
-            it = self._pool.imap(_grade_item, items[len(verdicts) :])
+            it = self._pool.imap(self.item_fn, items[len(verdicts) :])
             try:
                 for _ in range(len(items) - len(verdicts)):
                     verdicts.append(bool(it.next(timeout=self.deadline)))
