@@ -82,8 +82,15 @@ def effect_text(c) -> str:
     return f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]" if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
 
 
-def claims_page(env, found: list, alpha: float) -> str:
-    """The first page: one row per claim with its effect, bounds, the paper's number and verdict."""
+def caveats(config: dict, found: list) -> list[tuple[str, str]]:
+    """(setting, caveat) for each setting on the claims page whose config says what to know first."""
+    shown = dict.fromkeys(c.setting for c in found)
+    return [(s, config["settings"][s]["caveat"]) for s in shown if config["settings"].get(s, {}).get("caveat")]
+
+
+def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = ()) -> str:
+    """The first page: what to know first, then one row per claim with its effect, bounds, the
+    paper's number and verdict."""
     rows = [
         {
             "claim": render.tex(c.claim),
@@ -99,6 +106,7 @@ def claims_page(env, found: list, alpha: float) -> str:
     counts = claims.summary(found)
     return env.get_template("claims.tex.j2").render(
         claims=rows,
+        caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
         alpha=f"{alpha:g}",
         counts={"holds": counts[claims.HOLDS], "fails": counts[claims.FAILS],
                 "inconclusive": counts[claims.INCONCLUSIVE], "unmeasured": counts[claims.UNMEASURED]},  # fmt: skip
@@ -186,6 +194,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                          for v in claims.VERDICTS],  # fmt: skip
             "claims": rows,
+            "caveats": [{"setting": k, "text": v} for k, v in caveats(config, found)],
             "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
             "baseline": cache.label(opts["baseline"]),
             "tables": [{"name": t["name"], "html": Markup(render.render(t, "html", env))} for t in made],
@@ -200,9 +209,10 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
     )
 
 
-def console_summary(found: list, index: Path, pdf_text: str) -> str:
+def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = ()) -> str:
     """The claims as a compact table for the console, then where the page is and whether the PDF is."""
     lines = ["", "Claims of the paper against this grid:"]
+    lines += [f"  Read first, {setting}: {text}" for setting, text in notes]
     width = max((len(c.claim) for c in found), default=10)
     for c in found:
         stat = effect_text(c) if c.verdict != claims.UNMEASURED else c.why
@@ -260,7 +270,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts["alpha"]),
+            "claims": claims_page(env, found, opts["alpha"], caveats(config, found)),
         }
     )
     tex_path = out / "report.tex"
@@ -296,5 +306,5 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
-    log(console_summary(found, out / "index.html", pdf_text))
+    log(console_summary(found, out / "index.html", pdf_text, caveats(config, found)))
     return manifest

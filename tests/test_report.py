@@ -395,3 +395,22 @@ def test_analysis_config_is_checked(tmp_path):
     cfg["experiments"]["main"]["settings"] = ["toy-l-s-math"]
     with pytest.raises(ConfigError, match="analysis.settings\\[0\\]: 'toy-mg-s-math' has no 'scout' runs"):
         validate(cfg)
+
+
+def test_a_settings_caveat_is_read_first_on_the_claims_page(tmp_path):
+    """The toy config's settings whose pilot found no room for the teacher phase say so above the
+    claims: in the HTML page, the LaTeX claims page and the console summary; the others do not."""
+    cfg = toy(tmp_path)
+    assert {s for s, v in cfg["settings"].items() if v.get("caveat")} == {"toy-mg-s-math", "toy-l-s-code"}
+    fake_records(cfg)
+    said = []
+    build(cfg, pdf=False, log=said.append)
+    out = Path(cfg["results"]) / "report"
+    page = (out / "index.html").read_text()
+    first = page.index("Read first.")
+    assert first < page.index('<table class="claims">')
+    assert "<strong>toy-l-s-code</strong>: this toy setting cannot test SCOUT" in page
+    assert "toy-l-s-math</strong>: this toy setting" not in page
+    tex = (out / "report.tex").read_text()
+    assert r"\textbf{toy-mg-s-math}: this toy setting cannot test SCOUT" in tex and "as few as 28\\%" in tex
+    assert "Read first, toy-l-s-code: this toy setting cannot test SCOUT" in "\n".join(map(str, said))
