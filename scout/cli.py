@@ -126,10 +126,11 @@ def _config(args) -> dict:
 
 
 def cmd_report(args) -> int:
-    from scout.report import ReportError, build, console_summary
+    from scout.report import ReportError, build, caveats, console_summary
 
+    cfg = _config(args)
     try:
-        manifest = build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
+        manifest = build(cfg, args.out, pdf=False if args.no_pdf else None, log=_log)
     except ReportError as exc:
         raise SystemExit(f"scout report: {exc}") from exc
     if _CONSOLE is not None:  # under --log the claims go to the console as well as to the log
@@ -137,7 +138,8 @@ def cmd_report(args) -> int:
 
         found = [claims.Claim(**c) for c in _claims_back(manifest["claims"])]
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
-        os.write(_CONSOLE, (console_summary(found, Path(manifest["html"]), pdf) + "\n").encode())
+        summary = console_summary(found, Path(manifest["html"]), pdf, caveats(cfg, found))
+        os.write(_CONSOLE, (summary + "\n").encode())
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -414,3 +416,10 @@ def test_a_settings_caveat_is_read_first_on_the_claims_page(tmp_path):
     tex = (out / "report.tex").read_text()
     assert r"\textbf{toy-mg-s-math}: this toy setting cannot test SCOUT" in tex and "as few as 28\\%" in tex
     assert "Read first, toy-l-s-code: this toy setting cannot test SCOUT" in "\n".join(map(str, said))
+    # as a job runs it (scout --log ... report): the console gets the claims and the caveats
+    done = subprocess.run(
+        [sys.executable, "-m", "scout.cli", "--log", str(tmp_path / "report.log"), "report", "--no-pdf",
+         "--spec", json.dumps(cfg)], capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Claims of the paper against this grid:\n  Read first, toy-mg-s-math: this toy setting" in done.stderr
