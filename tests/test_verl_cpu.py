@@ -137,7 +137,7 @@ def verl_runs(cpu_world) -> dict:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(LANES) as pool:
         runs = dict(zip(RUN, pool.map(run, RUN), strict=True))
-    print(f"{len(RUN)} kinds in {time.perf_counter() - t0:.0f} s, {LANES} at a time")
+    print(f"{len(RUN)} runs in {time.perf_counter() - t0:.0f} s, {LANES} at a time")
     return runs
 
 
