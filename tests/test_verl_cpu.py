@@ -108,6 +108,14 @@ def _train(world: dict, spec: dict, out: Path, timeout: float = 900) -> subproce
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=world["root"])
 
 
+def _evaluation_reads(export: Path) -> None:
+    """The exported checkpoint is one the toy evaluation reads and generates from."""
+    from scout.generation import make_generator
+
+    gen = make_generator(str(export), "transformers")
+    assert gen.generate(["Compute 1+2."], 1, {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95}, seed=0)
+
+
 def _last(pattern: str, text: str) -> float | None:
     found = re.findall(pattern, text)
     return float(found[-1]) if found else None
@@ -174,11 +182,7 @@ def test_two_verl_steps_of_every_cell_kind(cpu_world, verl_runs, variant):
         received = re.findall(r"received \d+ tensors, \d+ B in [0-9.]+ s, checksum (-?[0-9.]+)", log)
         assert sent and sent[-1] in received, (sent, received)
         assert (out / "model" / "final-teacher" / "config.json").exists()
-    # the exported checkpoint is one the toy evaluation reads
-    from scout.generation import make_generator
-
-    gen = make_generator(str(out / "model" / "final"), "transformers")
-    assert gen.generate(["Compute 1+2."], 1, {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95}, seed=0)
+    _evaluation_reads(out / "model" / "final")
     print(f"{variant}: 2 verl steps in {seconds:.0f} s")
 
 
@@ -262,3 +266,4 @@ def test_a_killed_verl_run_resumes_from_its_checkpoint(cpu_world, verl_runs):
     summary = json.loads((cpu_world["root"] / "runs" / RESUME / "train.json").read_text())
     assert summary["resumed_from"] == 2 and summary["steps"] == 4
     assert _last(r"training/rollout_actor_probs_pearson_corr:([0-9.e-]+)", done.stdout + done.stderr) > 0.99
+    _evaluation_reads(cpu_world["root"] / "runs" / RESUME / "model" / "final")
