@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from scout.embedded import lm
-from scout.embedded.qwen3 import Qwen3, is_qwen3
+from scout.embedded.qwen3 import Qwen3, is_qwen3, rotate
 from scout.embedded.tokenizer import Tokenizer
 from scout.toy.tasks import Split, generate_split, worked_solution
 from scout.toy.world import build_model, build_tokenizer_files
@@ -77,6 +77,49 @@ def test_repeated_prompts_prefilled_once_give_the_same_logits_bit_for_bit(saved)
         assert torch.equal(shared.logits, each.logits)
         for j in range(3):
             assert torch.equal(shared.step(tokens + j), each.step(tokens + j))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_inference_gives_the_training_paths_logits_bit_for_bit(saved, bias):
+    """Scoring without gradients runs on packed weights (q, k, v as one matrix, gate and up as one,
+    the q and k norms together); it must give what the training path gives, bit for bit, or a
+    policy ratio would stop being 1 where nothing changed."""
+    model = Qwen3.from_pretrained(saved)
+    if bias:
+        model = Qwen3({**model.config, "attention_bias": True}).init_weights(5)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name or name.endswith("bias"):
+                    p.add_(0.3 * torch.randn_like(p))
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, model.config["vocab_size"], (5, 23), generator=g)
+    att = torch.ones_like(ids)
+    train_path = lm.score(model, ids, att)
+    with torch.no_grad():
+        packed = lm.score(model, ids, att)
+    assert train_path.requires_grad and not packed.requires_grad
+    assert torch.equal(train_path.detach(), packed)
+
+
+def test_rotary_tables_and_folded_sign_equal_the_per_call_rotate_half(saved):
+    """Hugging Face's rotary embedding computed per call, against the tables (grown past their
+    first size) and the sign-folded ``rotate``: values and gradients bit for bit."""
+    model = Qwen3.from_pretrained(saved)
+    g = torch.Generator().manual_seed(2)
+    positions = torch.randint(0, 700, (3, 9), generator=g)
+    model.rope(positions[:, :1] * 0, 1)  # a first, small table
+    cos, sin = model.rope(positions, 700)
+    assert len(model.rope_cos) == 1024
+    freqs = positions[..., None].float() * model.inv_freq
+    angles = torch.cat((freqs, freqs), dim=-1)[:, None]
+    assert torch.equal(cos, angles.cos())
+    x = torch.randn(3, 2, 9, model.config["head_dim"], generator=g, requires_grad=True)
+    half = x.shape[-1] // 2
+    want = x * angles.cos() + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * angles.sin()
+    (want_grad,) = torch.autograd.grad(want.square().sum(), x)
+    got = rotate(x, cos, sin)
+    (got_grad,) = torch.autograd.grad(got.square().sum(), x)
+    assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
 
 
 def test_dropping_finished_rows_changes_the_others_only_by_rounding(saved):

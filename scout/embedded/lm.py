@@ -73,7 +73,8 @@ def score(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor) ->
     """Logits [B, T, V] of right-padded sequences (positions past a row's end are garbage)."""
     if isinstance(model, Qwen3):
         positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-        return model(ids, positions, None).float()
+        packed = None if torch.is_grad_enabled() else model.packed()
+        return model(ids, positions, None, packed=packed).float()
     return model(input_ids=ids, attention_mask=attention).logits.float()
 
 
@@ -106,10 +107,12 @@ class Decoder:
         width = ids.shape[1]
         pos = (mask.cumsum(-1) - 1).clamp_min(0)
         if self.native:
+            self.packed = model.packed()
             self.cache = model.new_cache(len(ids), width + max_new)
-            self.keys = torch.zeros((len(ids), width + max_new), dtype=torch.bool, device=device)
-            self.keys[:, :width] = mask.bool()
-            out = model(ids, pos, _attend(mask), self.cache, 0)
+            # additive mask over cache positions, as SDPA turns a boolean one into on every call
+            self.keys = torch.full((len(ids), width + max_new), float("-inf"), device=device)
+            self.keys[:, :width].masked_fill_(mask.bool(), 0.0)
+            out = model(ids, pos, _attend(mask), self.cache, 0, self.packed)
         else:
             self.keys = mask
             hf = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
@@ -124,8 +127,9 @@ class Decoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         pos = self.next_pos.unsqueeze(1)
         if self.native:
-            self.keys[:, self.at] = True
-            out = self.model(tokens.unsqueeze(1), pos, self.keys[:, None, None, : self.at + 1], self.cache, self.at)
+            self.keys[:, self.at] = 0.0
+            keys = self.keys[:, None, None, : self.at + 1]
+            out = self.model(tokens.unsqueeze(1), pos, keys, self.cache, self.at, self.packed)
         else:
             self.keys = torch.cat([self.keys, torch.ones_like(self.keys[:, :1])], dim=1)
             hf = self.model(

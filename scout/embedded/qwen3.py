@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -31,13 +32,31 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
             return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
-        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+        return self.scaled(x, self.weight)
+
+    def scaled(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The norm with another (broadcast) weight: ``rms_norm`` multiplies by its weight last, so
+        this equals :meth:`forward` bit for bit where ``weight`` holds this norm's."""
+        return weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, half-split layout (as Hugging Face's ``rotate_half``)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    """Rotary embedding, half-split layout (Hugging Face's ``x * cos + rotate_half(x) * sin``), with
+    ``sin`` from :meth:`Qwen3.rope`: its first half negated, which carries ``rotate_half``'s sign.
+    Negation is exact, so this is the same arithmetic with one kernel fewer."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+
+class Packed(NamedTuple):
+    """One layer's weights concatenated for inference: q, k, v projections as one matrix, gate and
+    up as one, and the q and k norms' weights per head. Each output element is the same dot
+    product as with the separate matrices (``tests/test_qwen3.py`` holds the logits bit-equal), for
+    fewer, larger kernels. Not for training: autograd would sum the input's gradient in another order."""
+
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    qk_norm: torch.Tensor
+    gate_up: torch.Tensor
 
 
 class Attention(nn.Module):
@@ -52,12 +71,18 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, c["rms_norm_eps"])
         self.k_norm = RMSNorm(self.head_dim, c["rms_norm_eps"])
 
-    def forward(self, x, cos, sin, mask, cache=None, at: int = 0):
+    def forward(self, x, cos, sin, mask, cache=None, at: int = 0, packed: Packed | None = None):
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        if packed is None:
+            q = self.q_norm(self.q_proj(x).view(b, t, h, d)).transpose(1, 2)
+            k = self.k_norm(self.k_proj(x).view(b, t, kv, d)).transpose(1, 2)
+            v = self.v_proj(x).view(b, t, kv, d).transpose(1, 2)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        else:
+            qkv = F.linear(x, packed.qkv, packed.qkv_bias).view(b, t, h + 2 * kv, d)
+            qk = rotate(self.q_norm.scaled(qkv[:, :, : h + kv], packed.qk_norm).transpose(1, 2), cos, sin)
+            q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + kv :].transpose(1, 2)
         if cache is not None:
             keys, values = cache
             keys[:, :, at : at + t] = k
@@ -79,8 +104,11 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d, i, bias=False)
         self.down_proj = nn.Linear(i, d, bias=False)
 
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x, packed: Packed | None = None):
+        if packed is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, packed.gate_up).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):
@@ -91,9 +119,21 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
 
-    def forward(self, x, cos, sin, mask, cache=None, at: int = 0):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, at)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, mask, cache=None, at: int = 0, packed: Packed | None = None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, at, packed)
+        return x + self.mlp(self.post_attention_layernorm(x), packed)
+
+    @torch.no_grad()
+    def packed(self) -> Packed:
+        a, m = self.self_attn, self.mlp
+        biases = [p.bias for p in (a.q_proj, a.k_proj, a.v_proj)]
+        norms = [a.q_norm.weight] * a.heads + [a.k_norm.weight] * a.kv_heads
+        return Packed(
+            qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+            qkv_bias=None if biases[0] is None else torch.cat(biases),
+            qk_norm=torch.stack(norms),
+            gate_up=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+        )
 
 
 class Body(nn.Module):
@@ -124,15 +164,34 @@ class Qwen3(nn.Module):
         dim = c["head_dim"]
         inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("rope_cos", torch.empty(0, dim), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0, dim), persistent=False)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache=None, at: int = 0):
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache=None, at: int = 0,
+                packed: list[Packed] | None = None):  # fmt: skip
         x = self.model.embed_tokens(ids)
-        freqs = positions[..., None].float() * self.inv_freq
-        angles = torch.cat((freqs, freqs), dim=-1)[:, None]
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        cos, sin = self.rope(positions, at + ids.shape[1])
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, mask, None if cache is None else cache[i], at)
+            x = layer(x, cos, sin, mask, None if cache is None else cache[i], at, None if packed is None else packed[i])
         return self.lm_head(self.model.norm(x))
+
+    def rope(self, positions: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [B, 1, T, head_dim] for :func:`rotate` at ``positions`` (all below ``end``),
+        read from tables grown as needed. The tables hold what computing the angles per call gives
+        (the same elementwise kernels on the same values), without those kernels on every call."""
+        if len(self.rope_cos) < end:
+            n = 1 << max(8, (end - 1).bit_length())
+            freqs = torch.arange(n, device=self.inv_freq.device).float()[:, None] * self.inv_freq
+            angles = torch.cat((freqs, freqs), dim=-1)
+            half = freqs.shape[-1]
+            sin = angles.sin()
+            self.rope_cos, self.rope_sin = angles.cos(), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        return self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
+
+    def packed(self) -> list[Packed]:
+        """Every layer's weights packed for inference (see :class:`Packed`); stale once they change."""
+        return [layer.packed() for layer in self.model.layers]
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
