@@ -128,8 +128,9 @@ def matmul_gflops(seconds: float = 1.0) -> float:
 
 
 def step_flops(workdir: Path, steps: int = 12) -> None:
-    """OPD and SCOUT steps on the toy-l-s-math cell: measured time against the time the arithmetic
-    needs at this core's matmul rate (2 N FLOPs per token forward, 6 N forward and backward)."""
+    """OPD, GRPO and SCOUT steps on the toy-l-s-math cell: measured time against the time the
+    arithmetic needs at this core's matmul rate (2 N FLOPs per token forward, 6 N forward and
+    backward; sampling, scoring, the reference and the teacher phase's continuations all count)."""
     import os
 
     import torch
@@ -142,27 +143,28 @@ def step_flops(workdir: Path, steps: int = 12) -> None:
     rate = matmul_gflops()
     print(f"  float32 matmul rate, one core: {rate:.1f} GFLOP/s")
     with tempfile.TemporaryDirectory() as tmp:
-        for method in ("opd", "scout"):
+        for method in ("opd", "grpo", "scout"):
             spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", method, 1))
             spec.update(total_steps=steps, steps_per_epoch=steps, save_every=10_000, reward_every=10_000)
             tr = Trainer(spec, Path(tmp) / method, device="cpu")
             n_s = sum(p.numel() for p in tr.models.student.parameters())
-            n_t = sum(p.numel() for p in tr.models.teacher.parameters())
+            n_t = sum(p.numel() for p in tr.models.teacher.parameters()) if tr.models.teacher else 0
             tr.run(log=lambda _: None)
             lines = [json.loads(x) for x in (tr.out / "metrics.jsonl").read_text().splitlines()][2:]
             secs = statistics.mean(m["step_seconds"] for m in lines)
-            b, lp = spec["batch_size"], 16  # prompt tokens per row (chat template included)
+            rows, lp = spec["batch_size"] * spec["n"], 16  # prompt tokens per row (chat template included)
             lr = statistics.mean(m["response_length"] for m in lines)
-            tokens = b * (lp + lr)
-            flops = 2 * n_s * b * lr + 6 * n_s * tokens + 2 * n_t * tokens  # sample, student fwd+bwd, teacher fwd
+            tokens = rows * (lp + lr)
+            flops = 2 * n_s * rows * lr + 6 * n_s * tokens  # sampling, student forward and backward
+            flops += 2 * n_t * tokens + (2 * n_s * tokens if spec["kl_beta"] > 0 else 0)  # teacher, reference
             if method == "scout":  # teacher phase every f steps: K continuations, teacher fwd+bwd and ref fwd
                 sc = spec["method_cfg"]["scout"]
                 cont = statistics.mean(m["teacher_cont_length"] for m in lines if "teacher_cont_length" in m)
-                k_tokens = b * sc["k"] * (lp + lr)
-                flops += (2 * n_t * b * sc["k"] * cont + 8 * n_t * k_tokens) / sc["interval"]
+                k_tokens = rows * sc["k"] * (lp + lr)
+                flops += (2 * n_t * rows * sc["k"] * cont + 8 * n_t * k_tokens) / sc["interval"]
             print(f"  {method}: {secs * 1000:6.0f} ms per step; arithmetic {flops / 1e9:5.2f} GFLOP = "
                   f"{flops / rate / 1e6:6.0f} ms at {rate:.0f} GFLOP/s ({secs / (flops / rate / 1e9):.1f}x); "
-                  f"student {n_s} / teacher {n_t} parameters, {b} prompts, {lr:.0f} response tokens")  # fmt: skip
+                  f"student {n_s} / teacher {n_t} parameters, {rows} rows, {lr:.0f} response tokens")  # fmt: skip
     torch.set_num_threads(1)
 
 
