@@ -126,7 +126,7 @@ def _config(args) -> dict:
 
 
 def cmd_report(args) -> int:
-    from scout.report import ReportError, build, caveats, console_summary
+    from scout.report import ReportError, build, console_summary
 
     cfg = _config(args)
     try:
@@ -138,7 +138,7 @@ def cmd_report(args) -> int:
 
         found = [claims.Claim(**c) for c in _claims_back(manifest["claims"])]
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
-        summary = console_summary(found, Path(manifest["html"]), pdf, caveats(cfg, found))
+        summary = console_summary(found, Path(manifest["html"]), pdf, [tuple(n) for n in manifest["caveats"]])
         os.write(_CONSOLE, (summary + "\n").encode())
     return 0
 

@@ -168,7 +168,7 @@ def provenance(config: dict) -> dict:
 
 
 def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: list, notices: list, missing: list,
-              damaged: list, df, n_expected: int, out: Path, pdf_text: str) -> str:  # fmt: skip
+              damaged: list, df, n_expected: int, out: Path, pdf_text: str, notes: list[tuple[str, str]]) -> str:  # fmt: skip
     """The self-contained page (figures inline as base64 PNG)."""
     env = render.html_environment()
     counts = claims.summary(found)
@@ -194,7 +194,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                          for v in claims.VERDICTS],  # fmt: skip
             "claims": rows,
-            "caveats": [{"setting": k, "text": v} for k, v in caveats(config, found)],
+            "caveats": [{"setting": k, "text": v} for k, v in notes],
             "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
             "baseline": cache.label(opts["baseline"]),
             "tables": [{"name": t["name"], "html": Markup(render.render(t, "html", env))} for t in made],
@@ -247,6 +247,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         (out / "tables" / f"{t['name']}.tex").write_text(render.render(t, "tex", env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
     found = claims.all_claims(cache, root / "analysis", opts["alpha"])
+    notes = caveats(config, found)
     for n in notices:
         log(f"notice: {n}")
     missing = missing_evaluations(config, df)
@@ -270,7 +271,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts["alpha"], caveats(config, found)),
+            "claims": claims_page(env, found, opts["alpha"], notes),
         }
     )
     tex_path = out / "report.tex"
@@ -286,6 +287,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "damaged": [str(d) for d in damaged],
         "test": opts["test"],
         "claims": claims.as_records(found),
+        "caveats": notes,
         "pdf": None,
         "html": str(out / "index.html"),
     }
@@ -298,7 +300,8 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         pdf_text = manifest["pdf"]
     else:
         pdf_text = "not built (report.pdf: false, or --no-pdf)"
-    page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text)
+    page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text,
+                     notes)  # fmt: skip
     (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -306,5 +309,5 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
-    log(console_summary(found, out / "index.html", pdf_text, caveats(config, found)))
+    log(console_summary(found, out / "index.html", pdf_text, notes))
     return manifest

@@ -99,12 +99,19 @@ def _spec(cfg: dict, variant: str, **over) -> dict:
     return spec
 
 
-def _train(world: dict, spec: dict, out: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+def _job(spec: dict, out: Path) -> tuple[list[str], dict]:
+    """A training job's command, as the workflow runs it (the spec in a file beside the run
+    folder), and its environment (this interpreter's folder first on PATH, for ``scout``)."""
     path = out.parent / f"{out.name}.spec.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(spec))
-    env = {**os.environ, "VERL_GLOO_SYNC_CHECKSUM": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out", str(out)]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return [sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out", str(out)], env
+
+
+def _train(world: dict, spec: dict, out: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    cmd, env = _job(spec, out)
+    env["VERL_GLOO_SYNC_CHECKSUM"] = "1"
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=world["root"])
 
 
@@ -208,11 +215,7 @@ def _kill_and_resume(world: dict) -> dict:
     run's Ray (another lane's) is touched."""
     spec = _spec(world["config"], "grpo", total_steps=4, epochs=2)
     out = world["root"] / "runs" / RESUME
-    path = world["root"] / "runs" / f"{RESUME}.spec.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out", str(out)]
+    cmd, env = _job(spec, out)
     with open(world["root"] / "runs" / f"{RESUME}.killed.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=world["root"],
                                 start_new_session=True)  # fmt: skip
