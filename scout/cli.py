@@ -128,9 +128,8 @@ def _config(args) -> dict:
 def cmd_report(args) -> int:
     from scout.report import ReportError, build, console_summary
 
-    cfg = _config(args)
     try:
-        manifest = build(cfg, args.out, pdf=False if args.no_pdf else None, log=_log)
+        manifest = build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
     except ReportError as exc:
         raise SystemExit(f"scout report: {exc}") from exc
     if _CONSOLE is not None:  # under --log the claims go to the console as well as to the log
@@ -138,7 +137,7 @@ def cmd_report(args) -> int:
 
         found = [claims.Claim(**c) for c in _claims_back(manifest["claims"])]
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
-        summary = console_summary(found, Path(manifest["html"]), pdf, [tuple(n) for n in manifest["caveats"]])
+        summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"])
         os.write(_CONSOLE, (summary + "\n").encode())
     return 0
 

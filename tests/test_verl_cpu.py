@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -135,19 +136,13 @@ def verl_runs(cpu_world) -> dict:
     three_nodes = threading.Lock()
 
     def run(variant: str):
-        lock = three_nodes if variant in THREE_NODES else None
-        if lock:
-            lock.acquire()
-        try:
+        with three_nodes if variant in THREE_NODES else nullcontext():
             t0 = time.perf_counter()
             if variant == RESUME:
                 done = _kill_and_resume(cpu_world)
             else:
                 done = _train(cpu_world, _spec(cpu_world["config"], variant), cpu_world["root"] / "runs" / variant)
             return done, time.perf_counter() - t0
-        finally:
-            if lock:
-                lock.release()
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(LANES) as pool:
