@@ -162,22 +162,30 @@ def sample_from_logits(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator,
     rows: torch.Tensor | None = None, batch: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """One token per row. With ``rows`` (the rows' places in a batch of ``batch`` rows), the random
-    numbers drawn are those of the whole batch, so a row's token does not depend on which rows
-    are still decoded. It is ``torch.multinomial``'s own method for one sample (argmax of p / q,
-    q ~ Exp(1)), with the same draws: the same tokens as ``torch.multinomial`` for the same seed."""
+    """One token per row, by inverting the (nucleus-truncated) cumulative distribution at one
+    uniform draw per row: one random number a row, where drawing an exponential per vocabulary
+    entry (``torch.multinomial``'s method) took a third of the decoding time. With ``rows`` (the
+    rows' places in a batch of ``batch`` rows), the draws are those of the whole batch, so a row's
+    token does not depend on which rows are still decoded. Nucleus sampling keeps the most
+    probable tokens up to and including the first whose cumulative probability reaches
+    ``top_p``."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / temperature, dim=-1)
+    order = None
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p > top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    q = torch.empty((batch or probs.shape[0], probs.shape[1])).exponential_(generator=generator)
+        probs, order = probs.sort(dim=-1, descending=True)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
+    cum = probs.cumsum(-1)
+    u = torch.rand(batch or probs.shape[0], generator=generator)
     if rows is not None:
-        q = q[rows.cpu()]
-    return (probs / q.to(probs.device)).argmax(dim=-1)
+        u = u[rows.cpu()]
+    u = u.to(probs.device).unsqueeze(1) * cum[:, -1:]
+    # the first token whose cumulative probability exceeds u; a draw that rounds up to the total
+    # takes the last token of positive probability, never one the nucleus left out
+    last = probs.shape[1] - 1 - (probs.flip(-1) > 0).int().argmax(-1, keepdim=True)
+    idx = torch.minimum(torch.searchsorted(cum, u, right=True), last)
+    return idx.squeeze(1) if order is None else order.gather(-1, idx).squeeze(1)
 
 
 @dataclass

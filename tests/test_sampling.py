@@ -1,0 +1,62 @@
+"""The embedded sampler: inverse-CDF draws over the nucleus, checked by hand and by frequency."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from scout.embedded import lm
+
+
+def _logits(probs: list[float]) -> torch.Tensor:
+    return torch.tensor([[math.log(p) if p > 0 else -math.inf for p in probs]])
+
+
+def test_each_row_inverts_its_cumulative_distribution_at_its_own_draw():
+    # probabilities 0.5, 0.3, 0.2: cumulative 0.5, 0.8, 1.0, so a draw u picks token 0 below 0.5,
+    # token 1 in [0.5, 0.8) and token 2 above
+    logits = _logits([0.5, 0.3, 0.2]).expand(4, 3)
+    u = torch.rand(4, generator=torch.Generator().manual_seed(7))
+    expected = [0 if x < 0.5 else 1 if x < 0.8 else 2 for x in u.tolist()]
+    got = lm.sample_from_logits(logits, 1.0, 1.0, torch.Generator().manual_seed(7))
+    assert got.tolist() == expected
+
+
+def test_nucleus_keeps_the_token_that_reaches_top_p_and_nothing_after():
+    # sorted 0.5, 0.3, 0.2 with top_p 0.6: 0.5 alone does not reach 0.6, so 0.3 joins; 0.2 is cut.
+    # Renormalised: 0.625 and 0.375; the vocabulary order is shuffled to check the mapping back
+    logits = _logits([0.2, 0.5, 0.3]).expand(4, 3)
+    u = torch.rand(4, generator=torch.Generator().manual_seed(3))
+    expected = [1 if x * 0.8 < 0.5 else 2 for x in u.tolist()]
+    got = lm.sample_from_logits(logits, 1.0, 0.6, torch.Generator().manual_seed(3))
+    assert got.tolist() == expected
+
+
+def test_frequencies_match_the_distribution_and_skip_impossible_tokens():
+    probs = [0.4, 0.0, 0.25, 0.2, 0.15, 0.0]
+    n = 40_000
+    got = lm.sample_from_logits(_logits(probs).expand(n, 6), 1.0, 1.0, torch.Generator().manual_seed(0))
+    counts = torch.bincount(got, minlength=6).double()
+    assert counts[1] == 0 and counts[5] == 0
+    expected = torch.tensor(probs, dtype=torch.float64) * n
+    keep = expected > 0
+    chi2 = float((((counts - expected) ** 2)[keep] / expected[keep]).sum())
+    assert chi2 < 16.3  # the 0.999 quantile of chi-square with 3 degrees of freedom
+
+
+def test_temperature_sharpens_and_zero_is_greedy():
+    logits = _logits([0.6, 0.4]).expand(20_000, 2)
+    cold = lm.sample_from_logits(logits, 0.5, 1.0, torch.Generator().manual_seed(1)).double().mean()
+    # p(1) at temperature 0.5 is 0.4^2 / (0.6^2 + 0.4^2) = 0.16 / 0.52
+    assert abs(float(cold) - 0.16 / 0.52) < 0.01
+    assert lm.sample_from_logits(logits[:3], 0.0, 1.0, torch.Generator()).tolist() == [0, 0, 0]
+
+
+def test_a_rows_token_does_not_depend_on_which_rows_are_still_decoded():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 11)
+    full = lm.sample_from_logits(logits, 0.8, 0.9, torch.Generator().manual_seed(5))
+    rows = torch.tensor([1, 3, 4])
+    part = lm.sample_from_logits(logits[rows], 0.8, 0.9, torch.Generator().manual_seed(5), rows, 5)
+    assert part.tolist() == full[rows].tolist()
