@@ -79,7 +79,9 @@ def main() -> None:
     from scout.embedded import lm
     from scout.embedded.trainer import Trainer
     from scout.prepare import load_rows
+    from scout.reproducibility import pin_numerics
 
+    pin_numerics()  # the grid's code paths, so that the pilot computes the grid's digits
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(REPO / "config" / "config.yaml"))
     p.add_argument("--setting", default="toy-l-s-math")

@@ -200,6 +200,9 @@ def main() -> None:
     p.add_argument("--skip-grid", action="store_true", help="reuse a finished grid in --workdir")
     p.add_argument("--skip-speed", action="store_true", help="no step and start-up timings")
     args = p.parse_args()
+    from scout.reproducibility import pin_numerics
+
+    pin_numerics()  # the step timings on the code paths the grid's jobs use
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="scout-toy-grid-"))).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if not args.skip_grid:

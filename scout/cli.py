@@ -315,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_ray_run)
     args = p.parse_args(argv)
     warn_if_another_checkout()
+    # before torch computes anything: the same digits on every x86-64 machine with AVX2
+    from scout.reproducibility import pin_numerics
+
+    pin_numerics()
     if args.log and os.environ.get(_LOGGING) != os.path.abspath(args.log):
         return _logged(args)
     return _dispatch(args)

@@ -13,9 +13,13 @@ import pytest
 import torch
 import yaml
 
+from scout.reproducibility import pin_numerics
 from scout.toy.world import build_data, build_model, build_tokenizer_files
 
 REPO = Path(__file__).resolve().parent.parent
+# The code paths every scout command computes on (before torch computes anything), so that a run
+# trained in the test process and one trained by a job have the same digits
+pin_numerics()
 
 
 def dry_run(workdir, configfile, *args) -> subprocess.CompletedProcess:
