@@ -21,10 +21,14 @@ def load_records(paths: list[str | Path]) -> pd.DataFrame:
 
 
 def per_run(records: pd.DataFrame) -> pd.DataFrame:
-    """Benchmark rows plus each run's macro-average over its benchmarks ("avg")."""
+    """Benchmark rows plus each run's macro-average over its benchmarks ("avg"), whose ``sem`` is
+    its evaluation standard error: the benchmarks' SEMs in quadrature over their number (the
+    samples of different benchmarks are independent)."""
     keys = ["setting", "variant", "method", "seed", "checkpoint"]
-    avg = records.groupby(keys, as_index=False).agg(mean=("mean", "mean"), n=("benchmark", "size"))
-    avg = avg.assign(benchmark="avg", sem=float("nan"), repeats=pd.NA, rows=pd.NA).drop(columns="n")
+    var = records.assign(var=records["sem"].astype(float) ** 2)
+    avg = var.groupby(keys, as_index=False).agg(mean=("mean", "mean"), var=("var", lambda v: v.sum(skipna=False)), n=("benchmark", "size"))
+    avg = avg.assign(benchmark="avg", sem=avg["var"] ** 0.5 / avg["n"], repeats=pd.NA, rows=pd.NA)
+    avg = avg.drop(columns=["n", "var"])
     out = pd.concat([records, avg[RUN_COLUMNS]], ignore_index=True)
     return out.sort_values(keys + ["benchmark"], kind="stable").reset_index(drop=True)
 

@@ -519,7 +519,8 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "model": model,
         "domain": s["domain"],
         "benchmarks": {
-            b: {**config["benchmarks"][b], "path": data_path(config, b)} for b in benchmarks_for(config, s["domain"])
+            b: {**config["benchmarks"][b], "path": data_path(config, b), "repeats": _repeats(config, b, ckpt)}
+            for b in benchmarks_for(config, s["domain"])
         },
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
         "engine": config["evaluation"].get("engine", "transformers"),
@@ -529,6 +530,15 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
         "step": step,
     }
+
+
+def _repeats(config: dict, benchmark: str, ckpt: str) -> int:
+    """Samples per question: the benchmark's ``repeats`` at final checkpoints, whose precision the
+    tables and claims rest on; ``evaluation.intermediate_repeats`` (fewer) at the curves' points."""
+    full = config["benchmarks"][benchmark]["repeats"]
+    if ckpt == "final":
+        return full
+    return min(full, config["evaluation"].get("intermediate_repeats", full))
 
 
 def analysis_dir(config: dict, setting: str) -> str:

@@ -268,7 +268,8 @@ def test_config_tables(tmp_path):
     lr = tables.render(tables.lr_table(cfg))
     assert r"toy-medium-grpo & toy-small & Math & $1.5{\times}10^{-4}$ & $2.5{\times}10^{-4}$" in lr
     bench = tables.render(tables.benchmark_table(cfg))
-    assert r"\# Questions & 32 & 32 & 32 & 32 & 32" in bench
+    assert r"\# Questions & 256 & 256 & 256 & 256 & 256" in bench
+    assert r"\# Repeats & 16 & 16 & 16 & 8 & 8" in bench
 
 
 def write_analysis(cfg: dict) -> None:
