@@ -4,13 +4,14 @@ Two machines with the same packages part ways where their math libraries pick co
 instruction set: ATen's vectorised kernels (softmax, norms, the optimizer's updates) and MKL's
 matrix products. ``python -m benchmarks.numerics`` measures it on the toy world: each of the two
 settings below changes the digits of a pretraining run, and a third (oneDNN's ISA cap) changes
-nothing, so it is left out. MKL's reproducible AVX2 branch is taken in its strict mode: only there
-does a row's product not depend on the other rows of the batch or on the columns computed beside
-it, so that prefilling a repeated prompt once, dropping finished rows, and inference on packed
-weights keep their digits (``tests/test_qwen3.py``). Every ``scout`` command pins both before
-torch computes anything, so the workflow's jobs compute on the AVX2 paths whatever the machine has,
-and a user sets nothing; ``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own (faster where it has
-AVX-512; other digits). Jobs run single-threaded (``training.threads``), which MKL's
+nothing, so it is left out. MKL's reproducible branch is taken in its standard mode: its strict
+mode would also make a row's product independent of the batch around it (so that a prompt
+prefilled once for its repeats, or inference on packed weights, gave the per-copy digits), for 7%
+more time on a SCOUT run; the standard mode already gives every machine the same digits for the
+same computation. Every ``scout`` command pins both before torch computes anything, so the
+workflow's jobs compute on the AVX2 paths whatever the machine has, and a user sets nothing;
+``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own (faster where it has AVX-512: about a fifth
+off a SCOUT run; other digits). Jobs run single-threaded (``training.threads``), which MKL's
 reproducibility also requires.
 
 Fingerprints (the first 12 hex digits of a file's SHA-256) of the toy data, the tokenizer, the
@@ -24,7 +25,7 @@ import hashlib
 import os
 from pathlib import Path
 
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 NATIVE = "SCOUT_NATIVE_NUMERICS"
 RECORD = Path(__file__).resolve().parent.parent / "config" / "fingerprints.yaml"
 
@@ -59,3 +60,71 @@ def fingerprint(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()[:12]
+
+
+# Families of training code paths: OPD's loss (ESR, Prune-OPD and OPTR reshape it), GRPO's, Relay's
+# rollout, and SCOUT's teacher phase; one cell of each stands for its family in the record
+FAMILIES = ("opd", "grpo", "relay_opd", "scout")
+
+
+def toy_files(config: dict) -> list[str]:
+    """What the record fingerprints of a toy grid (paths under its results folder): the data, the
+    tokenizer, the pretrained and prepared models, the first setting's first seed of each method
+    family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
+    from scout import grid
+
+    out = [f"toy/data/{name}.jsonl" for name in (*config["toy"]["splits"], *config["benchmarks"])]
+    out.append("toy/tokenizer/tokenizer.json")
+    models = config["models"]
+    out += [f"toy/models/{m}/model.safetensors" for m in models if "toy" in models[m]]
+    out += [f"teachers/{m}/model/final/model.safetensors" for m in models if "prepare" in models[m]]
+    main = config["experiments"].get("main", {})
+    settings, seeds = main.get("settings", []), main.get("seeds", [])
+    if settings and seeds:
+        setting, seed = settings[0], seeds[0]
+        for method in FAMILIES:
+            if method in main["methods"]:
+                run = f"train/{setting}/{method}/s{seed}/model"
+                out.append(f"{run}/final/model.safetensors")
+                if method == "scout":
+                    out.append(f"{run}/final-teacher/model.safetensors")
+        bench = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        out.append(f"eval/{setting}/base-student/s0/final/{bench}.generations.jsonl")
+    return out
+
+
+def measure(config: dict) -> dict[str, str | None]:
+    """The fingerprint of each of :func:`toy_files` in the config's results folder (None: missing)."""
+    root = Path(config.get("results", "results"))
+    return {f: fingerprint(root / f) if (root / f).is_file() else None for f in toy_files(config)}
+
+
+def recorded(section: str, record: Path = RECORD) -> dict[str, str]:
+    import yaml
+
+    data = yaml.safe_load(record.read_text()) if record.exists() else {}
+    return dict((data or {}).get(section, {}).get("files", {}))
+
+
+def compare(want: dict[str, str], got: dict[str, str | None]) -> list[tuple[str, str, str, str]]:
+    """(file, recorded, measured, verdict) for every file of either side; verdict is "same",
+    "differs", "missing" (not made yet) or "not recorded"."""
+    rows = []
+    for f in dict.fromkeys([*want, *got]):
+        w, g = want.get(f), got.get(f)
+        verdict = ("not recorded" if w is None else "missing" if g is None else "same" if w == g else "differs")
+        rows.append((f, w or "-", g or "-", verdict))
+    return rows
+
+
+def write_record(section: str, got: dict[str, str | None], note: str, record: Path = RECORD) -> None:
+    """Record the measured fingerprints as ``section`` (the others kept)."""
+    import yaml
+
+    data = (yaml.safe_load(record.read_text()) if record.exists() else None) or {}
+    data[section] = {"note": note, "files": {f: h for f, h in got.items() if h is not None}}
+    header = ("# Fingerprints (first 12 hex digits of SHA-256) of toy grids' files, recorded on x86-64 with AVX2\n"
+              "# under the locked packages (constraints/*.lock); `scout fingerprints` compares a results folder\n"
+              "# with a section and `--record` rewrites it. A change of digits is made on purpose: rerun the grid,\n"
+              "# record it, and say why in the commit.\n")  # fmt: skip
+    record.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120))

@@ -60,3 +60,23 @@ def test_a_rows_token_does_not_depend_on_which_rows_are_still_decoded():
     rows = torch.tensor([1, 3, 4])
     part = lm.sample_from_logits(logits[rows], 0.8, 0.9, torch.Generator().manual_seed(5), rows, 5)
     assert part.tolist() == full[rows].tolist()
+
+
+def _reference(logits, temperature, top_p, u):
+    """The nucleus from a full sort of the vocabulary, inverted at the draws ``u``."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    p, order = probs.sort(dim=-1, descending=True)
+    p = p.masked_fill(p.cumsum(-1) - p > top_p, 0.0)
+    cum = p.cumsum(-1)
+    idx = torch.searchsorted(cum, (u * cum[:, -1]).unsqueeze(1), right=True)
+    return order.gather(-1, idx).squeeze(1)
+
+
+def test_the_nucleus_from_the_first_tokens_equals_the_nucleus_from_a_full_sort():
+    g = torch.Generator().manual_seed(0)
+    peaked = torch.randn(300, 165, generator=g) * 6  # the top 16 hold 95%: the short path
+    flat = torch.randn(300, 165, generator=g) * 0.5  # they do not: the full sort
+    for logits in (peaked, flat):
+        u = torch.rand(300, generator=torch.Generator().manual_seed(9))
+        got = lm.sample_from_logits(logits, 0.6, 0.95, torch.Generator().manual_seed(9))
+        assert got.tolist() == _reference(logits, 0.6, 0.95, u).tolist()

@@ -154,8 +154,22 @@ class Decoder:
         """Go on with these rows: a prefilled row copied for each of its repeats, or finished rows
         dropped. A row's logits then change only by float rounding (a smaller batch may take
         another matmul kernel), so sampling draws from the same distribution with less work."""
-        self.cache = [(k[rows], v[rows]) for k, v in self.cache]
+        if self.native:  # only the positions written so far are copied; the rest is filled as decoding goes
+            self.cache = [(_rows_upto(k, rows, self.at), _rows_upto(v, rows, self.at)) for k, v in self.cache]
+        else:
+            self.cache = [(k[rows], v[rows]) for k, v in self.cache]
         self.keys, self.next_pos, self.logits = self.keys[rows], self.next_pos[rows], self.logits[rows]
+
+
+NUCLEUS_FIRST = 16  # tokens looked at first for the nucleus
+
+
+def _rows_upto(cache: torch.Tensor, rows: torch.Tensor, used: int) -> torch.Tensor:
+    """``cache[rows]`` [B, H, T, D] with only the first ``used`` positions copied (the others are
+    written before they are read)."""
+    out = cache.new_empty((len(rows), *cache.shape[1:]))
+    out[:, :, :used] = cache[:, :, :used].index_select(0, rows)
+    return out
 
 
 def sample_from_logits(
@@ -174,8 +188,12 @@ def sample_from_logits(
     probs = torch.softmax(logits / temperature, dim=-1)
     order = None
     if top_p < 1.0:
-        probs, order = probs.sort(dim=-1, descending=True)
-        probs = probs.masked_fill(probs.cumsum(-1) - probs > top_p, 0.0)
+        # the nucleus from the most probable few when they reach top_p in every row (a sampling
+        # model's usual case; several times cheaper than sorting the vocabulary), else from all
+        top, order = probs.topk(min(NUCLEUS_FIRST, probs.shape[-1]), dim=-1)
+        if not bool((top.sum(-1) >= top_p).all()):
+            top, order = probs.sort(dim=-1, descending=True)
+        probs = top.masked_fill(top.cumsum(-1) - top > top_p, 0.0)
     cum = probs.cumsum(-1)
     u = torch.rand(batch or probs.shape[0], generator=generator)
     if rows is not None:
@@ -356,7 +374,7 @@ def token_logp(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def response_logp(
-    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int, chunk: int = 64
+    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int, chunk: int = 32
 ) -> torch.Tensor:
     """Log-probs of each response token [B, T] (T the longest response; 0 past a row's end),
     computed over chunks of sequences of similar length: a batch of continuations from prefixes of
