@@ -5,31 +5,38 @@ Claims are data (``paper_claims.yaml``, plus a config's own ``claims:``): each n
 and its kind; the kind fixes the unit and the test.
 
 - Method comparisons (``beats``, ``on_par``, the f-sweep): the unit is the training seed. The effect
-  is the difference of run-level Avg means, with Welch's t bounds (Welch-Satterthwaite df). Against
-  the untrained student or teacher (one evaluation, no training seed) it is a t over the method's
-  seeds with the evaluation's standard error added. One run on a trained side is *not measured*:
-  a test on evaluation noise alone would ignore the spread between seeds.
+  is the difference of run-level Avg means, with Welch's standard error and Welch-Satterthwaite df.
+  Against the untrained student or teacher (one evaluation, no training seed) it is a t over the
+  method's seeds with the evaluation's standard error added. One run on a trained side is *not
+  measured*: a test on evaluation noise alone would ignore the spread between seeds.
 - Probe claims (continuation, entropy, the trained teachers): the unit is the question, with its
-  responses and their continuations nested in it; the bounds come from a bootstrap over questions
-  (and over seeds where several trained teachers are compared), so both teachers' sampling errors
-  count.
+  responses and their continuations nested in it; the standard error comes from a bootstrap over
+  questions (and over seeds where several trained teachers are compared), so both teachers'
+  sampling errors count.
 
-Each row gives the effect with its one-sided 90% bounds (the paper's alpha of 0.1 on each side,
-an 80% two-sided interval) beside the paper's own number, and one of four verdicts:
+The page counts its own tests. It makes one test per measured row; to keep the chance of *any*
+wrong verdict on the page at most the report's alpha (Bonferroni), every row is tested at
+alpha / m, and its bounds are one-sided at 1 - alpha / m on each side. A row's verdict can then be
+wrong only on the side where the truth lies, so the page's family-wise error is at most alpha for
+every verdict it states:
 
-- *holds*: the lower bound is above 0 (significant in the paper's direction);
-- *does not hold*: the bounds exclude the paper's effect (below it, or below 0 where the paper
-  gives no number);
-- *inconclusive*: they hold both 0 and the paper's effect: this run is too small to tell;
+- *holds*: the lower bound is above 0;
+- *below the paper's effect*: the upper bound is below the paper's effect but above 0: the run
+  excludes an effect as large as the paper's, not a smaller gain;
+- *does not hold*: the upper bound is below 0: the run excludes any gain;
+- *inconclusive*: the bounds hold both 0 and the paper's effect;
 - *not measured*, with why.
 
-``on_par`` claims hold when both bounds lie within the setting's SCOUT-over-OPD effect of zero.
+Each row also gives the smallest effect its test detects with 80% power at its level
+(``detectable``); where the paper's effect is smaller, this grid cannot resolve an effect that
+small, and the row says so. ``on_par`` claims hold when both bounds lie within the setting's
+SCOUT-over-OPD effect of zero, and do not hold when the bounds exclude the paper's difference.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +47,14 @@ from scipy import stats as sps
 from scout import grid
 from scout.tables import Cache, interval_variants
 
-HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive", "not measured"
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURED)
+HOLDS, BELOW, FAILS = "holds", "below the paper's effect", "does not hold"
+INCONCLUSIVE, UNMEASURED = "inconclusive", "not measured"
+VERDICTS = (HOLDS, BELOW, FAILS, INCONCLUSIVE, UNMEASURED)
 PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")
 SEEDS_UNIT = "training seed"
 QUESTION_UNIT = "question (responses, continuations nested)"
 BOOTSTRAP = 2000
+POWER = 0.8  # the power at which a row's detectable effect is given
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ class Claim:
     statistic: str
     test: str
     effect: float  # points (or nats), in the paper's direction
-    low: float  # one-sided lower and upper bounds at the report's alpha
+    low: float  # one-sided lower and upper bounds at the row's level (the page's alpha / m)
     high: float
     paper: float | None  # the paper's own effect for this claim and setting, where it gives one
     verdict: str
@@ -63,6 +72,22 @@ class Claim:
     why: str = ""
     used: list = field(default_factory=list)  # the runs or probe rows behind the numbers
     id: str = ""
+    se: float = math.nan  # standard error of the effect
+    df: float = math.inf  # its degrees of freedom (inf: a normal approximation)
+    kind: str = "beats"  # beats | on_par
+    margin: float | None = None  # on_par: the difference within which the two count as on a par
+    level: float = math.nan  # the one-sided level each bound is at: the page's alpha over its tests
+    p: float = math.nan  # one-sided p-value in the paper's direction (before the page's correction)
+    detectable: float = math.nan  # the smallest effect the test finds with POWER at its level
+
+    @property
+    def measured(self) -> bool:
+        return not (math.isnan(self.effect) or math.isnan(self.se))
+
+    @property
+    def resolvable(self) -> bool:
+        """Whether the paper's effect is at least what this row's test can detect."""
+        return self.paper is None or math.isnan(self.detectable) or abs(self.paper) >= self.detectable
 
 
 def specs(config: dict) -> list[dict]:
@@ -75,35 +100,54 @@ def specs(config: dict) -> list[dict]:
 # ------------------------------------------------------------------------------------------------
 
 
-def welch_bounds(x, y, alpha: float) -> tuple[float, float, float]:
-    """mean(x) - mean(y) with its one-sided (1 - alpha) bounds by Welch's t (NaN below two runs)."""
+def welch(x, y) -> tuple[float, float, float]:
+    """mean(x) - mean(y), its standard error and Welch-Satterthwaite df (NaN below two runs a side)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.size < 2 or y.size < 2:
         return math.nan, math.nan, math.nan
     diff = float(x.mean() - y.mean())
     vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
     if vx + vy == 0:
-        return diff, diff, diff
+        return diff, 0.0, math.inf
     df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    half = float(sps.t.ppf(1 - alpha, df)) * math.sqrt(vx + vy)
-    return diff, diff - half, diff + half
+    return diff, math.sqrt(vx + vy), float(df)
 
 
-def against_one_evaluation(x, value: float, sem: float, alpha: float) -> tuple[float, float, float]:
+def against_one_evaluation(x, value: float, sem: float) -> tuple[float, float, float]:
     """mean(x) - value for runs x against one evaluation (no seeds) with its standard error: a t
-    over the runs with the evaluation's variance added."""
+    over the runs (n - 1 df) with the evaluation's variance added."""
     x = np.asarray(x, dtype=float)
     if x.size < 2:
         return math.nan, math.nan, math.nan
     diff = float(x.mean() - value)
     se = math.sqrt(x.var(ddof=1) / x.size + (sem if not math.isnan(sem) else 0.0) ** 2)
-    half = float(sps.t.ppf(1 - alpha, x.size - 1)) * se
-    return diff, diff - half, diff + half
+    return diff, se, float(x.size - 1)
 
 
-def cluster_bootstrap(statistic, clusters: list, alpha: float, groups: dict | None = None, seed: int = 0):
-    """``statistic(questions, seeds)`` with one-sided (1 - alpha) percentile bounds, resampling the
-    questions (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement."""
+def bounds(effect: float, se: float, df: float, level: float) -> tuple[float, float]:
+    """One-sided (1 - level) lower and upper bounds: effect -/+ the t (or normal) quantile x se."""
+    if se == 0:
+        return effect, effect
+    q = float(sps.t.ppf(1 - level, df))
+    return effect - q * se, effect + q * se
+
+
+def detectable(se: float, df: float, level: float, power: float = POWER) -> float:
+    """The smallest effect a one-sided test at ``level`` finds with probability ``power``."""
+    return float(sps.t.ppf(1 - level, df) + sps.t.ppf(power, df)) * se
+
+
+def p_value(effect: float, se: float, df: float) -> float:
+    """One-sided p of an effect above 0."""
+    if se == 0:
+        return 0.0 if effect > 0 else 1.0
+    return float(sps.t.sf(effect / se, df))
+
+
+def cluster_bootstrap(statistic, clusters: list, groups: dict | None = None, seed: int = 0) -> tuple[float, float]:
+    """``statistic(questions, seeds)`` and its bootstrap standard error, resampling the questions
+    (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement. The
+    statistic is a mean over many questions, so its bounds are taken as normal around it."""
     rng = np.random.default_rng(seed)
     clusters = list(clusters)
     groups = groups or {}
@@ -115,14 +159,14 @@ def cluster_bootstrap(statistic, clusters: list, alpha: float, groups: dict | No
         value = statistic(q, s)
         if not math.isnan(value):
             draws.append(value)
-    if not draws:
-        return point, math.nan, math.nan
-    return point, float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+    if len(draws) < 2:
+        return point, math.nan
+    return point, float(np.std(draws, ddof=1))
 
 
 def verdict(effect: float, low: float, high: float, paper: float | None, kind: str = "beats",
             margin: float | None = None) -> str:  # fmt: skip
-    """The four verdicts from the bounds (see the module docstring)."""
+    """The verdict from the bounds (see the module docstring)."""
     if any(math.isnan(v) for v in (effect, low, high)):
         return UNMEASURED
     if kind == "on_par":
@@ -132,9 +176,38 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
         return FAILS if (low > target or high < target) else INCONCLUSIVE
     if low > 0:
         return HOLDS
-    if high < (0.0 if paper is None else paper):
+    if high < 0:
         return FAILS
+    if paper is not None and paper > 0 and high < paper:
+        return BELOW
     return INCONCLUSIVE
+
+
+def family(found: list[Claim], alpha: float) -> list[Claim]:
+    """The page's verdicts: every measured row tested at alpha / m (m measured rows), with its
+    bounds, p-value and detectable effect at that level."""
+    m = sum(c.measured for c in found)
+    if not m:
+        return found
+    level = alpha / m
+    out = []
+    for c in found:
+        if not c.measured:
+            out.append(replace(c, verdict=UNMEASURED))
+            continue
+        low, high = bounds(c.effect, c.se, c.df, level)
+        out.append(replace(c, low=low, high=high, level=level, p=p_value(c.effect, c.se, c.df),
+                           detectable=detectable(c.se, c.df, level),
+                           verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin)))  # fmt: skip
+    return out
+
+
+def page_summary(found: list[Claim], alpha: float) -> dict:
+    """What the page says about itself: how many tests, at which family-wise and per-test level,
+    and how many rows cannot resolve the paper's effect."""
+    measured = [c for c in found if c.measured]
+    return {"tests": len(measured), "alpha": alpha, "level": alpha / len(measured) if measured else None,
+            "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -162,45 +235,46 @@ def _runs(cache: Cache, setting: str, variant: str) -> tuple[list[float], list[s
     return list(avg), [f"{setting}/{variant}/s{s}" for s in avg.index]
 
 
-def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str, alpha: float) -> Claim:
+def _unmeasured(base: dict, why: str, test: str = "", used: list | None = None) -> Claim:
+    return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan, verdict=UNMEASURED,
+                 why=why, used=used or [])  # fmt: skip
+
+
+def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str) -> Claim:
     """Run-level Avg of ``variant`` against ``baseline`` on one setting: unit the training seed."""
     paper = _paper_effect(cache.config, spec, setting)
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
-    base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"])
+    margin = None
+    if kind == "on_par":  # on a par: within the setting's SCOUT-over-OPD effect (points) of each other
+        gain = _paper_effect(cache.config, {"paper": _scout_gain()}, setting)
+        margin = abs(gain) if gain else None
+    base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
+                margin=margin)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
-        return Claim(**base, statistic="", test="", effect=math.nan, low=math.nan, high=math.nan,
-                     verdict=UNMEASURED, why=f"{variant} or {baseline} is not in this grid on {setting}")  # fmt: skip
+        return _unmeasured(base, f"{variant} or {baseline} is not in this grid on {setting}")
     x, used_x = _runs(cache, setting, variant)
     y, used_y = _runs(cache, setting, baseline)
     label = cache.label(baseline) if baseline not in grid.BASE_VARIANTS else baseline.replace("-", " ")
     absent = [name for name, runs in ((cache.label(variant), x), (label, y)) if not runs]
     if absent:
-        return Claim(**base, statistic="", test="", effect=math.nan, low=math.nan, high=math.nan, verdict=UNMEASURED,
-                     why=f"no results of {' or '.join(absent)} on {setting} yet")  # fmt: skip
-    margin = None
-    if kind == "on_par":  # on a par: within the setting's SCOUT-over-OPD effect (points) of each other
-        gain = _paper_effect(cache.config, {"paper": _scout_gain()}, setting)
-        margin = abs(gain) if gain else None
+        return _unmeasured(base, f"no results of {' or '.join(absent)} on {setting} yet")
     if baseline in grid.BASE_VARIANTS:
         test = "t over seeds against one evaluation (its error added)"
         sem = _evaluation_sem(cache, setting, baseline)
         if len(x) < 2 or not y:
             why = f"{len(x)} run(s) of {cache.label(variant)}: the seed is the unit, two or more are needed"
-            return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
-                         verdict=UNMEASURED, why=why, used=used_x + used_y)  # fmt: skip
-        effect, low, high = against_one_evaluation(x, y[0], sem, alpha)
+            return _unmeasured(base, why, test, used_x + used_y)
+        effect, se, df = against_one_evaluation(x, y[0], sem)
     else:
         test = "Welch t on run-level Avg"
         if len(x) < 2 or len(y) < 2:
             why = (f"{len(x)} run(s) of {cache.label(variant)} and {len(y)} of {label}: the seed is the unit, "
                    "two or more a side are needed")  # fmt: skip
-            return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
-                         verdict=UNMEASURED, why=why, used=used_x + used_y)  # fmt: skip
-        effect, low, high = welch_bounds(x, y, alpha)
+            return _unmeasured(base, why, test, used_x + used_y)
+        effect, se, df = welch(x, y)
     stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
-    v = verdict(effect * 100, low * 100, high * 100, paper, kind, margin)
-    return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=low * 100, high=high * 100,
-                 verdict=v, used=used_x + used_y)  # fmt: skip
+    return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=math.nan, high=math.nan, se=se * 100,
+                 df=df, verdict="", used=used_x + used_y)  # fmt: skip
 
 
 def _scout_gain() -> dict:
@@ -216,17 +290,17 @@ def _evaluation_sem(cache: Cache, setting: str, variant: str) -> float:
     return float(np.sqrt((row**2).sum()) / len(row)) if len(row) else math.nan
 
 
-def _sweep(cache: Cache, spec: dict, setting: str, alpha: float) -> Claim:
+def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
     sweep = interval_variants(cache, setting)
     main = next((v for f, v in sweep if v == "scout"), None)
     if main is None or len(sweep) < 2:
-        return Claim(spec["claim"], setting, "", "", math.nan, math.nan, math.nan, None, UNMEASURED, SEEDS_UNIT,
-                     "no f-sweep around the main SCOUT run", id=spec["id"])  # fmt: skip
+        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"])
+        return _unmeasured(base, "no f-sweep around the main SCOUT run")
     if spec["kind"] == "sweep_sparse":
         variant, baseline = main, sweep[-1][1]
     else:
         variant, baseline = sweep[0][1], main
-    claim = _compare(cache, spec, setting, variant, baseline, alpha)
+    claim = _compare(cache, spec, setting, variant, baseline)
     fs = {v: f for f, v in sweep}
     curve = "; ".join(f"f={f}: {100 * np.mean(_runs(cache, setting, v)[0]):.1f}" for f, v in sweep if _runs(cache, setting, v)[0])
     stat = f"f={fs[variant]} vs f={fs[baseline]} ({curve})"
@@ -236,11 +310,6 @@ def _sweep(cache: Cache, spec: dict, setting: str, alpha: float) -> Claim:
 # ------------------------------------------------------------------------------------------------
 # Claims over the teacher probes (unit: the question)
 # ------------------------------------------------------------------------------------------------
-
-
-def _items(analysis_dir: Path, setting: str) -> pd.DataFrame | None:
-    path = analysis_dir / setting / "continuation_items.csv"
-    return pd.read_csv(path) if path.exists() else None
 
 
 class _Totals:
@@ -263,16 +332,14 @@ class _Totals:
         return float(self.correct[idx][seen].sum() / total) if total else math.nan
 
 
-def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: float) -> Claim:
+def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
     kind = spec["kind"]
     base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.config, spec, setting),
                 unit=QUESTION_UNIT, id=spec["id"])  # fmt: skip
-    items = _items(analysis_dir, setting) if kind != "entropy_gap" else None
-    path = analysis_dir / setting / ("entropy_responses.csv" if kind == "entropy_gap" else "continuation_items.csv")
+    path = analysis_dir / setting / _PROBE_FILES.get(kind, "continuation_items.csv")
 
     def unmeasured(why: str, test: str = "") -> Claim:
-        return Claim(**base, statistic="", test=test, effect=math.nan, low=math.nan, high=math.nan,
-                     verdict=UNMEASURED, why=why)  # fmt: skip
+        return _unmeasured(base, why, test)
 
     if not path.exists():
         return unmeasured("the analysis stage has not run on this setting (or predates per-question records)")
@@ -280,10 +347,12 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
 
     def bootstrapped(diff, qs, stat: str, used: list[str], seeds: dict | None = None) -> Claim:
         """The claim from a per-question difference, resampled over questions (and seeds, if any)."""
-        effect, low, high = cluster_bootstrap(diff, qs, alpha, seeds)
+        effect, se = cluster_bootstrap(diff, qs, seeds)
         suffix = " and seeds" if seeds else " (paired)"
-        return Claim(**base, statistic=stat, test=test + suffix, effect=effect, low=low, high=high,
-                     verdict=verdict(effect, low, high, base["paper"]), used=used)  # fmt: skip
+        return Claim(**base, statistic=stat, test=test + suffix, effect=effect, low=math.nan, high=math.nan, se=se,
+                     verdict="", used=used)  # fmt: skip
+    if kind == "reflection_selective":
+        return _reflection(base, path, bootstrapped, unmeasured)
     if kind == "entropy_gap":
         d = pd.read_csv(path)
         d = d[d.teacher == "initial"]
@@ -298,7 +367,7 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
 
         stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
         return bootstrapped(gap, qs, stat, [f"{path}: initial teacher"])
-    d = items
+    d = pd.read_csv(path)
     universe = sorted(d.question.unique())
 
     def totals(rows: pd.DataFrame) -> _Totals:
@@ -363,32 +432,105 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path, alpha: fl
     return bootstrapped(over_control, qs, stat, used, {"scout": seeds, "control": c_seeds})
 
 
-PROBES = ("continuation_falls", "below_own", "entropy_gap", "teacher_improves", "teacher_beats_control")
+class _Selectivity:
+    """Per-question sums of one teacher's reflection probability after right and after wrong steps,
+    so that its selectivity over a resample of questions is four array sums."""
+
+    def __init__(self, d: pd.DataFrame, universe: list):
+        g = d.groupby(["question", "after"]).p_reflect.agg(["sum", "count"]).unstack("after").reindex(universe)
+        g = g.fillna(0.0)
+        self.pos = {q: i for i, q in enumerate(universe)}
+
+        def col(stat: str, after: str) -> np.ndarray:
+            return g[(stat, after)].to_numpy(float) if (stat, after) in g.columns else np.zeros(len(g))
+
+        self.s_right, self.n_right = col("sum", "right"), col("count", "right")
+        self.s_wrong, self.n_wrong = col("sum", "wrong"), col("count", "wrong")
+
+    def after(self, questions: list) -> tuple[float, float]:
+        """Mean reflection probability after right and after wrong steps over the questions."""
+        idx = np.fromiter((self.pos[q] for q in questions), dtype=int, count=len(questions))
+        nr, nw = self.n_right[idx].sum(), self.n_wrong[idx].sum()
+        right = self.s_right[idx].sum() / nr if nr else math.nan
+        wrong = self.s_wrong[idx].sum() / nw if nw else math.nan
+        return right, wrong
+
+    def selectivity(self, questions: list) -> float:
+        right, wrong = self.after(questions)
+        return wrong - right
+
+
+def _reflection(base: dict, path: Path, bootstrapped, unmeasured) -> Claim:
+    """How much more the SCOUT-trained teacher than the initial one reflects after the student's
+    wrong steps than after its right ones (probability points; per question, seeds resampled)."""
+    d = pd.read_csv(path)
+    judged = "step" if (d.judged == "step").any() else "response"
+    d = d[d.judged == judged]
+    universe = sorted(d.question.unique())
+    initial = d[d.teacher == "initial"]
+    trained = d[d.teacher == "scout"]
+    seeds = sorted(trained.seed.unique())
+    if initial.empty or not seeds:
+        return unmeasured("no initial and SCOUT-trained teachers' reflection probabilities on this setting")
+    if not ((d.after == "wrong").any() and (d.after == "right").any()):
+        return unmeasured("the initial student's responses hold no wrong (or no right) step to compare")
+    t0 = _Selectivity(initial, universe)
+    per_seed = {seed: _Selectivity(trained[trained.seed == seed], universe) for seed in seeds}
+
+    def gain(q, s):
+        return (float(np.mean([per_seed[seed].selectivity(q) for seed in s["scout"]])) - t0.selectivity(q)) * 100
+
+    r0, w0 = t0.after(universe)
+    after = [per_seed[seed].after(universe) for seed in seeds]
+    r1, w1 = float(np.mean([a[0] for a in after])), float(np.mean([a[1] for a in after]))
+    what = "steps" if judged == "step" else "paragraphs of right / wrong responses"
+    stat = (f"P(reflection) after right / wrong {what}: initial {100 * r0:.1f} / {100 * w0:.1f}, "
+            f"SCOUT {100 * r1:.1f} / {100 * w1:.1f} ({len(seeds)} seeds, {len(universe)} questions)")  # fmt: skip
+    used = [f"{path}: initial teacher"] + [f"{path}: scout s{s}" for s in seeds]
+    return bootstrapped(gain, universe, stat, used, {"scout": seeds})
+
+
+_PROBE_FILES = {"entropy_gap": "entropy_responses.csv", "reflection_selective": "reflection.csv"}
+PROBES = ("continuation_falls", "below_own", "entropy_gap", "teacher_improves", "teacher_beats_control",
+          "reflection_selective")  # fmt: skip
 
 
 def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Claim]:
-    """Every claim (the paper's, then the config's), per setting where it is made."""
+    """Every claim (the paper's, then the config's), per setting where it is made, with the page's
+    verdicts at family-wise level ``alpha`` (:func:`family`)."""
     a = Path(analysis_dir)
     out = []
     for spec in specs(cache.config):
         kind = spec["kind"]
         if kind in PROBES:
             for setting in cache.config.get("analysis", {}).get("settings", []):
-                out.append(_probe(cache, spec, setting, a, alpha))
+                out.append(_probe(cache, spec, setting, a))
         elif kind in ("sweep_sparse", "sweep_dense"):
-            out += [_sweep(cache, spec, s, alpha) for s in _settings(cache.config, spec)]
+            out += [_sweep(cache, spec, s) for s in _settings(cache.config, spec)]
         else:
-            out += [_compare(cache, spec, s, spec["variant"], spec["baseline"], alpha) for s in _settings(cache.config, spec)]
-    return out
+            out += [_compare(cache, spec, s, spec["variant"], spec["baseline"]) for s in _settings(cache.config, spec)]
+    return family(out, alpha)
+
+
+_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "detectable")
 
 
 def as_records(claims: list[Claim]) -> list[dict]:
-    """JSON-ready rows for the manifest (NaN as null)."""
+    """JSON-ready rows for the manifest (NaN and infinity as null)."""
 
     def clean(v):
-        return None if isinstance(v, float) and math.isnan(v) else v
+        return None if isinstance(v, float) and not math.isfinite(v) else v
 
     return [{k: clean(v) for k, v in asdict(c).items()} for c in claims]
+
+
+def from_records(rows: list[dict]) -> list[Claim]:
+    """The claims back from the manifest's rows (null as NaN; a null df as the normal's infinity)."""
+    out = []
+    for r in rows:
+        floats = {k: (math.inf if k == "df" else math.nan) for k in _FLOATS if k in r and r[k] is None}
+        out.append(Claim(**{**r, **floats}))
+    return out
 
 
 def summary(claims: list[Claim]) -> dict[str, int]:

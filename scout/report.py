@@ -69,6 +69,7 @@ def missing_evaluations(config: dict, df) -> list[str]:
 
 _VERDICT_TEX = {
     claims.HOLDS: r"\textcolor{green!45!black}{holds}",
+    claims.BELOW: r"\textcolor{red!50!orange}{below the paper's effect}",
     claims.FAILS: r"\textcolor{red!70!black}{does not hold}",
     claims.INCONCLUSIVE: r"\textcolor{orange!80!black}{inconclusive}",
     claims.UNMEASURED: r"\textcolor{gray}{not measured}",
@@ -80,6 +81,25 @@ def effect_text(c) -> str:
     if c.effect != c.effect:
         return "--"
     return f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]" if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+
+
+def detectable_text(c) -> str:
+    """The smallest effect the row's test detects, with a dagger where the paper's is smaller."""
+    if c.detectable != c.detectable:
+        return "--"
+    return f"{c.detectable:.1f}" + ("" if c.resolvable else " \u2020")
+
+
+def family_text(found: list, alpha: float) -> str:
+    """One sentence on how many tests the page makes and at which levels."""
+    f = claims.page_summary(found, alpha)
+    if not f["tests"]:
+        return "Nothing is measured yet, so the page makes no test."
+    return (f"This page makes {f['tests']} tests. So that the chance of any wrong verdict on it is at most "
+            f"{alpha:g} (family-wise, Bonferroni), each is made at {alpha:g}/{f['tests']} = {f['level']:.4f}: "
+            f"every bound is one-sided at {100 * (1 - f['level']):.2f}%. Detectable: the smallest effect a test "
+            f"finds with {f['power']:.0%} power at that level; \u2020 marks the {f['unresolvable']} rows whose "
+            "paper effect is smaller, which this grid cannot resolve.")  # fmt: skip
 
 
 def caveats(config: dict, found: list) -> list[tuple[str, str]]:
@@ -98,6 +118,7 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
             "statistic": render.tex(c.statistic or c.why),
             "effect": render.tex(effect_text(c)),
             "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
+            "detectable": detectable_text(c).replace("\u2020", r"$\dagger$"),
             "test": render.tex(f"{c.unit}; {c.test}" if c.test else c.unit),
             "verdict": _VERDICT_TEX[c.verdict],
         }
@@ -107,9 +128,8 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
     return env.get_template("claims.tex.j2").render(
         claims=rows,
         caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
-        alpha=f"{alpha:g}",
-        counts={"holds": counts[claims.HOLDS], "fails": counts[claims.FAILS],
-                "inconclusive": counts[claims.INCONCLUSIVE], "unmeasured": counts[claims.UNMEASURED]},  # fmt: skip
+        family=render.tex(family_text(found, alpha)).replace("\u2020", r"$\dagger$"),
+        counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in claims.VERDICTS),
     )
 
 
@@ -134,6 +154,7 @@ def compile_pdf(tex_path: Path, log=print) -> Path:
 
 VERDICT_MARKS = {  # (css class, a mark that reads without colour)
     claims.HOLDS: ("v-holds", "✔"),
+    claims.BELOW: ("v-below", "↓"),
     claims.FAILS: ("v-fails", "✘"),
     claims.INCONCLUSIVE: ("v-inconclusive", "?"),
     claims.UNMEASURED: ("v-unmeasured", "–"),
@@ -178,7 +199,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
         css, mark = VERDICT_MARKS[c.verdict]
         rows.append({"claim": c.claim, "setting": c.setting, "statistic": c.statistic or c.why,
                      "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
-                     "test": f"{c.unit}; {c.test}" if c.test else c.unit, "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
+                     "detectable": detectable_text(c), "test": f"{c.unit}; {c.test}" if c.test else c.unit, "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
     figures = [
         {**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs
     ]
@@ -190,7 +211,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
             "alpha": f"{opts['alpha']:g}",
-            "coverage": f"{100 * (1 - 2 * opts['alpha']):g}",
+            "family": family_text(found, opts["alpha"]),
             "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                          for v in claims.VERDICTS],  # fmt: skip
             "claims": rows,
@@ -209,14 +230,19 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
     )
 
 
-def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = ()) -> str:
+def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = (),
+                    alpha: float = 0.1) -> str:  # fmt: skip
     """The claims as a compact table for the console, then where the page is and whether the PDF is."""
     lines = ["", "Claims of the paper against this grid:"]
     lines += [f"  Read first, {setting}: {text}" for setting, text in notes]
+    lines.append(f"  {family_text(found, alpha)}")
     width = max((len(c.claim) for c in found), default=10)
     for c in found:
-        stat = effect_text(c) if c.verdict != claims.UNMEASURED else c.why
-        lines.append(f"  {VERDICT_MARKS[c.verdict][1]} {c.verdict:<13} {c.claim:<{width}}  {c.setting:<18} {stat}")
+        stat = c.why
+        if c.verdict != claims.UNMEASURED:
+            paper = "" if c.paper is None else f", paper {c.paper:+.1f}"
+            stat = f"{effect_text(c)}{paper}, detectable {detectable_text(c)}"
+        lines.append(f"  {VERDICT_MARKS[c.verdict][1]} {c.verdict:<24} {c.claim:<{width}}  {c.setting:<18} {stat}")
     counts = claims.summary(found)
     lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in claims.VERDICTS))
     lines += [f"Report: {index}", f"PDF: {pdf_text}", ""]
@@ -286,6 +312,8 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "missing": missing,
         "damaged": [str(d) for d in damaged],
         "test": opts["test"],
+        "alpha": opts["alpha"],
+        "claims_family": claims.page_summary(found, opts["alpha"]),
         "claims": claims.as_records(found),
         "caveats": notes,
         "pdf": None,
@@ -309,5 +337,5 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
-    log(console_summary(found, out / "index.html", pdf_text, notes))
+    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"]))
     return manifest

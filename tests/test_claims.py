@@ -1,5 +1,6 @@
-"""The claims page: its statistics against hand-worked values, its four verdicts on caches built to
-order, the probe claims recomputed by hand, and the paper's own per-run numbers."""
+"""The claims page: its statistics against hand-worked values, its verdicts on caches built to
+order, the page's family-wise correction, the probe claims recomputed by hand, and the paper's own
+per-run numbers."""
 
 from __future__ import annotations
 
@@ -12,49 +13,87 @@ import pytest
 import yaml
 
 from scout import claims, grid, results, tables
-from scout.claims import FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
 from tests.conftest import REPO, toy_config
 
 
-def test_welch_bounds_by_hand():
+def test_welch_by_hand():
     # x = (3, 4, 5), y = (1, 2, 3): diff 2, var/n 1/3 each, se = sqrt(2/3) = 0.8165, df = 4;
-    # t(0.9, 4) = 1.5332: bounds 2 -/+ 1.2518
-    diff, low, high = claims.welch_bounds([3, 4, 5], [1, 2, 3], 0.1)
-    assert diff == 2 and low == pytest.approx(0.74818, abs=1e-4) and high == pytest.approx(3.25182, abs=1e-4)
-    assert all(math.isnan(v) for v in claims.welch_bounds([3], [1, 2], 0.1))
+    # t(0.9, 4) = 1.5332: bounds at 0.1 are 2 -/+ 1.2518
+    diff, se, df = claims.welch([3, 4, 5], [1, 2, 3])
+    assert diff == 2 and se == pytest.approx(0.81650, abs=1e-5) and df == pytest.approx(4)
+    low, high = claims.bounds(diff, se, df, 0.1)
+    assert low == pytest.approx(0.74818, abs=1e-4) and high == pytest.approx(3.25182, abs=1e-4)
+    assert all(math.isnan(v) for v in claims.welch([3], [1, 2]))
 
 
 def test_against_one_evaluation_by_hand():
-    # runs (0.5, 0.6, 0.7) against 0.3 with SEM 0.05: diff 0.3; se = sqrt(0.01 / 3 + 0.0025) = 0.07638;
-    # t(0.9, 2) = 1.8856: bounds 0.3 -/+ 0.14402
-    diff, low, high = claims.against_one_evaluation([0.5, 0.6, 0.7], 0.3, 0.05, 0.1)
-    assert diff == pytest.approx(0.3) and low == pytest.approx(0.15598, abs=1e-4) and high == pytest.approx(0.44402, abs=1e-4)
+    # runs (0.5, 0.6, 0.7) against 0.3 with SEM 0.05: diff 0.3; se = sqrt(0.01 / 3 + 0.0025) = 0.07638,
+    # df 2; t(0.9, 2) = 1.8856: bounds at 0.1 are 0.3 -/+ 0.14402
+    diff, se, df = claims.against_one_evaluation([0.5, 0.6, 0.7], 0.3, 0.05)
+    assert diff == pytest.approx(0.3) and se == pytest.approx(0.07638, abs=1e-5) and df == 2
+    low, high = claims.bounds(diff, se, df, 0.1)
+    assert low == pytest.approx(0.15598, abs=1e-4) and high == pytest.approx(0.44402, abs=1e-4)
+
+
+def test_detectable_effect_and_p_by_hand():
+    # se 0.8165 on 4 df at level 0.1 with 80% power: (t(0.9, 4) + t(0.8, 4)) x se
+    # = (1.5332 + 0.9410) x 0.8165 = 2.0202; on the normal (df inf): (1.2816 + 0.8416) x 1 = 2.1232
+    assert claims.detectable(0.81650, 4, 0.1) == pytest.approx(2.0202, abs=1e-3)
+    assert claims.detectable(1.0, math.inf, 0.1) == pytest.approx(2.1232, abs=1e-3)
+    # an effect of 1.5332 x se on 4 df sits exactly at the 0.1 quantile: p = 0.1
+    assert claims.p_value(1.5332 * 0.8165, 0.8165, 4) == pytest.approx(0.1, abs=1e-4)
+    assert claims.p_value(1.0, 0.0, 4) == 0.0 and claims.p_value(-1.0, 0.0, 4) == 1.0
 
 
 @pytest.mark.parametrize(
     "bounds, paper, kind, margin, expected",
     [
         ((2.0, 0.5, 3.5), 2.2, "beats", None, HOLDS),  # the lower bound above 0
-        ((-1.0, -3.0, 1.0), 2.2, "beats", None, FAILS),  # the upper bound below the paper's 2.2
+        ((-1.1, -4.2, 1.9), 2.6, "beats", None, BELOW),  # excludes the paper's +2.6, not a smaller gain
+        ((-5.2, -9.1, -1.3), 2.6, "beats", None, FAILS),  # excludes any gain
         ((1.0, -0.5, 2.5), 2.2, "beats", None, INCONCLUSIVE),  # 0 and 2.2 both inside
         ((-1.0, -2.0, -0.5), None, "beats", None, FAILS),  # no paper number: significantly the wrong way
+        ((-1.0, -3.0, 0.5), None, "beats", None, INCONCLUSIVE),  # no paper number, 0 inside
         ((0.3, -0.5, 1.0), -0.2, "on_par", 2.6, HOLDS),  # within 2.6 of zero
         ((4.0, 3.0, 5.0), -0.2, "on_par", 2.6, FAILS),  # clearly apart
         ((1.0, -1.0, 3.0), -0.2, "on_par", 2.6, INCONCLUSIVE),
         ((math.nan, math.nan, math.nan), 2.2, "beats", None, UNMEASURED),
     ],
 )
-def test_the_four_verdicts(bounds, paper, kind, margin, expected):
+def test_the_verdicts(bounds, paper, kind, margin, expected):
     assert claims.verdict(*bounds, paper, kind, margin) == expected
 
 
 def test_the_bootstrap_resamples_clusters_and_seeds():
-    # every cluster the same value: no spread, the bounds are the point
-    assert claims.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5, 0.1) == (2.0, 2.0, 2.0)
-    # the mean of (0, 1): bounds inside [0, 1] around 0.5, the same for the same seed
-    point, low, high = claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10, 0.1)
-    assert point == 0.5 and 0.3 < low < 0.5 < high < 0.7
-    assert claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10, 0.1) == (point, low, high)
+    # every cluster the same value: no spread
+    assert claims.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5) == (2.0, 0.0)
+    # the mean of 20 values of 0 and 1: standard error sqrt(0.25 / 20) = 0.112, the same for the same seed
+    point, se = claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10)
+    assert point == 0.5 and se == pytest.approx(0.112, abs=0.01)
+    assert claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10) == (point, se)
+
+
+def _raw(effect, se, df=4.0, paper=None, measured=True):
+    return claims.Claim("c", "s", "", "", effect if measured else math.nan, math.nan, math.nan, paper, "",
+                        se=se if measured else math.nan, df=df)  # fmt: skip
+
+
+def test_the_page_tests_each_row_at_alpha_over_its_number_of_tests():
+    rows = [_raw(2.0, 0.8165), _raw(2.0, 0.8165, paper=9.0), _raw(0.3, 0.1), _raw(0.0, 0.0, measured=False),
+            _raw(-3.0, 0.5, paper=2.0), _raw(1.0, 0.8165)]  # fmt: skip
+    page = claims.family(rows, 0.1)
+    # five measured rows at 0.1: each at 0.02, t(0.98, 4) = 2.9985, so 2 -/+ 2.4483
+    assert all(c.level == pytest.approx(0.02) for c in page if c.measured)
+    assert page[0].low == pytest.approx(2.0 - 2.9985 * 0.8165, abs=1e-3) and page[0].verdict == INCONCLUSIVE
+    # alone it would hold at 0.1 (2 - 1.5332 x 0.8165 > 0): the page's correction is what stops it
+    assert claims.family([rows[0]], 0.1)[0].verdict == HOLDS
+    assert page[2].verdict == HOLDS and page[3].verdict == UNMEASURED and page[4].verdict == FAILS
+    # detectable at 0.02 with 80% power: (2.9985 + 0.9410) x 0.8165 = 3.2166; the paper's 9.0 is above it
+    assert page[1].detectable == pytest.approx(3.2166, abs=1e-3) and page[1].resolvable
+    assert not claims.family([_raw(2.0, 0.8165, paper=1.0)], 0.1)[0].resolvable
+    summary = claims.page_summary(page, 0.1)
+    assert summary["tests"] == 5 and summary["level"] == pytest.approx(0.02)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,8 +142,10 @@ def test_method_claims_follow_the_numbers(cfg):
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     opd = _one(found, "opd_improves", s)
     assert opd.verdict == HOLDS and opd.unit == claims.SEEDS_UNIT and opd.paper == 17.3  # mirrors q4b-q1.7b-math
-    # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257; t(0.9, 2) = 1.8856
-    assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 1.8856 * 1.8257, abs=1e-3)
+    # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257, 2 df; three rows
+    # are measured, so each is tested at 0.1 / 3: t(1 - 0.0333, 2) = 3.6766
+    assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 3.6766 * 1.8257, abs=1e-3)
+    assert opd.level == pytest.approx(0.1 / 3)
     assert sorted(opd.used)[:3] == [f"{s}/base-student/s0", f"{s}/opd/s1", f"{s}/opd/s2"]
     assert _one(found, "scout_beats_opd", s).verdict == HOLDS
     control = _one(found, "scout_beats_control", s)
@@ -120,7 +161,7 @@ def test_scout_below_opd_does_not_hold(cfg):
     _runs(cfg, s, "scout", [0.60, 0.61, 0.62])
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     c = _one(found, "scout_beats_opd", s)
-    assert c.verdict == FAILS and c.high < c.paper == 3.1  # q4b-q1.7b-code's +3.1
+    assert c.verdict == FAILS and c.high < 0 < c.paper == 3.1  # q4b-q1.7b-code's +3.1: no gain at all
 
 
 def test_a_users_declared_claim_reaches_the_page(cfg):
