@@ -184,6 +184,25 @@ class Cache:
     def has_variant(self, setting: str, variant: str) -> bool:
         return (setting, variant) in self.seeds
 
+    def evaluation_se(self, settings: list[str]) -> list[float]:
+        """Each final run's evaluation standard error of its Avg on these settings (points): the
+        benchmarks' SEMs over repeats in quadrature over their number, questions held fixed."""
+        if not len(self.final):
+            return []
+        d = self.final.reset_index()
+        d = d[d.setting.isin(settings)]
+        g = d.assign(v=d["sem"].astype(float) ** 2).groupby(["setting", "variant", "seed"])
+        se = (g["v"].sum(min_count=1) ** 0.5 / g.size()).dropna() * 100
+        return sorted(se.tolist())
+
+    def evaluation_note(self, settings: list[str]) -> str:
+        """The caption's sentence on how precise each run's evaluation is."""
+        se = self.evaluation_se(settings)
+        if not se:
+            return ""
+        return (f" Evaluation standard error of each run's Avg (questions fixed, over repeats): at most {se[-1]:.2f} "
+                f"points, median {float(np.median(se)):.2f} ({len(se)} runs).")  # fmt: skip
+
     def experiment_variants(self, exp: str, setting: str) -> list[str]:
         """Variants an experiment runs on a setting, in config order."""
         cells = self.cell_list
@@ -316,7 +335,7 @@ def main_tables(cache: Cache) -> list[dict]:
                 "label": f"tab:main-{settings[0]}",
                 "caption": f"Main results for {teacher} → {student} ({domains}): mean "
                 "± SD over training runs (base models: SD over evaluation repeats). Bold and underlined: "
-                "best and second best among OPD-based methods.",
+                "best and second best among OPD-based methods." + cache.evaluation_note(settings),
                 "blocks": blocks,
                 "groups": groups,
             }
@@ -397,7 +416,8 @@ def per_run_tables(cache: Cache) -> list[dict]:
             per_run_table(
                 cache,
                 f"per_run_{s}",
-                f"Complete results for {sc['teacher']} → {sc['student']} ({sc['domain']}). {note}",
+                f"Complete results for {sc['teacher']} → {sc['student']} ({sc['domain']}). {note}"
+                + cache.evaluation_note([s]),
                 [(s, cache.experiment_variants("main", s))],
             )
         )
@@ -417,7 +437,8 @@ def per_run_tables(cache: Cache) -> list[dict]:
                 # reference rows from the main grid: prefix-0 sits between OPD and SCOUT; OPTR follows both
                 extra = [v for v in refs + ["scout"] if cache.has_variant(s, v) and v not in own]
                 sections.append((s, extra[:1] + own + extra[1:] if exp == "prefix0" else extra + own))
-            out.append(per_run_table(cache, f"per_run_{exp}_{domain}", f"{title}, {domain}. {note}", sections))
+            caption = f"{title}, {domain}. {note}" + cache.evaluation_note(settings)
+            out.append(per_run_table(cache, f"per_run_{exp}_{domain}", caption, sections))
     return out
 
 
@@ -446,7 +467,7 @@ def prefix0_summary(cache: Cache) -> dict | None:
         "template": "summary",
         "label": "tab:prefix0-summary",
         "caption": "Prefix-0 control: mean accuracy (Avg) of OPD, OPD + Teacher GRPO (the same teacher updates "
-        "from the original problem) and SCOUT (teacher updates from student prefixes).",
+        "from the original problem) and SCOUT (teacher updates from student prefixes)." + cache.evaluation_note(settings),
         "columns": cols,
         "col_groups": _spans([c["group"] for c in cols]),
         "groups": [[{"name": _row_name(cache, settings[0], v), "cells": cells[v]} for v in g] for g in groups if g],
@@ -501,7 +522,8 @@ def optr_summary(cache: Cache) -> dict | None:
         "name": "optr_summary",
         "template": "optr_summary",
         "label": "tab:optr-summary",
-        "caption": "SCOUT on top of OPD and OPTR: mean accuracy (Avg) without and with SCOUT, and the gain.",
+        "caption": "SCOUT on top of OPD and OPTR: mean accuracy (Avg) without and with SCOUT, and the gain."
+        + cache.evaluation_note(cfg["experiments"]["optr"]["settings"]),
         "tasks": tasks,
     }
 
@@ -542,7 +564,8 @@ def fsweep_tables(cache: Cache) -> list[dict]:
                 "template": "main",
                 "label": f"tab:fsweep-{s}",
                 "caption": f"Teacher update interval f on {s}: mean ± SD over runs (single runs: SD over "
-                "repeats). Bold and underlined: best and second best among the SCOUT variants.",
+                "repeats). Bold and underlined: best and second best among the SCOUT variants."
+                + cache.evaluation_note([s]),
                 "blocks": [
                     {
                         "title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s),
