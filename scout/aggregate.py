@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scout.behaviour import behaviour_table
 from scout.results import read_record
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
@@ -41,20 +42,31 @@ def per_method(runs: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
+def generations_of(record: str | Path) -> Path:
+    """The generations file beside an evaluation record (``{benchmark}.generations.jsonl``)."""
+    return Path(record).with_name(Path(record).name.removesuffix(".json") + ".generations.jsonl")
+
+
 def summarize(
     record_paths: list[str | Path], out_dir: str | Path, config: dict | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """With ``config``, cells that share another cell's run get its records under their own labels
-    (``shared_with`` names the run)."""
+    (``shared_with`` names the run). Beside runs.csv and methods.csv, behaviour.csv: each run's
+    reflection words and accuracy with and without them (``scout.behaviour``), from the final
+    evaluations' generations."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records = load_records(record_paths)
+    behaviour = behaviour_table(records.to_dict("records"), [generations_of(p) for p in record_paths])
+    behaviour = behaviour.assign(checkpoint="final")
     if config is not None:
         from scout.results import with_shared
 
         records = with_shared(config, records.astype({"seed": int}))
+        behaviour = with_shared(config, behaviour)
     runs = per_run(records)
     methods = per_method(runs)
     runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")
     methods.to_csv(out / "methods.csv", index=False, float_format="%.6g")
+    behaviour.to_csv(out / "behaviour.csv", index=False, float_format="%.6g")
     return runs, methods

@@ -13,6 +13,10 @@ is one response), so nothing is sampled twice:
   checkpoints: the final one, and any intermediate ``analysis.checkpoints``; labelled
   ``student@step{N}`` and ``scout@step{N}``).
 
+Every teacher probed (initial, SCOUT-trained, the prefix-0 control's) also gives its probability of a
+reflection word after each step of the initial student's responses (``reflection.csv``,
+``scout.behaviour``): does training teach it to reflect where the student went wrong, or everywhere?
+
 The teacher's token entropy along student responses against along its own says how uncertain it
 is there. Generation runs behind ``scout.generation``'s interface, so the same probes run on the
 embedded engine (toy world, CPU) and on vLLM.
@@ -20,13 +24,15 @@ embedded engine (toy world, CPU) and on vLLM.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from scout import algorithms as alg
-from scout import grid
+from scout import behaviour, grid
+from scout.embedded import lm
 from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
@@ -54,16 +60,18 @@ def cut(tok, ids: list[int], ratio: float, split: str = "response", marker: str 
     return kept, len(kept) > reasoning
 
 
-def responses(path: str | Path, rows_by_id: dict[str, dict], per_row: int | None = None) -> list[tuple[dict, str]]:
+def responses(path: str | Path, rows_by_id: dict[str, dict], per_row: int | None = None,
+              probed: set[str] | None = None) -> list[tuple[dict, str]]:  # fmt: skip
     """(row, response) for the samples of an evaluation's generations file (the first ``per_row``
-    repeats of each row, or all)."""
+    repeats of each row, or all; only the ``probed`` rows, when given)."""
     out = []
     for g in read_jsonl(path):
         if per_row is not None and g["repeat"] >= per_row:
             continue
         if g["id"] not in rows_by_id:
             raise ValueError(f"{path}: sample id {g['id']!r} is not a row of the benchmark")
-        out.append((rows_by_id[g["id"]], g["response"]))
+        if probed is None or g["id"] in probed:
+            out.append((rows_by_id[g["id"]], g["response"]))
     return out
 
 
@@ -114,6 +122,26 @@ def entropy_along(engine, pairs: list[tuple[dict, str]], max_tokens: int) -> lis
     return engine.entropies(prompts, resp)
 
 
+def reflection_after_steps(engine, pairs: list[tuple[dict, str]], verdicts: list[bool]) -> list[dict]:
+    """At every paragraph boundary after a step of each response, the engine's probability that the
+    next token is a reflection word (Relay-OPD's list), with whether the step was right
+    (``scout.behaviour.reflection_points``)."""
+    tok = engine.tokenizer
+    reflect = lm.vocab_flags(tok, len(tok))[0].nonzero().squeeze(1).tolist()
+    prompts, resp, points = [], [], []
+    for (row, text), ok in zip(pairs, verdicts, strict=True):
+        ids = tok.encode(text, add_special_tokens=False)
+        prompts.append(engine.render(row["prompt"]))
+        resp.append(ids)
+        points.append(behaviour.reflection_points([tok.decode([t]) for t in ids], row["prompt"], ok))
+    mass = engine.next_token_mass(prompts, resp, [[p[0] for p in pts] for pts in points], reflect)
+    return [
+        {"question": row["id"], "response": j, "paragraph": paragraph, "after": after, "judged": judged, "p_reflect": m}
+        for j, ((row, _), pts, ms) in enumerate(zip(pairs, points, mass, strict=True))
+        for (_, paragraph, after, judged), m in zip(pts, ms, strict=True)
+    ]
+
+
 def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
     """(position, mean entropy, responses reaching it) over curves of different lengths."""
     out = []
@@ -123,18 +151,33 @@ def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
     return out
 
 
+def provenance(spec: dict) -> dict:
+    """The spec these probes ran (its digest) and the spec each probed run was trained with, so that
+    a changed config or a retrained run shows the analysis as stale (``scout.freshness``)."""
+    from scout.workflow import spec_digest
+
+    trained = {}
+    for r in [*spec["runs"], *spec.get("controls", [])]:
+        run = Path(r["teacher"]).parent.parent / "train.json"
+        if run.exists():
+            trained[str(run.parent)] = spec_digest(json.loads(run.read_text())["spec"])
+    return {"spec_digest": spec_digest(spec), "trained": trained}
+
+
 def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
-    """Every probe of one setting; writes continuation.csv, entropy.csv and entropy_responses.csv."""
+    """Every probe of one setting; writes continuation.csv, continuation_items.csv, entropy.csv,
+    entropy_responses.csv and reflection.csv."""
     import torch
 
     torch.set_num_threads(spec.get("threads", 1))
     rows_by_id = {r["id"]: r for r in load_rows(spec["benchmark_path"])}
     per_row = spec.get("responses")
-    initial_student = responses(spec["student_generations"], rows_by_id, per_row)
-    own = responses(spec["teacher_generations"], rows_by_id, per_row)
+    probed = set(list(rows_by_id)[: spec["questions"]]) if spec.get("questions") else None
+    initial_student = responses(spec["student_generations"], rows_by_id, per_row, probed)
+    own = responses(spec["teacher_generations"], rows_by_id, per_row, probed)
     sampling = {**spec["sampling"], "max_new_tokens": spec["max_new_tokens"]}
     ratios, k, setting = spec["ratios"], spec["k"], spec["setting"]
-    cont, ent, ent_resp, items = [], [], [], []
+    cont, ent, ent_resp, items, reflect = [], [], [], [], []
 
     def probe(engine, grader, teacher, seed, prefixes, pairs):
         points = continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed, spec.get("split", "response"),
@@ -155,17 +198,28 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
                          "question": pairs[i][0]["id"], "entropy": sum(c) / len(c)}
                         for i, c in enumerate(curves) if c)  # fmt: skip
 
+    def reflection(engine, teacher, seed):
+        rows = reflection_after_steps(engine, initial_student, student_right)
+        reflect.extend({"setting": setting, "teacher": teacher, "seed": seed, **r} for r in rows)
+        by = pd.DataFrame(rows)
+        if len(by):
+            means = by.groupby("after").p_reflect.mean()
+            log(f"{teacher} teacher (seed {seed}): P(reflection word) after the initial student's steps: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in means.items()) + f" ({by.judged.iloc[0]}-level)")  # fmt: skip
+
     with Grader() as grader:
+        student_right = grader.grade([t for _, t in initial_student], [r for r, _ in initial_student])
         engine = make_generator(
             spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
         )
+        reflection(engine, "initial", 0)
         probe(engine, grader, "initial", 0, "initial-student", initial_student)
         probe(engine, grader, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "student", initial_student)
         # a run's student (and teacher) at each matched checkpoint: "final", or an intermediate one
         students = {
-            (r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row)
+            (r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row, probed)
             for r in spec["runs"]
         }
         for (seed, ckpt), pairs in students.items():
@@ -180,8 +234,10 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             probe(engine, grader, name, r["seed"], "initial-student", initial_student)
             probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
             if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
-                gens = engine.generate([row["prompt"] for row in rows_by_id.values()], 1, sampling, seed=r["seed"])
-                own_trained = [(row, cs[0].text) for row, cs in zip(rows_by_id.values(), gens, strict=True)]
+                reflection(engine, "scout", r["seed"])
+                asked = [row for q, row in rows_by_id.items() if probed is None or q in probed]
+                gens = engine.generate([row["prompt"] for row in asked], 1, sampling, seed=r["seed"])
+                own_trained = [(row, cs[0].text) for row, cs in zip(asked, gens, strict=True)]
                 entropy(engine, "scout", r["seed"], "own", own_trained)
                 entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
             del engine
@@ -190,6 +246,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )
             probe(engine, grader, "control", r["seed"], "initial-student", initial_student)
+            reflection(engine, "control", r["seed"])
             del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -197,4 +254,6 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
     pd.DataFrame(ent, columns=ENTROPY).to_csv(out / "entropy.csv", index=False)
     pd.DataFrame(ent_resp, columns=ENTROPY_RESPONSES).to_csv(out / "entropy_responses.csv", index=False)
     pd.DataFrame(items, columns=ITEMS).to_csv(out / "continuation_items.csv", index=False)
+    pd.DataFrame(reflect, columns=behaviour.REFLECTION_COLUMNS).to_csv(out / "reflection.csv", index=False)
+    (out / "analysis.json").write_text(json.dumps(provenance(spec), indent=1))
     return len(cont), len(ent)

@@ -68,6 +68,19 @@ def check_sandbox(data: dict[str, list[dict]]) -> None:
         )
 
 
+def provenance(spec: dict) -> dict:
+    """What a record was made from: its job's spec (``spec_digest``) and, for a trained checkpoint,
+    the spec its run was trained with (``trained``), so that a changed config or a retrained run
+    shows its records as stale (``scout.freshness``)."""
+    from scout.workflow import spec_digest
+
+    out = {"spec_digest": spec_digest(spec)}
+    run = Path(spec["run_dir"]) / "train.json" if spec.get("run_dir") else None
+    if run is not None and run.exists():
+        out["trained"] = spec_digest(json.loads(run.read_text())["spec"])
+    return out
+
+
 def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=print) -> dict[str, dict]:
     import torch
 
@@ -80,6 +93,7 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     check_sandbox(data)
     gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}
+    meta |= provenance(spec)
     records = {}
     with _grader() as grader:
         if spec.get("domain") == "code":

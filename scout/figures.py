@@ -10,8 +10,10 @@ Inputs besides the records:
 - ``train/{setting}/{variant}/s{seed}/metrics.jsonl``: per-step training metrics (the student's
   reward every ``reward_every`` steps, its reverse KL to the teacher every step; SCOUT's teacher
   reward and prefix ratio at each update);
-- ``analysis/{setting}/continuation.csv``: teacher continuation accuracy per prefix ratio, and
-  ``entropy.csv``: the teacher's token entropy along responses, with ``count`` responses a position.
+- ``analysis/{setting}/continuation.csv``: teacher continuation accuracy per prefix ratio,
+  ``entropy.csv``: the teacher's token entropy along responses, with ``count`` responses a position,
+  and ``reflection.csv``: each teacher's probability of a reflection word after the student's steps;
+- ``summary/behaviour.csv``: each run's reflection words per response, accuracy with and without.
 """
 
 from __future__ import annotations
@@ -356,6 +358,84 @@ def entropy_figures(paths: list[Path], out_dir: Path, smooth: int = 5) -> list[d
     return out
 
 
+def behaviour_figures(path: Path, cache: Cache, out_dir: Path) -> list[dict]:
+    """Per setting: reflection words per response of each variant's final student (mean ± SD over
+    seeds), and its accuracy on responses with and without one."""
+    df = pd.read_csv(path)
+    out = []
+    for setting, d in df.groupby("setting", sort=False):
+        order = [v for v in ("base-student", "base-teacher") if v in set(d.variant)]
+        order += [c.variant for c in cache.cell_list if c.setting == setting and c.variant in set(d.variant)]
+        order = list(dict.fromkeys(order))
+        g = d.groupby("variant")
+        mean, sd = g[["reflections_per_response", "accuracy_with", "accuracy_without"]].mean(), g.std(numeric_only=True)
+        n = g.size()
+        labels = [f"{cache.label(v) if v in cache.cells else v.replace('-', ' ')} (n={n[v]})" for v in order]
+        y = np.arange(len(order))
+        fig, (left, right) = plt.subplots(1, 2, figsize=(7.6, 0.32 * len(order) + 1.2), sharey=True)
+        left.barh(y, mean.loc[order, "reflections_per_response"], xerr=sd.reindex(order)["reflections_per_response"],
+                  color="#c9d6ea", edgecolor="#1f5fa8", hatch="//", error_kw={"lw": 0.8})  # fmt: skip
+        left.set_yticks(y, labels, fontsize=7)
+        left.invert_yaxis()
+        left.set_xlabel("reflection words per response")
+        for i, (col, name) in enumerate((("accuracy_with", "with a reflection word"),
+                                         ("accuracy_without", "without"))):  # fmt: skip
+            st = _style(i)
+            right.plot(mean.loc[order, col] * 100, y, ls="none", marker=st["marker"], color=st["color"], ms=5,
+                       label=f"responses {name}")  # fmt: skip
+        right.set_xlabel("accuracy (%)")
+        right.set_title(str(setting), fontsize=9)
+        _legend(right)
+        responses = int(d.responses.max())
+        out.append(_save(fig, out_dir, f"behaviour_{setting}",
+                         f"What the students say on {setting}: Relay-OPD's reflection words (Wait, But, Hmm, ...) per "
+                         f"response of each final model (bars: mean ± SD over its n seeds), and its accuracy on the "
+                         f"responses that hold one against those that do not (mean over seeds; {responses} responses a "
+                         "run, every benchmark's evaluation samples). A student that copies the habit without the "
+                         "skill says more of them and is no more accurate where it does.", ))  # fmt: skip
+    return out
+
+
+def reflection_figures(paths: list[Path], out_dir: Path) -> list[dict]:
+    """Per setting: each teacher's probability of a reflection word after the initial student's right
+    and wrong steps (mean ± SD over seeds)."""
+    df = _read_analysis(paths, ["setting", "teacher", "seed", "after", "judged", "p_reflect"])
+    out = []
+    names = {"initial": "initial teacher", "scout": "SCOUT's trained teacher", "control": "prefix-0 control's teacher"}
+    for setting, d in df.groupby("setting", sort=False):
+        judged = "step" if (d.judged == "step").any() else "response"
+        d = d[d.judged == judged]
+        per_seed = d.groupby(["teacher", "seed", "after"]).p_reflect.mean().unstack("after") * 100
+        teachers = [t for t in names if t in per_seed.index.get_level_values(0)]
+        afters = [a for a in ("right", "wrong") if a in per_seed.columns]
+        if not teachers or not afters:
+            continue
+        fig, ax = plt.subplots(figsize=(4.8, 3.0))
+        width = 0.8 / len(afters)
+        for i, after in enumerate(afters):
+            m = [per_seed.loc[t, after].mean() for t in teachers]
+            e = [per_seed.loc[t, after].std(ddof=1) if len(per_seed.loc[t]) > 1 else 0.0 for t in teachers]
+            colour = _style(i)["color"]
+            ax.bar(np.arange(len(teachers)) + (i - (len(afters) - 1) / 2) * width, m, width, yerr=e,
+                   color=colour if after == "wrong" else "white", edgecolor=colour, hatch="" if after == "wrong" else "//",
+                   label=f"after a {after} {'step' if judged == 'step' else 'response'}", error_kw={"lw": 0.8})  # fmt: skip
+        seeds = {t: len(per_seed.loc[t]) for t in teachers}
+        ax.set_xticks(np.arange(len(teachers)), [f"{names[t]}\n(n={seeds[t]})" for t in teachers], fontsize=7)
+        ax.set_ylabel("P(next token is a reflection word) (%)")
+        ax.set_title(str(setting), fontsize=9)
+        _legend(ax)
+        points = d[(d.teacher == "initial")].groupby("after").size().to_dict()
+        where = ("after each step of the initial student's responses, right (on the problem's worked path) or wrong"
+                 if judged == "step" else "at each paragraph boundary of the initial student's responses, by whether "
+                 "the response's final answer is right (steps cannot be judged on this benchmark)")  # fmt: skip
+        out.append(_save(fig, out_dir, f"reflection_{setting}",
+                         f"How likely each teacher is to reflect (Wait, But, Hmm, ...) {where}, on {setting}: mean ± SD "
+                         f"over n trained seeds ({', '.join(f'{k}: {v}' for k, v in points.items())} positions). "
+                         "A teacher that learned to catch the student's errors reflects more after wrong steps; one "
+                         "that learned a habit reflects more everywhere.", ))  # fmt: skip
+    return out
+
+
 def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[dict], list[str]]:
     """Every figure the config and the cache allow, and a notice for each one skipped."""
     cfg = cache.config
@@ -381,7 +461,13 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
     figs += made
     if scout_settings and not made:
         notices.append("figure teacher updates skipped: no SCOUT training logs (train/*/scout/s*/metrics.jsonl)")
-    for name, make in (("continuation", continuation_figures), ("entropy", entropy_figures)):
+    behaviour = analysis_dir.parent / "summary" / "behaviour.csv"
+    if behaviour.exists():
+        figs += behaviour_figures(behaviour, cache, out_dir)
+    else:
+        notices.append(f"figure behaviour skipped: no {behaviour} (the aggregate stage writes it)")
+    for name, make in (("continuation", continuation_figures), ("entropy", entropy_figures),
+                       ("reflection", reflection_figures)):  # fmt: skip
         paths = sorted(analysis_dir.glob(f"*/{name}.csv")) + sorted(analysis_dir.glob(f"{name}.csv"))
         if not paths:
             notices.append(f"figure {name} skipped: no {analysis_dir}/*/{name}.csv (the analysis stage has not run)")

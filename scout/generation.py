@@ -40,6 +40,11 @@ class Generator(Protocol):
     def render(self, prompt) -> list[int]:
         """A prompt's token ids, rendered with the chat template and options this engine uses."""
 
+    def next_token_mass(self, prompts: list[list[int]], responses: list[list[int]], positions: list[list[int]],
+                        tokens: list[int]) -> list[list[float]]:  # fmt: skip
+        """Per response, the probability that the token at each of ``positions`` (indices into the
+        response) is one of ``tokens``, given everything before it."""
+
 
 def vllm_requests(tokenizer, prompts: list, n: int, sampling: dict, seed: int, chat: dict | None = None) -> list[dict]:
     """One request per prompt carrying all ``n`` samples (vLLM seeds them ``seed``, ``seed+1``, ...);
@@ -64,7 +69,7 @@ def token_requests(ids: list[list[int]], n: int, sampling: dict, seed: int) -> l
 
 
 class TransformersGenerator:
-    def __init__(self, model_path: str, chat: dict | None = None, device: str = "auto", batch_size: int = 256):
+    def __init__(self, model_path: str, chat: dict | None = None, device: str = "auto", batch_size: int = 1024):
         self.device = lm.pick_device(device)
         self.tokenizer = self.tok = lm.load_tokenizer(model_path)
         self.model = lm.load_model(model_path, self.device).eval()
@@ -98,6 +103,19 @@ class TransformersGenerator:
             logits, _, mask = lm.response_logits(self.model, p, r, self.tok.pad_token_id)
             ent = token_entropy(logits)
             out += [ent[j, : int(mask[j].sum())].tolist() for j in range(len(p))]
+        return out
+
+
+    @torch.no_grad()
+    def next_token_mass(self, prompts: list[list[int]], responses: list[list[int]], positions: list[list[int]],
+                        tokens: list[int]) -> list[list[float]]:  # fmt: skip
+        idx = torch.tensor(sorted(set(tokens)), dtype=torch.long)
+        out = []
+        for i in range(0, len(prompts), self.batch_size):
+            p, r = prompts[i : i + self.batch_size], responses[i : i + self.batch_size]
+            logits, _, _ = lm.response_logits(self.model, p, r, self.tok.pad_token_id)
+            mass = torch.softmax(logits, dim=-1)[..., idx.to(logits.device)].sum(-1).cpu()
+            out += [[float(mass[j, k]) for k in at] for j, at in enumerate(positions[i : i + self.batch_size])]
         return out
 
 
@@ -151,6 +169,24 @@ class VLLMGenerator:
                 for position in out.prompt_logprobs[len(p) : len(p) + len(r)]
             ]
             for out, p, r in zip(outs, prompts, responses, strict=True)
+        ]
+
+
+    def next_token_mass(self, prompts: list[list[int]], responses: list[list[int]], positions: list[list[int]],
+                        tokens: list[int], top: int = 20) -> list[list[float]]:  # fmt: skip
+        """From vLLM's prompt log-probs, which give the top ``top`` tokens and the actual one at each
+        position: the mass of ``tokens`` among those, a lower bound (exact when every token of the
+        set that carries weight is among them)."""
+        from vllm import SamplingParams, TokensPrompt
+
+        wanted = set(tokens)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=top)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
+        )
+        return [
+            [sum(math.exp(lp.logprob) for t, lp in out.prompt_logprobs[len(p) + k].items() if t in wanted) for k in at]
+            for out, p, at in zip(outs, prompts, positions, strict=True)
         ]
 
 

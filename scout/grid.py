@@ -399,6 +399,43 @@ def run_spec(config: dict, cell: Cell) -> dict:
     return spec
 
 
+# ------------------------------------------------------------------------------------------------
+# Job specs: what each job of the workflow is given (its params); the results record them, so
+# that what exists can be compared with what the config asks for now (scout.freshness)
+# ------------------------------------------------------------------------------------------------
+
+
+def _with_resources(config: dict, spec: dict, family: str, cell: Cell | None = None) -> dict:
+    """The verl backend places its pools from the job's resources; the embedded one needs none."""
+    if config["backend"] != "verl":
+        return spec
+    from scout.resources import job_resources
+
+    where = (cell.setting, cell.method, cell.variant) if cell else ()
+    return {**spec, "resources": job_resources(config, family, *where)}
+
+
+def train_job_spec(config: dict, cell: Cell) -> dict:
+    """The spec of a cell's training job."""
+    return _with_resources(config, run_spec(config, cell), "train", cell)
+
+
+def teacher_job_spec(config: dict, model_id: str) -> dict:
+    """The spec of a teacher-preparation job."""
+    return _with_resources(config, teacher_prep_spec(config, model_id), "prepare_teacher")
+
+
+def toy_pretrain_spec(config: dict, model_id: str) -> dict:
+    """The spec of a toy model's pretraining job."""
+    res = config.get("results", "results")
+    return {
+        "arch": config["models"][model_id]["toy"],
+        "tokenizer": f"{res}/toy/tokenizer",
+        "data": [data_path(config, s) for s in config["toy"]["pretrain_mix"]],
+        "seed": config["toy"]["seed"],
+    }
+
+
 def record_source(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> tuple[str, str, str, str]:
     """The evaluated unit whose records stand for this one: itself, or the run it shares or
     continues from (its step N in the shorter run's naming: ``final`` at that run's last step)."""
@@ -577,6 +614,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "answer_marker": config["methods"]["scout"].get("answer_marker", {}).get(config["settings"][setting]["domain"]),
         "k": a["k"],
         "responses": a.get("responses"),
+        "questions": a.get("questions"),
         "max_new_tokens": a["max_new_tokens"],
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
         "engine_options": config["evaluation"].get("engine_options", {}),

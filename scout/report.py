@@ -249,6 +249,28 @@ def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[s
     return "\n".join(lines)
 
 
+STALE_SHOWN = 15
+
+
+def refuse_stale(config: dict) -> None:
+    """The report labels results with the config's specs (the hyperparameter tables, the variants'
+    names): results made with another spec would be mislabelled, so it refuses, naming them."""
+    from scout.freshness import Freshness
+
+    stale = Freshness(config).stale()
+    if not stale:
+        return
+    lines = [f"  {x.kind} {x.key}: {'; '.join(x.why)}" for x in stale[:STALE_SHOWN]]
+    if len(stale) > STALE_SHOWN:
+        lines.append(f"  ... and {len(stale) - STALE_SHOWN} more (scout status lists them)")
+    raise ReportError(
+        f"{len(stale)} result(s) were made with another spec than this config gives them now, and the report "
+        "would label them with a spec that did not produce them:\n" + "\n".join(lines) + "\n"
+        f"Remake them with snakemake (it reruns exactly these and what depends on them; e.g. {stale[0].target}), "
+        "or render the report with the config they were made with."
+    )
+
+
 def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | None = None, log=print) -> dict:
     """Render the report into ``out_dir`` (default ``{results}/report``); returns the manifest.
 
@@ -261,6 +283,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     root = results.results_dir(config)
     out = Path(out_dir) if out_dir else root / "report"
     (out / "tables").mkdir(parents=True, exist_ok=True)
+    refuse_stale(config)
     damaged: list = []
     df = reported(config, results.load(config, damaged))
     for d in damaged:  # left out, each named with the command that remakes it

@@ -139,14 +139,17 @@ def _jobs(config: dict) -> list[dict]:
     return jobs
 
 
-def plan(config: dict, exists: Callable[[str], bool] = os.path.exists) -> pd.DataFrame:
+def plan(config: dict, exists: Callable[[str], bool] = os.path.exists, stale: frozenset[str] = frozenset()) -> pd.DataFrame:
     """One row per job: what it requests (time limit x nodes x GPUs) and whether its output is
-    already there. Requested hours are upper bounds: a job that ends early gives the rest back."""
+    already there and fresh (``stale``: the targets whose outputs another spec made,
+    ``scout.freshness``). Requested hours are upper bounds: a job that ends early gives the rest
+    back."""
     df = pd.DataFrame(_jobs(config))
     df["gpus"] = df["nodes"] * df["gpus_per_node"]
     df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
     df["node_hours"] = df["nodes"] * df["runtime"] / 60
-    df["done"] = [exists(t) for t in df["target"]]
+    df["stale"] = [t in stale for t in df["target"]]
+    df["done"] = [exists(t) and not st for t, st in zip(df["target"], df["stale"], strict=True)]
     return df
 
 
@@ -197,7 +200,7 @@ def render(jobs: pd.DataFrame) -> str:
     """The plan as the text ``scout plan`` prints: per experiment, then per rule and size."""
     todo = jobs[~jobs["done"]]
     if not len(todo):
-        return f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs."
+        return f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."
     by_shape = todo.groupby(["rule", "nodes", "gpus_per_node", "runtime"]).size().rename("jobs").reset_index()
     lines = [
         "Jobs and requested hours still to run (hours = Slurm time limit x nodes [x GPUs]; an upper bound):",
@@ -206,6 +209,9 @@ def render(jobs: pd.DataFrame) -> str:
         "Job shapes still to run (runtime in minutes):",
         by_shape.to_string(index=False),
     ]
+    if jobs["stale"].any():
+        lines[0:0] = [f"{int(jobs['stale'].sum())} of them rerun because their outputs are stale (made with another "
+                      "spec than the config gives now; scout status says why).", ""]  # fmt: skip
     disk = disk_table(todo)
     if len(disk):
         lines += [

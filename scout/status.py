@@ -2,8 +2,10 @@
 Snakemake's own state (``.snakemake/incomplete`` marks the outputs of jobs under way, ``locks`` that
 a Snakemake is running). The same for local runs and ``--profile profiles/slurm``.
 
-Per experiment: training cells done, running, failed, interrupted and pending; the last step of
-every running training; evaluations done; the wall time so far and an estimate of what is left.
+Per experiment: training cells done, stale, running, failed, interrupted and pending; the last step
+of every running training; evaluations done and stale; what is stale and why (``scout.freshness``:
+a result whose job's spec is not the one the config gives it now); the wall time so far and an
+estimate of what is left.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import time
 from pathlib import Path
 
 from scout import grid
+from scout.freshness import Freshness
 from scout.io import DamagedInput
 from scout.results import read_record
 
-STATES = ("done", "running", "failed", "interrupted", "pending", "damaged")
+STATES = ("done", "stale", "running", "failed", "interrupted", "pending", "damaged")
+STALE_SHOWN = 12
 STEP = re.compile(r"step[ :=]+(\d+)(?:/(\d+))?")
 
 
@@ -66,6 +70,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     per_exp: dict[str, dict[str, int]] = {}
     active, durations, damaged = [], [], []
     plans, shared = grid.run_plans(config), []
+    fresh = Freshness(config, work)
     for cell in grid.cells(config):
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
@@ -78,7 +83,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         if (work / out).exists():
             try:
                 durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
-                state = "done"
+                state = "stale" if fresh.training(cell) else "done"
             except (OSError, ValueError) as exc:
                 state = "damaged"
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
@@ -95,7 +100,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
     units = grid.eval_units(config)
-    evals_done = 0
+    evals_done = evals_stale = 0
     for s, v, seed, ck in units:
         whole = True
         for b in grid.benchmarks_for(config, config["settings"][s]["domain"]):
@@ -108,6 +113,9 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             except DamagedInput as exc:
                 whole = False
                 damaged.append(str(DamagedInput(path, exc.why)))
+        if whole and fresh.evaluation((s, v, seed, ck)):
+            evals_stale += 1
+            whole = False
         evals_done += whole
     left = sum(c[k] for c in per_exp.values() for k in STATES if k != "done")
     mean = sum(durations) / len(durations) if durations else None
@@ -116,6 +124,8 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "experiments": per_exp,
         "running_trainings": active,
         "evaluations": (evals_done, len(units)),
+        "evaluations_stale": evals_stale,
+        "stale": fresh.stale(),
         "damaged": damaged,
         "shared": shared,
         "snakemake_running": running,
@@ -147,12 +157,20 @@ def render(st: dict) -> str:
 
     from scout.embedded.trainer import eta
 
-    widths = {"done": 6, "running": 9, "failed": 8, "interrupted": 13, "pending": 9, "damaged": 9}
+    widths = {"done": 6, "stale": 7, "running": 9, "failed": 8, "interrupted": 13, "pending": 9, "damaged": 9}
     lines = [f"{'experiment':<18}" + "".join(f"{k:>{w}}" for k, w in widths.items())]
     for exp, c in st["experiments"].items():
         lines.append(f"{exp:<18}" + "".join(f"{c[k]:>{w}}" for k, w in widths.items()))
     done, total = st["evaluations"]
-    lines.append(f"evaluations: {done} of {total} done")
+    stale = f", {st['evaluations_stale']} stale" if st.get("evaluations_stale") else ""
+    lines.append(f"evaluations: {done} of {total} done{stale}")
+    if st.get("stale"):
+        lines.append(f"stale (made with another spec than the config gives now; snakemake reruns them): "
+                     f"{len(st['stale'])} results")  # fmt: skip
+        for x in st["stale"][:STALE_SHOWN]:
+            lines.append(f"  {x.kind} {x.key}: {'; '.join(x.why)}")
+        if len(st["stale"]) > STALE_SHOWN:
+            lines.append(f"  ... and {len(st['stale']) - STALE_SHOWN} more")
     for key, step, total_steps in st["running_trainings"]:
         lines.append(f"running: {key} at step {step}/{total_steps}")
     for d in st["damaged"]:

@@ -17,12 +17,18 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
+def spec_digest(spec: dict) -> str:
+    """A job spec's identity: the first 12 hex digits of the SHA-256 of its file's text. A job that
+    reads the spec back computes the same digest (key order and numbers survive the round trip)."""
+    return hashlib.sha256(json.dumps(spec, indent=1).encode()).hexdigest()[:12]
+
+
 def spec_file(results: str, job: str, spec: dict) -> str:
     """``@path`` of the file holding ``spec`` (the form ``scout --spec`` reads). Keys keep their
     order: the config's order is meaningful (the first cell of a shared run trains it, tables list
     experiments in order), so a job must read the config as the workflow did."""
     text = json.dumps(spec, indent=1)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    digest = spec_digest(spec)
     path = Path(results) / "specs" / f"{job}.{digest}.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -261,4 +261,4 @@ def test_ray_run_needs_a_driver(capsys):
 
 def test_plan_of_a_finished_grid_says_nothing_to_run():
     jobs = resources.plan(toy_config(), exists=lambda _: True)
-    assert resources.render(jobs) == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs."
+    assert resources.render(jobs) == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."

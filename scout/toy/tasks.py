@@ -143,6 +143,12 @@ def _math_steps(prompt: str) -> list[tuple[int, str, int, int]]:
     return steps
 
 
+def worked_steps(prompt: str) -> list[tuple[int, str, int, int]] | None:
+    """The worked steps (running value, op, operand, result) of a toy math prompt; None for any
+    other prompt."""
+    return _math_steps(prompt) if _MATH_PROMPT.fullmatch(prompt) else None
+
+
 def math_row(rng: random.Random, n_ops: int, idx: str) -> dict:
     expr, steps = _math_problem(rng, n_ops)
     return {"id": idx, "domain": "math", "prompt": f"Compute {expr}.", "answer": str(steps[-1][3])}

@@ -60,9 +60,11 @@ def build_model(arch: dict, tokenizer_dir: str | Path, seed: int) -> tuple[Qwen3
 
 
 def pretrain(
-    arch: dict, tokenizer_dir: str | Path, data_files: list[str], out_dir: str | Path, seed: int = 0, log=print
-) -> dict:
-    """Supervised training on worked solutions (loss on solution tokens only)."""
+    arch: dict, tokenizer_dir: str | Path, data_files: list[str], out_dir: str | Path, seed: int = 0, log=print,
+    spec: dict | None = None,
+) -> dict:  # fmt: skip
+    """Supervised training on worked solutions (loss on solution tokens only). ``spec``, the job's
+    spec, is kept in ``pretrain.json`` (what the model was made from)."""
     torch.set_num_threads(1)
     model, tok = build_model(arch, tokenizer_dir, seed)
     rows = [row for f in data_files for row in read_jsonl(f)]
@@ -102,6 +104,7 @@ def pretrain(
         "steps": steps,
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
         "seconds": time.perf_counter() - t0,
+        **({"spec": spec} if spec is not None else {}),
     }
     (Path(out_dir) / "pretrain.json").write_text(json.dumps(info, indent=1))
     return info

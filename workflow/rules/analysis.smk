@@ -1,5 +1,6 @@
 # Analysis: probes of the initial and the SCOUT-trained teacher on student and own responses
-# (continuation accuracy by prefix ratio; entropy on own vs student responses).
+# (continuation accuracy by prefix ratio; entropy on own vs student responses; reflection after the
+# student's right and wrong steps).
 
 
 rule analysis:
@@ -10,6 +11,7 @@ rule analysis:
         f"{RES}/analysis/{{setting}}/entropy.csv",
         f"{RES}/analysis/{{setting}}/entropy_responses.csv",
         f"{RES}/analysis/{{setting}}/continuation_items.csv",
+        f"{RES}/analysis/{{setting}}/reflection.csv",
     params:
         spec=analysis_spec,
         out=folder_of(),

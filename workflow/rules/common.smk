@@ -113,16 +113,9 @@ def dataset_spec(wc):
 # -- training -----------------------------------------------------------------------------------
 
 
-def with_resources(spec, family, wc):
-    """The verl backend places its pools from the job's resources; the embedded one needs none."""
-    if config["backend"] == "verl":
-        spec = {**spec, "resources": _job_resources(family, wc)}
-    return spec
-
-
 def train_spec(wc):
     cell = grid.trained_cell(config, wc.setting, wc.variant, wc.seed)
-    return job_spec(f"train/{cell.key}", with_resources(grid.run_spec(config, cell), "train", wc))
+    return job_spec(f"train/{cell.key}", grid.train_job_spec(config, cell))
 
 
 def train_inputs(wc):
@@ -141,7 +134,7 @@ def preflight_files():
 
 
 def teacher_spec(wc):
-    return job_spec(f"teachers/{wc.model}", with_resources(grid.teacher_prep_spec(config, wc.model), "prepare_teacher", wc))
+    return job_spec(f"teachers/{wc.model}", grid.teacher_job_spec(config, wc.model))
 
 
 def teacher_inputs(wc):
@@ -179,7 +172,7 @@ def eval_records():
 
 
 def summary_files():
-    return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv"]
+    return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv", f"{RES}/summary/behaviour.csv"]
 
 
 # -- analysis and report ------------------------------------------------------------------------
@@ -189,14 +182,8 @@ def analysis_spec(wc):
     return job_spec(f"analysis/{wc.setting}", grid.analysis_spec(config, wc.setting))
 
 
-def toy_pretrain_spec(wc, input):
-    spec = {
-        "arch": config["models"][wc.model]["toy"],
-        "tokenizer": f"{RES}/toy/tokenizer",
-        "data": list(input.data),
-        "seed": config["toy"]["seed"],
-    }
-    return job_spec(f"toy/pretrain-{wc.model}", spec)
+def toy_pretrain_spec(wc):
+    return job_spec(f"toy/pretrain-{wc.model}", grid.toy_pretrain_spec(config, wc.model))
 
 
 def config_spec():

@@ -1,0 +1,194 @@
+"""What exists against what the config asks for now: fresh, stale or missing.
+
+A result is *fresh* when the spec that produced it is the spec the config gives its job today and
+everything it was made from is fresh; Snakemake decides the same way (a job reruns when its params,
+which hold the spec, change, or when an input is remade). Every job keeps its spec, or its digest,
+with what it writes: a training run in ``train.json``, a toy model in ``pretrain.json``, an
+evaluation record as ``spec_digest`` with the digest of the spec its run was trained with
+(``trained``), the analysis in ``analysis.json``. ``scout status``, ``scout plan`` and the report
+read this module, so that a changed hyperparameter shows its results as stale, each with why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from scout import grid
+from scout.runs import differences
+from scout.workflow import spec_digest
+
+
+@dataclass(frozen=True)
+class Stale:
+    kind: str  # model | training | evaluation | analysis
+    key: str  # what it is, e.g. toy-l-s-math/scout/s1 or toy-l-s-math/scout/s1/final
+    target: str  # the file Snakemake remakes
+    why: tuple[str, ...]
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _changed(old: dict | None, new: dict) -> list[str]:
+    """Why a job's recorded spec is not its spec now: the keys that differ. A result from before
+    results recorded their specs cannot be compared: it counts as fresh, as Snakemake's own
+    records decide for it."""
+    if old is None or spec_digest(old) == spec_digest(new):
+        return []
+    diff = differences(old, new)
+    return [f"its spec changed: {'; '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}"] if diff else \
+        ["its spec changed (the same values in another order)"]  # fmt: skip
+
+
+class Freshness:
+    """Each result of a config's grid in a working directory: None when fresh (or missing: nothing
+    to compare), else why it is stale."""
+
+    def __init__(self, config: dict, workdir: str | Path = "."):
+        self.config, self.work = config, Path(workdir)
+        self._models: dict[str, list[str] | None] = {}
+
+    def _path(self, rel: str) -> Path:
+        return self.work / rel
+
+    # -- models ------------------------------------------------------------------------------------
+
+    def model(self, model_id: str) -> list[str] | None:
+        """A toy model (its pretraining spec) or a prepared teacher (its training spec)."""
+        if model_id in self._models:
+            return self._models[model_id]
+        spec = self.config["models"][model_id]
+        why = None
+        if "toy" in spec:
+            info = _json(self._path(f"{grid.model_path(self.config, model_id)}/pretrain.json"))
+            if info is not None:
+                why = _changed(info.get("spec"), grid.toy_pretrain_spec(self.config, model_id)) or None
+        elif "prepare" in spec:
+            info = _json(self._path(f"{self.config.get('results', 'results')}/teachers/{model_id}/train.json"))
+            if info is not None:
+                why = _changed(info.get("spec"), grid.teacher_job_spec(self.config, model_id)) or None
+                base = self.model(spec["prepare"]["base"])
+                if why is None and base:
+                    why = [f"its base model {spec['prepare']['base']} is stale"]
+        self._models[model_id] = why
+        return why
+
+    # -- trainings ---------------------------------------------------------------------------------
+
+    @cached_property
+    def _trainings(self) -> dict[grid.Cell, list[str] | None]:
+        out: dict[grid.Cell, list[str] | None] = {}
+        plans = grid.run_plans(self.config)
+        for cell in grid.cells(self.config):  # config order: a continued run comes before its longer one
+            if plans[cell].shares is not None:
+                continue
+            info = self.trained(cell)
+            if info is None:
+                out[cell] = None
+                continue
+            why = _changed(info.get("spec"), grid.train_job_spec(self.config, cell))
+            s = self.config["settings"][cell.setting]
+            why += [f"its {role} model {s[role]} is stale" for role in ("student", "teacher") if self.model(s[role])]
+            start = plans[cell].continues
+            if start is not None and out.get(start):
+                why.append(f"the run it continues ({start.key}) is stale")
+            out[cell] = why or None
+        return out
+
+    def trained(self, cell: grid.Cell) -> dict | None:
+        """The cell's ``train.json`` (None when it has not finished or cannot be read)."""
+        return _json(self._path(f"{grid.train_dir(self.config, cell.setting, cell.variant, cell.seed)}/train.json"))
+
+    def training(self, cell: grid.Cell) -> list[str] | None:
+        return self._trainings.get(cell)
+
+    # -- evaluations -------------------------------------------------------------------------------
+
+    def evaluation(self, unit: tuple[str, str, str, str]) -> list[str] | None:
+        """An evaluation job's records (every benchmark of its domain)."""
+        setting, variant, seed, ckpt = unit
+        spec = grid.eval_spec(self.config, setting, variant, seed, ckpt)
+        want = spec_digest(spec)
+        why: list[str] = []
+        for b in grid.benchmarks_for(self.config, self.config["settings"][setting]["domain"]):
+            rec = _json(self._path(f"{grid.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
+            if rec is None:
+                continue
+            if rec.get("spec_digest", want) != want:  # records from before digests were kept count as fresh
+                why.append("its evaluation spec changed (benchmarks, repeats or sampling)")
+            if variant in grid.BASE_VARIANTS:
+                role = "teacher" if variant == "base-teacher" else "student"
+                model = self.config["settings"][setting][role]
+                if self.model(model):
+                    why.append(f"its model {model} is stale")
+                continue
+            cell = grid.trained_cell(self.config, setting, variant, seed)
+            info = self.trained(cell) or {}
+            if "spec" in info and rec.get("trained", spec_digest(info["spec"])) != spec_digest(info["spec"]):
+                why.append("its run was trained again after it was evaluated")
+            if self.training(cell):
+                why.append(f"its run {cell.key} is stale")
+        return list(dict.fromkeys(why)) or None
+
+    # -- analysis ----------------------------------------------------------------------------------
+
+    def analysis(self, setting: str) -> list[str] | None:
+        done = _json(self._path(f"{grid.analysis_dir(self.config, setting)}/analysis.json"))
+        if done is None:
+            return None
+        why = []
+        if done.get("spec_digest") != spec_digest(grid.analysis_spec(self.config, setting)):
+            why.append("its spec changed (settings, ratios, probed runs or responses)")
+        for run, digest in done.get("trained", {}).items():
+            info = _json(self._path(f"{run}/train.json")) or {}
+            if "spec" in info and spec_digest(info["spec"]) != digest:
+                why.append(f"{run} was trained again after it was probed")
+        probed = {grid.train_dir(self.config, c.setting, c.variant, c.seed): c for c in self._trainings}
+        for run in done.get("trained", {}):
+            cell = probed.get(run)
+            if cell is not None and self.training(cell):
+                why.append(f"its probed run {cell.key} is stale")
+        teacher = self.config["settings"][setting]["teacher"]
+        if self.model(teacher):
+            why.append(f"its teacher {teacher} is stale")
+        return why or None
+
+    # -- everything --------------------------------------------------------------------------------
+
+    def stale(self) -> list[Stale]:
+        """Every stale result of the grid, upstream first."""
+        cfg, res = self.config, self.config.get("results", "results")
+        out = []
+        for m in cfg["models"]:
+            why = self.model(m)
+            if why:
+                target = (f"{grid.model_path(cfg, m)}/model.safetensors" if "toy" in cfg["models"][m]
+                          else f"{res}/teachers/{m}/train.json")  # fmt: skip
+                out.append(Stale("model", m, target, tuple(why)))
+        for cell, why in self._trainings.items():
+            if why:
+                target = f"{grid.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
+                out.append(Stale("training", cell.key, target, tuple(why)))
+        for unit in grid.eval_units(cfg):
+            why = self.evaluation(unit)
+            if why:
+                first = grid.benchmarks_for(cfg, cfg["settings"][unit[0]]["domain"])[0]
+                out.append(Stale("evaluation", "/".join(unit), f"{grid.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
+        for s in cfg.get("analysis", {}).get("settings", []):
+            why = self.analysis(s)
+            if why:
+                out.append(Stale("analysis", s, f"{grid.analysis_dir(cfg, s)}/continuation.csv", tuple(why)))
+        return out
+
+
+def remake_command(stale: list[Stale], profile: str = "--cores 2") -> str:
+    """The command that remakes them: Snakemake reruns every stale job of the grid by itself."""
+    return f"snakemake {profile}  (or, for one of them: snakemake {profile} {stale[0].target})" if stale else ""
