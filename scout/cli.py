@@ -56,7 +56,8 @@ def cmd_toy_pretrain(args) -> int:
     from scout.toy.world import pretrain
 
     spec = _spec(args.spec)
-    info = pretrain(spec["arch"], spec["tokenizer"], spec["data"], args.out, spec.get("seed", 0), log=_log)
+    info = pretrain(spec["arch"], spec["tokenizer"], spec["data"], args.out, spec.get("seed", 0), log=_log,
+                    spec=spec)  # fmt: skip
     _log(json.dumps(info))
     return 0
 
@@ -135,16 +136,11 @@ def cmd_report(args) -> int:
     if _CONSOLE is not None:  # under --log the claims go to the console as well as to the log
         from scout import claims
 
-        found = [claims.Claim(**c) for c in _claims_back(manifest["claims"])]
+        found = claims.from_records(manifest["claims"])
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
-        summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"])
+        summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"], manifest["alpha"])
         os.write(_CONSOLE, (summary + "\n").encode())
     return 0
-
-
-def _claims_back(rows: list[dict]) -> list[dict]:
-    nan = float("nan")
-    return [{**r, **{k: nan for k in ("effect", "low", "high") if r[k] is None}} for r in rows]
 
 
 def cmd_import_results(args) -> int:
@@ -165,15 +161,41 @@ def cmd_import_results(args) -> int:
 
 def cmd_plan(args) -> int:
     from scout import resources
+    from scout.freshness import Freshness
 
     cfg = _config(args)
-    jobs = resources.plan(cfg)
+    jobs = resources.plan(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
     print(resources.render(jobs))
     print(resources.sharing(cfg))
     if args.csv:
         jobs.to_csv(args.csv, index=False)
         _log(f"{len(jobs)} jobs -> {args.csv}")
     return 0
+
+
+def cmd_fingerprints(args) -> int:
+    from scout import reproducibility as rep
+
+    cfg = _config(args)
+    if cfg["world"] != "toy":
+        raise SystemExit("scout fingerprints: only toy grids are fingerprinted (the paper grid's digits follow its GPUs)")
+    got = rep.measure(cfg)
+    if args.record:
+        rep.write_record(args.section, got, args.record)
+        _log(f"recorded {sum(h is not None for h in got.values())} fingerprints as '{args.section}' in {rep.RECORD}")
+        return 0
+    rows = rep.compare(rep.recorded(args.section), got)
+    width = max(len(r[0]) for r in rows)
+    for f, want, have, verdict in rows:
+        print(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
+    n = {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing", "not recorded")}
+    print(f"{n['same']} of {len(rows)} files have the recorded digits ('{args.section}' in {rep.RECORD}); "
+          f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded.")  # fmt: skip
+    if n["differs"]:
+        print("This machine or these packages computed other digits than the record: expected off x86-64 with "
+              "AVX2 or outside the locked install (README, 'What reproduces where'); the claims' statistics "
+              "must hold anyway.")  # fmt: skip
+    return 1 if (args.strict and (n["differs"] or n["missing"])) else 0
 
 
 def cmd_status(args) -> int:
@@ -299,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(s)
     s.add_argument("--csv", help="also write every job with its resources to this CSV file")
     s.set_defaults(func=cmd_plan)
+    s = sub.add_parser("fingerprints", help="compare a toy grid's files with the recorded digits (config/fingerprints.yaml)")
+    _add_config_args(s)
+    s.add_argument("--section", default="toy", help="the record to compare with (toy: config/config.yaml's grid)")
+    s.add_argument("--strict", action="store_true", help="exit 1 when a file differs or is missing")
+    s.add_argument("--record", metavar="NOTE", help="record this grid's fingerprints as the section, with a note")
+    s.set_defaults(func=cmd_fingerprints)
     s = sub.add_parser("status", help="where a running or finished grid stands (cells, steps, time left)")
     _add_config_args(s)
     s.add_argument("--directory", default=".", help="snakemake's working directory (default: here)")
