@@ -56,6 +56,7 @@ test: lint
 
 toy: install tex
 	snakemake --cores 2
+	scout fingerprints   # the same digits as config/fingerprints.yaml? (README: What reproduces where)
 
 tex:
 	@command -v pdflatex >/dev/null && exit 0; \

