@@ -269,28 +269,3 @@ def test_a_test_type_the_grader_cannot_run_is_refused_not_graded_wrong(tmp_path)
     data.write_text(json.dumps(row) + "\n")
     with pytest.raises(catalogue.DataError, match=r"row 1: assert-style tests .* the grader accepts calls, stdin and functional"):
         load_rows(data)
-
-
-def test_repeated_responses_run_once_and_keep_their_places():
-    """A response repeated with the same tests runs once; each copy gets that run's verdict, in
-    its own place, and the same response against other tests runs again."""
-    from scout.grading.code import CodeGrader
-
-    ran: list[str] = []
-
-    class Counting(CodeGrader):
-        def _run_slice(self, i, items):
-            ran.extend(r for r, _ in items)
-            return super()._run_slice(i, items)
-
-    row = catalogue.lcb_v5(lcb_source("abc002_a", [{"input": "2\n", "output": "4\n", "testtype": "stdin"}]), 0)
-    other = catalogue.lcb_v5(lcb_source("abc003_a", [{"input": "2\n", "output": "3\n", "testtype": "stdin"}]), 0)
-    double, succ = fence("print(2 * int(input()))"), fence("print(int(input()) + 1)")
-    responses = [double, succ, double, double, succ, double]
-    tests = [row["tests"]] * 5 + [other["tests"]]
-    grader = Counting(FAST, workers=2)
-    try:
-        assert grader.grade(responses, tests) == [True, False, True, True, False, False]
-    finally:
-        grader.close()
-    assert sorted(ran) == sorted([double, succ, double])

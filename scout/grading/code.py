@@ -460,23 +460,15 @@ class CodeGrader:
         return out
 
     def grade(self, responses: Sequence[str], tests: Sequence[dict]) -> list[bool]:
-        """One verdict per response. A response repeated with the same tests (sampled models repeat
-        themselves: a toy evaluation's 2,048 responses hold 250-1,100 distinct ones) runs once, and
-        its copies share that run's verdict: a verdict is taken to be a function of the program and
-        its tests, as a grader that reruns nothing would report it."""
-        pairs = list(zip(responses, tests, strict=True))
-        keys = [json.dumps(pair, sort_keys=True) for pair in pairs]
-        first = {k: i for i, k in reversed(list(enumerate(keys)))}
-        items = [pairs[i] for i in sorted(first.values())]
+        items = list(zip(responses, tests, strict=True))
         n = max(1, min(self.workers, len(items)))
         slices = [items[i::n] for i in range(n)]
         with ThreadPoolExecutor(max_workers=n) as pool:
             results = list(pool.map(self._run_slice, range(n), slices))
-        verdict: list[bool] = [False] * len(items)
+        out = [False] * len(items)
         for i, res in enumerate(results):
-            verdict[i::n] = res
-        by_key = {keys[j]: v for j, v in zip(sorted(first.values()), verdict, strict=True)}
-        return [by_key[k] for k in keys]
+            out[i::n] = res
+        return out
 
     def close(self) -> None:
         for proc in self._procs:
