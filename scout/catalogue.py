@@ -165,9 +165,49 @@ def lcb_v5(r: dict, i: int) -> dict:
     }
 
 
+# evalplus's own comparison (evalplus/evaluate.py, ``unsafe_execute``), laid over the hub's ``test``
+# text, which defines ``is_floats`` and ``assertion`` without evalplus's guards: there, ``is_floats([])``
+# is True and ``np.allclose(None, [])`` passes, so a ``return None`` answer passed where the expected
+# result is empty. Here, as in evalplus: a float is looked for in non-empty sequences only; outside an
+# exact match the type and length must agree before the tolerance applies; and the tolerance, once
+# raised to 1e-6 by a float result, stays raised for the task's later inputs (evalplus keeps it in one
+# variable over the loop).
+EVALPLUS_ASSERTION = """
+
+def is_floats(x) -> bool:
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)) and x:
+        return all(isinstance(i, float) for i in x)
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.float64 or x.dtype == np.float32
+    return False
+
+
+_evalplus_atol = []
+
+
+def assertion(out, exp, atol):
+    if _evalplus_atol:
+        atol = _evalplus_atol[-1]
+    exact_match = out == exp
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+        _evalplus_atol.append(atol)
+    if not exact_match and atol != 0:
+        assert type(out) == type(exp)
+        if isinstance(exp, (list, tuple)):
+            assert len(out) == len(exp)
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert exact_match
+"""
+
+
 def humaneval_plus_calls(test: str, entry: str) -> tuple[list[str], str]:
     """evalplus's ``check(candidate)`` (base and plus inputs with their results, compared by its own
-    ``assertion``): the calls it makes, and its code without the final ``check(entry)``."""
+    ``assertion``): the calls it makes, and its code without the final ``check(entry)``, with
+    evalplus's own ``assertion`` after the hub's (``EVALPLUS_ASSERTION``)."""
     tree = ast.parse(test)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
@@ -189,7 +229,8 @@ def humaneval_plus_calls(test: str, entry: str) -> tuple[list[str], str]:
         calls.append(f"{entry}(*{text})")
     body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
                                           and getattr(n.value.func, "id", None) == "check")]  # fmt: skip
-    return calls, ast.unparse(ast.Module(body=body, type_ignores=[]))
+    code = ast.unparse(ast.Module(body=body, type_ignores=[]))
+    return calls, "import numpy as np\n" + code + EVALPLUS_ASSERTION
 
 
 def humaneval_plus(r: dict, i: int) -> dict:
@@ -333,26 +374,50 @@ def check_row(row: dict) -> str | None:
         return None if isinstance(row.get("answer"), str) and row["answer"].strip() else "math row without an 'answer'"
     if row.get("domain") != "code":
         return f"unknown domain {row.get('domain')!r}"
-    t = row.get("tests")
+    return check_tests(row.get("tests"))
+
+
+def _strings(x) -> bool:
+    return isinstance(x, list) and all(isinstance(i, str) for i in x)
+
+
+def check_tests(t) -> str | None:
+    """What is wrong with a code row's ``tests``, or None: every field the grader reads, of the type
+    it reads it as, so that malformed test data is refused by name instead of graded wrong."""
+    from scout.grading.code import EXTRACTORS, TEST_TYPES
+
     if not isinstance(t, dict):
-        return "code row without 'tests'"
+        return f"code row whose 'tests' is {type(t).__name__ if t is not None else 'missing'}, not an object"
     if t.get("type") == "assert":
         return ("assert-style tests can be forged by the program under test, so the grader accepts calls, stdin "
                 "and functional tests; prepare the data again (assert tests become calls)")
-    if t.get("type") == "calls":
+    if t.get("type") not in TEST_TYPES:
+        return f"unknown test type {t.get('type')!r}; the grader accepts {', '.join(TEST_TYPES)}"
+    if t.get("extract", "fenced") not in EXTRACTORS:
+        return f"unknown 'extract' {t['extract']!r}; the grader extracts code by {', '.join(EXTRACTORS)}"
+    if not isinstance(t.get("setup", ""), str):
+        return "'setup' must be a string (code run before the program)"
+    timeout = t.get("timeout", 1)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        return f"'timeout' must be a positive number of seconds, not {timeout!r}"
+    if t["type"] == "calls":
         calls, check = t.get("calls"), t.get("check")
-        if not isinstance(calls, list) or not calls or not all(isinstance(c, str) for c in calls):
+        if not _strings(calls) or not calls:
             return "calls tests need a non-empty list of 'calls' (expressions)"
-        if not isinstance(check, dict) or not (isinstance(check.get("asserts"), list) or "replay" in check):
-            return "calls tests need a 'check' with 'asserts' or a 'replay' function"
+        if not isinstance(check, dict):
+            return "calls tests need a 'check' object"
+        if "replay" in check:
+            if not isinstance(check["replay"], str) or not isinstance(check.get("code"), str):
+                return "a 'replay' check needs the test function's name ('replay') and its 'code', both strings"
+        elif not _strings(check.get("asserts")) or not isinstance(check.get("setup", ""), str):
+            return "calls tests need a 'check' with 'asserts' (a list of statements) or a 'replay' function"
         return None
-    if t.get("type") in ("stdin", "functional"):
-        cases = t.get("cases")
-        if not isinstance(cases, list) or not cases or not all({"input", "output"} <= set(c) for c in cases):
-            return f"{t['type']} tests need 'cases' of {{input, output}}"
-        if t["type"] == "functional" and not t.get("fn_name"):
-            return "functional tests without 'fn_name'"
-        return None
-    from scout.grading.code import TEST_TYPES
-
-    return f"unknown test type {t.get('type')!r}; the grader accepts {', '.join(TEST_TYPES)}"
+    cases = t.get("cases")
+    fields_ok = isinstance(cases, list) and all(
+        isinstance(c, dict) and isinstance(c.get("input"), str) and isinstance(c.get("output"), str) for c in cases
+    )
+    if not cases or not fields_ok:
+        return f"{t['type']} tests need a non-empty list of 'cases', each with an 'input' and an 'output' string"
+    if t["type"] == "functional" and not (isinstance(t.get("fn_name"), str) and t["fn_name"]):
+        return "functional tests without 'fn_name'"
+    return None

@@ -56,15 +56,24 @@ def _truncated(samples: list[dict]) -> float:
     return sum(s.get("finish_reason") == "length" for s in samples) / max(1, len(samples))
 
 
+def _sandboxed_text(tests: dict) -> str:
+    """The part of a row's tests that runs in the sandbox (a ``calls`` check runs outside it)."""
+    return json.dumps([tests.get("setup", ""), tests.get("calls", [])])
+
+
 def check_sandbox(data: dict[str, list[dict]]) -> None:
-    """Fail before generating if the tests need a module the sandbox's interpreter lacks."""
+    """Fail before generating if the code the tests run in the sandbox imports numpy and the
+    sandbox's interpreter lacks it. HumanEval+'s comparisons import numpy too, but run here, in the
+    grader's own environment, which has it."""
     from scout.grading.sandbox import run_program, sandbox_python
 
-    needs = {b for b, rows in data.items() for r in rows[:50] if "import numpy" in json.dumps(r.get("tests", ""))}
+    needs = {
+        b for b, rows in data.items() for r in rows[:50] if "numpy" in _sandboxed_text(r.get("tests") or {})
+    }
     if needs and not run_program("import numpy").ok:
         raise DataError(
-            f"the tests of {', '.join(sorted(needs))} import numpy, which the sandbox's interpreter "
-            f"{sandbox_python()} lacks (as root that is the system Python: apt install python3-numpy)"
+            f"the tests of {', '.join(sorted(needs))} run code that imports numpy in the sandbox, whose "
+            f"interpreter {sandbox_python()} lacks it (as root that is the system Python: apt install python3-numpy)"
         )
 
 
@@ -89,7 +98,7 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # every benchmark file is checked before the model is loaded
-    data = {bench: load_rows(b["path"], b["rows"], bench) for bench, b in spec["benchmarks"].items()}
+    data = {bench: load_rows(b["path"], b["rows"], bench, log) for bench, b in spec["benchmarks"].items()}
     check_sandbox(data)
     gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}

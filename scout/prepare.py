@@ -70,6 +70,9 @@ def fetch(spec: dict) -> list[dict]:
     return _read_files(spec, e.files) if e.files else _load_split(spec)
 
 
+MAX_REFUSED = 0.05  # share of a benchmark's rows preparation may refuse (data.max_refused)
+
+
 def refused_path(out: str | Path) -> Path:
     """The rows of a prepared file that could not be converted (beside it)."""
     return Path(out).with_suffix(".refused.json")
@@ -140,6 +143,22 @@ def kept_by_view(rows: list[dict], views: list[dict], log=print) -> dict[str, in
     return kept
 
 
+def check_refused(spec: dict, rows: list, refused: list[dict], filtered: int, dups: int) -> None:
+    """A preparation that keeps no rows, or refuses more than ``data.max_refused`` of them, is an
+    error, not an empty or thinned benchmark (a source in another format refuses every row)."""
+    share = spec.get("max_refused", MAX_REFUSED)
+    total = len(rows) + len(refused)
+    if rows and len(refused) <= share * total:
+        return
+    first = "; ".join(f"{r['id']}: {r['reason']}" for r in refused[:3]) or "none"
+    counts = f"{len(rows)} kept, {len(refused)} refused, {filtered} filtered out, {dups} duplicates"
+    why = "keeps no rows" if not rows else f"refuses {len(refused)} of {total} rows, more than data.max_refused ({share:g})"
+    raise DataError(
+        f"{spec['name']}: preparation from {spec['hub']} {why} ({counts}); first reasons refused: {first}. "
+        "Is the source in another format than the catalogue's converter reads?"
+    )
+
+
 def prepare(spec: dict, out: str | Path, log=print) -> int:
     """Fetch, convert, check the row count, write atomically. Returns the number of rows."""
     t0 = time.perf_counter()
@@ -150,6 +169,7 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
     log(f"{spec['name']}: {len(source)} source rows, {filtered} filtered out, {dups} duplicates dropped -> {len(rows)}")
     for r in refused:
         log(f"{spec['name']}: refused row {r['row']} ({r['id']}): its tests cannot be graded by values: {r['reason']}")
+    check_refused(spec, rows, refused, filtered, dups)
     if len(rows) + len(refused) != spec["rows"]:
         raise DataError(
             f"{spec['name']}: {len(rows)} rows after filtering and deduplication, expected {spec['rows']} "
@@ -170,8 +190,9 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
     return len(rows)
 
 
-def load_rows(path: str | Path, expected: int | None = None, name: str | None = None) -> list[dict]:
-    """Rows of a prepared file, checked against the common schema (and the expected count)."""
+def load_rows(path: str | Path, expected: int | None = None, name: str | None = None, log=print) -> list[dict]:
+    """Rows of a prepared file, checked against the common schema (and the expected count: rows
+    refused at preparation may be absent, and the log says how many)."""
     if not Path(path).exists():
         raise DamagedInput(path, "missing")
     try:
@@ -182,9 +203,13 @@ def load_rows(path: str | Path, expected: int | None = None, name: str | None = 
         problem = check_row(row)
         if problem:
             raise DataError(f"{path}: row {n}: {problem}")
+    if not rows:
+        raise DataError(f"{path}: {name or 'dataset'} holds no rows")
     side = refused_path(path)
     if expected is not None and side.exists():  # refused at preparation: expected to be absent
-        expected -= len(json.loads(side.read_text()))
+        n = len(json.loads(side.read_text()))
+        log(f"{name or path}: {len(rows)} of {expected} rows; {n} refused at preparation, listed in {side}")
+        expected -= n
     if expected is not None and len(rows) != expected:
         raise DataError(f"{path}: {name or 'dataset'} has {len(rows)} rows, expected {expected}")
     return rows

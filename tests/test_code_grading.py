@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import re
 import time
 import zlib
 
@@ -262,10 +263,114 @@ def test_a_test_type_the_grader_cannot_run_is_refused_not_graded_wrong(tmp_path)
     from scout.prepare import load_rows
 
     row = {"id": "mine-1", "domain": "code", "prompt": "Write f.", "tests": {"type": "assert", "asserts": ["assert f(1) == 2"]}}
-    with Grader() as g, pytest.raises(ValueError, match=r"row 'mine-1': test type 'assert' cannot be graded; "
-                                                        r"the grader accepts calls, stdin, functional"):  # fmt: skip
+    with Grader() as g, pytest.raises(ValueError, match=r"row 'mine-1': assert-style tests can be forged .* "
+                                                        r"the grader accepts calls, stdin and functional"):  # fmt: skip
         g.grade(["```python\ndef f(x):\n    return x + 1\n```"], [row])
     data = tmp_path / "mine.jsonl"
     data.write_text(json.dumps(row) + "\n")
     with pytest.raises(catalogue.DataError, match=r"row 1: assert-style tests .* the grader accepts calls, stdin and functional"):
         load_rows(data)
+
+
+def he_check(exp) -> dict:
+    """The tests of a one-input HumanEval+ task expecting ``exp``, converted from the hub's text
+    (whose own ``assertion`` lacks evalplus's type and length guards: HE_TEST's)."""
+    test = HE_TEST.split("def check")[0] + f"def check(candidate):\n    inputs = [[0]]\n    results = [{exp!r}]\n" + (
+        "    for i, (inp, exp) in enumerate(zip(inputs, results)):\n        assertion(candidate(*inp), exp, 0)\n"
+    )
+    return catalogue.humaneval_plus({"task_id": "HumanEval/998", "prompt": "def g(x):\n    pass\n", "entry_point": "g",
+                                     "test": test}, 0)["tests"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "out, exp, right",  # evalplus/evaluate.py's unsafe_execute, worked by hand
+    [
+        (None, [], False),  # is_floats([]) is False there: no tolerance, no exact match (the hub's text: True)
+        (None, (), False),
+        ([], [], True),
+        ((1.0, 2.0), [1.0, 2.0], False),  # not equal, so the types must agree before the tolerance
+        ([1.0, 2.0000001], [1.0, 2.0], True),  # within atol 1e-6
+        ([1.0], [1.0, 2.0], False),  # lengths must agree (allclose would broadcast)
+        (1.0, [1.0, 1.0], False),  # a scalar for a list (allclose would broadcast it)
+        (2, 1.9999999, False),  # int for a float
+        (True, 1.0000001, False),
+        (0.1 + 0.2, 0.3, True),
+        (3, 3, True),
+        (10**9 + 1, 10**9, False),  # ints compare exactly
+    ],
+)
+def test_humaneval_plus_compares_as_evalplus_does(out, exp, right):
+    from scout.grading import values
+    from scout.grading.code import check_values
+
+    assert check_values(he_check(exp), [["value", values.encode(out)]]) is right
+
+
+def test_humaneval_plus_keeps_the_raised_tolerance_for_later_inputs_as_evalplus_does():
+    """evalplus raises its one atol variable to 1e-6 at the first float result and keeps it: an int
+    result after a float one is then compared within tolerance (1,000,000,001 for 1,000,000,000)."""
+    from scout.grading import values
+    from scout.grading.code import check_values
+
+    test = HE_TEST.split("def check")[0] + (
+        "def check(candidate):\n    inputs = [[0], [1]]\n    results = [1.5, 1000000000]\n"
+        "    for i, (inp, exp) in enumerate(zip(inputs, results)):\n        assertion(candidate(*inp), exp, 0)\n"
+    )
+    tests = catalogue.humaneval_plus({"task_id": "HumanEval/997", "prompt": "def g(x):\n    pass\n", "entry_point": "g",
+                                      "test": test}, 0)["tests"]  # fmt: skip
+    got = [["value", values.encode(1.5)], ["value", values.encode(10**9 + 1)]]
+    assert check_values(tests, got) is True
+    assert check_values(tests, [got[0], ["value", values.encode(10**9 + 101)]]) is False
+
+
+def test_a_none_answer_to_an_empty_list_is_wrong_end_to_end(grader):
+    tests = he_check([])
+    row = {"id": "HumanEval/998", "domain": "code", "prompt": "p", "tests": tests}
+    got = grader.grade([fence("def g(x):\n    return None"), fence("def g(x):\n    return []")], [row, row])
+    assert got == [False, True]
+
+
+CODE_ROW = {"id": "r1", "domain": "code", "prompt": "Write f."}
+CALLS = {"type": "calls", "calls": ["f(1)"], "check": {"asserts": ["assert _v[0] == 2"]}}
+
+
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({**CODE_ROW, "domain": "physics", "answer": "2"}, "unknown domain 'physics'"),
+        ({**CODE_ROW, "tests": json.dumps(CALLS)}, "'tests' is str, not an object"),
+        (CODE_ROW, "'tests' is missing, not an object"),
+        ({**CODE_ROW, "tests": {**CALLS, "check": {}}}, "a 'check' with 'asserts'"),
+        ({**CODE_ROW, "tests": {**CALLS, "check": {"replay": "check"}}}, "a 'replay' check needs .* 'code'"),
+        ({**CODE_ROW, "tests": {**CALLS, "extract": "magic"}}, "unknown 'extract' 'magic'"),
+        ({**CODE_ROW, "tests": {"type": "stdin", "cases": [{"input": "1\n"}]}}, "each with an 'input' and an 'output'"),
+        ({**CODE_ROW, "tests": {"type": "functional", "fn_name": "f", "cases": [{"input": "1", "output": 2}]}},
+         "each with an 'input' and an 'output' string"),
+        ({**CODE_ROW, "tests": {**CALLS, "timeout": "10"}}, "'timeout' must be a positive number"),
+    ],
+)
+def test_malformed_test_data_is_refused_on_load_and_by_the_grader_naming_the_row(tmp_path, row, problem):
+    """Each used to be graded False in silence, or to fail without naming the row."""
+    from scout.grading import Grader
+    from scout.prepare import load_rows
+
+    assert re.search(problem, catalogue.check_row(row))
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({**CODE_ROW, "tests": CALLS}) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(catalogue.DataError, match=r"mine.jsonl: row 2: .*" + problem):
+        load_rows(data)
+    with Grader() as g, pytest.raises(ValueError, match=r"row 'r1': .*" + problem):
+        g.grade(["```python\ndef f(x):\n    return x + 1\n```"], [row])
+
+
+def test_the_worker_reports_tests_it_cannot_run_instead_of_a_verdict():
+    """Past the grader's checks (a CodeGrader used alone), a worker that cannot grade says so."""
+    from scout.grading.code import CodeGrader
+
+    grader = CodeGrader(FAST, workers=1)
+    try:
+        with pytest.raises(ValueError, match=r"cannot grade with tests .*: KeyError: 'calls'"):
+            grader.grade([fence("def f(x):\n    return x")], [{"type": "calls", "check": {"asserts": []}}])
+        assert grader.grade([fence("def f(x):\n    return x + 1")], [CALLS]) == [True]  # the worker lives on
+    finally:
+        grader.close()

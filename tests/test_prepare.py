@@ -228,6 +228,60 @@ def test_unconvertible_rows_are_refused_and_listed(mirror, tmp_path):
     assert "results = [None]" in row["tests"]["check"]["code"]  # the expected values stay outside
 
 
+def he_mirror(root: Path, good: int, bad: int) -> Path:
+    """A HumanEval+ snapshot whose last ``bad`` tasks have tests that cannot be graded by values."""
+    test = "def check(candidate):\n    inputs = [[]]\n    results = [1]\n"
+    rows = [
+        {"task_id": f"HumanEval/{i}", "prompt": f"def f{i}():\n", "canonical_solution": "", "entry_point": f"f{i}",
+         "test": test if i < good else "def check(c):\n    inputs = [[float('nan')]]\n"}  # fmt: skip
+        for i in range(good + bad)
+    ]
+    write_parquet(root / "evalplus" / "humanevalplus", {(None, "test"): rows})
+    return root
+
+
+def he_spec(mirror: Path, rows: int, **over) -> dict:
+    return {"name": "humaneval_plus", "hub": "evalplus/humanevalplus", "split": "test", "rows": rows,
+            "source": "mirror", "mirror": str(mirror), **over}  # fmt: skip
+
+
+def test_a_preparation_that_keeps_no_rows_fails_naming_counts_and_reasons(tmp_path):
+    """Every row refused (a source in another format): an error, and no empty file that would load."""
+    spec = he_spec(he_mirror(tmp_path / "m", good=0, bad=3), 3)
+    with pytest.raises(DataError, match=r"humaneval_plus: preparation from evalplus/humanevalplus keeps no rows "
+                       r"\(0 kept, 3 refused, 0 filtered out, 0 duplicates\); first reasons refused: "
+                       r"HumanEval/0: its inputs are not literals"):  # fmt: skip
+        prepare(spec, tmp_path / "he.jsonl", log=lambda _: None)
+    assert not (tmp_path / "he.jsonl").exists()
+
+
+def test_a_preparation_refusing_more_than_its_share_fails_unless_allowed(tmp_path):
+    mirror = he_mirror(tmp_path / "m", good=8, bad=2)
+    with pytest.raises(DataError, match=r"refuses 2 of 10 rows, more than data.max_refused \(0.05\)"):
+        prepare(he_spec(mirror, 10), tmp_path / "he.jsonl", log=lambda _: None)
+    assert not (tmp_path / "he.jsonl").exists()
+    assert prepare(he_spec(mirror, 10, max_refused=0.2), tmp_path / "he.jsonl", log=lambda _: None) == 8
+    said = []
+    assert len(load_rows(tmp_path / "he.jsonl", 10, "humaneval_plus", log=said.append)) == 8
+    assert said == [f"humaneval_plus: 8 of 10 rows; 2 refused at preparation, listed in {tmp_path / 'he.refused.json'}"]
+
+
+def test_max_refused_is_a_config_key_reaching_preparation():
+    cfg = scout_config.load(PAPER)
+    cfg["data"] = {"max_refused": 0.1}
+    assert grid.data_spec(scout_config.validate(cfg), "humaneval_plus")["max_refused"] == 0.1
+    cfg["data"] = {"max_refused": 2}
+    with pytest.raises(Exception, match="max_refused"):
+        scout_config.validate(cfg)
+
+
+def test_an_empty_prepared_file_never_loads(tmp_path):
+    (tmp_path / "he.jsonl").write_text("")
+    (tmp_path / "he.refused.json").write_text(json.dumps([{"row": 0, "id": "x", "reason": "r"}]))
+    with pytest.raises(DataError, match=r"he.jsonl: humaneval_plus holds no rows"):
+        load_rows(tmp_path / "he.jsonl", 1, "humaneval_plus")
+
+
 def test_benchmark_specifics(mirror, tmp_path):
     def rows(name):
         prepare(paper_spec(mirror, name), tmp_path / f"{name}.jsonl", log=lambda _: None)

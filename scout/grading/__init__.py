@@ -5,9 +5,22 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from scout.grading.code import TEST_TYPES, CodeGrader, extract
+from scout.grading.code import CodeGrader, extract
 from scout.grading.math import MathGrader, answer_of
 from scout.grading.sandbox import Limits
+
+
+def _grading_problem(row) -> str | None:
+    """What keeps a row from being graded (its domain, and the answer or tests it is graded by)."""
+    from scout.catalogue import check_tests
+
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if row.get("domain") == "math":
+        return None if isinstance(row.get("answer"), str) else "math row without an 'answer' string"
+    if row.get("domain") == "code":
+        return check_tests(row.get("tests"))
+    return f"unknown domain {row.get('domain')!r}; the grader grades math and code"
 
 
 class Grader:
@@ -25,14 +38,13 @@ class Grader:
     def grade(self, responses: Sequence[str], rows: Sequence[dict]) -> list[bool]:
         if not rows:
             return []
+        for row in {id(r): r for r in rows}.values():  # malformed test data is an error, never "wrong"
+            problem = _grading_problem(row)
+            if problem:
+                raise ValueError(f"row {row.get('id') if isinstance(row, dict) else row!r}: {problem}")
         domains = {r["domain"] for r in rows}
         if len(domains) > 1:
             raise ValueError(f"cannot grade a batch mixing domains {sorted(domains)}")
-        if domains == {"code"}:  # a test type the grader cannot run would come back "wrong" in silence
-            for row in rows:
-                if row["tests"].get("type") not in TEST_TYPES:
-                    raise ValueError(f"row {row.get('id')!r}: test type {row['tests'].get('type')!r} cannot be "
-                                     f"graded; the grader accepts {', '.join(TEST_TYPES)}")  # fmt: skip
         if domains == {"math"}:  # a verdict depends on the last boxed answer alone (grading.math)
             keys = [(answer_of(r), row["answer"]) for r, row in zip(responses, rows, strict=True)]
         else:

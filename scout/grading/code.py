@@ -453,10 +453,13 @@ class CodeGrader:
                     json.dumps({"response": response, "tests": tests, "limits": asdict(self.limits)}) + "\n"
                 )
                 proc.stdin.flush()
-                out.append(json.loads(proc.stdout.readline()) is True)
-            except (BrokenPipeError, json.JSONDecodeError):
+                verdict = json.loads(proc.stdout.readline())
+            except (BrokenPipeError, json.JSONDecodeError) as exc:
                 proc.kill()
-                out.append(False)
+                raise RuntimeError(f"the code-grading worker died ({type(exc).__name__}); no verdict") from exc
+            if isinstance(verdict, dict):
+                raise ValueError(f"cannot grade with tests {json.dumps(tests)[:200]}: {verdict.get('error')}")
+            out.append(verdict is True)
         return out
 
     def grade(self, responses: Sequence[str], tests: Sequence[dict]) -> list[bool]:
@@ -493,11 +496,13 @@ def grade_many(
 
 
 def serve() -> None:
-    """Worker loop: one JSON request per line in, one JSON verdict per line out."""
+    """Worker loop: one JSON request per line in, one JSON verdict per line out, or an ``{"error"}``
+    the grader raises: a request the worker cannot grade is never a verdict (the program's own
+    failures are caught where it runs and come back as False)."""
     for line in sys.stdin:
-        req = json.loads(line)
         try:
-            ok = grade_one(req["response"], req["tests"], Limits(**req["limits"]))
-        except Exception:  # noqa: BLE001 - a malformed request is a wrong answer, never a dead worker
-            ok = False
-        print(json.dumps(ok), flush=True)
+            req = json.loads(line)
+            out = grade_one(req["response"], req["tests"], Limits(**req["limits"]))
+        except Exception as exc:  # noqa: BLE001 - reported to the grader, never a dead worker
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(out), flush=True)

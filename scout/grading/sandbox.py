@@ -244,8 +244,9 @@ def _world_executable(path: str) -> bool:
 @cache
 def sandbox_python() -> str:
     """The interpreter for untrusted code: ours, or, when we drop root privileges and ours lives
-    where ``nobody`` cannot reach (a venv under /root), the system Python. HumanEval+'s tests import
-    numpy, so that interpreter needs it (Debian: python3-numpy)."""
+    where ``nobody`` cannot reach (a venv under /root), the system Python. Programs run there with
+    its modules only: a benchmark whose sandboxed setup or calls import numpy needs it installed
+    (Debian: python3-numpy; ``evaluate.check_sandbox`` says so before generating)."""
     if os.geteuid() != 0:
         return sys.executable
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
