@@ -10,9 +10,13 @@ cannot show: multi-node placement, NCCL, CUDA graphs, memory at scale (docs/verl
 Slow: 1.5-3 minutes a cell kind on 2 cores, almost all of it Ray, worker and vLLM start-up, which
 waits more than it computes; so the runs go two at a time (``SCOUT_VERL_CPU_LANES``), each in its
 own local Ray, with at most one of the three-node kinds (SCOUT, the control; ~10 GB each) at once.
-CI runs every kind: six for two steps, and GRPO in the kill-and-resume (4 steps, killed after the
-step-2 checkpoint with its whole process group, Ray's processes included, then resumed).
-``SCOUT_VERL_CPU=all`` adds two-step GRPO. ``-m "not verl_cpu"`` leaves the file out.
+CI runs the kinds whose verl paths are their own: SCOUT and the prefix-0 control (the teacher phase,
+three nodes), Relay-OPD and Prune-OPD (their agent loops; Prune-OPD's loss is OPD's) for two steps,
+and GRPO in the kill-and-resume (4 steps, killed after the step-2 checkpoint with its whole process
+group, Ray's processes included, then resumed). ``SCOUT_VERL_CPU=all`` adds two-step OPD, OPTR (OPD
+with its registered loss, which tests/test_verl_pieces.py runs through verl by hand) and GRPO: two
+runs at 3-6 minutes each that a 30-minute CI cannot hold (three lanes ran out of memory on 24 GB).
+``-m "not verl_cpu"`` leaves the file out.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ KINDS = ["scout", "relay_opd", "opd", "opd_teacher_grpo", "prune_opd", "optr", "
 RESUME = "grpo-resume"
 ALL = os.environ.get("SCOUT_VERL_CPU") == "all"
 # the order the lanes take them: the two three-node kinds apart, the runs balanced over the lanes
-RUN = ["scout", RESUME, "relay_opd", "opd", "opd_teacher_grpo", "prune_opd", "optr"] + (["grpo"] if ALL else [])
+RUN = ["scout", RESUME, "relay_opd", "opd_teacher_grpo", "prune_opd"] + (["opd", "optr", "grpo"] if ALL else [])
 THREE_NODES = {"scout", "opd_teacher_grpo"}
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
 ARCH = {"hidden_size": 64, "heads": 2, "kv_heads": 1, "intermediate_size": 128, "lr": 3e-3, "batch": 32}
@@ -155,7 +159,7 @@ def verl_runs(cpu_world) -> dict:
     "variant",
     [
         pytest.param(
-            k, marks=[] if k in RUN else pytest.mark.skip(reason=f"CI trains it in {RESUME}; SCOUT_VERL_CPU=all")
+            k, marks=[] if k in RUN else pytest.mark.skip(reason="SCOUT_VERL_CPU=all trains it (CI: GRPO in the kill-and-resume)")
         )
         for k in KINDS
     ],
