@@ -370,6 +370,14 @@ def check_row(row: dict) -> str | None:
         return "missing or empty 'id'"
     if not _is_prompt(row.get("prompt")):
         return "'prompt' must be a non-empty string or a list of {role, content} messages"
+    return check_graded(row)
+
+
+def check_graded(row: dict) -> str | None:
+    """What keeps a row from being graded, or None: its domain and the answer or tests it is graded
+    by (``check_row`` on load; the grader on every row it is handed)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
     if row.get("domain") == "math":
         return None if isinstance(row.get("answer"), str) and row["answer"].strip() else "math row without an 'answer'"
     if row.get("domain") != "code":

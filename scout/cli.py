@@ -188,7 +188,7 @@ def cmd_fingerprints(args) -> int:
     width = max(len(r[0]) for r in rows)
     for f, want, have, verdict in rows:
         print(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
-    n = {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing", "not recorded")}
+    n = rep.tally(rows)
     print(f"{n['same']} of {len(rows)} files have the recorded digits ('{args.section}' in {rep.RECORD}); "
           f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded.")  # fmt: skip
     if n["differs"]:

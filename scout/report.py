@@ -214,7 +214,7 @@ def digits(config: dict) -> str:
     from scout import reproducibility as rep
 
     rows = rep.compare(rep.recorded("toy"), rep.measure(config))
-    n = {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing")}
+    n = rep.tally(rows)
     recorded = n["same"] + n["differs"] + n["missing"]
     if not recorded:
         return "no record to compare with"

@@ -106,6 +106,11 @@ def recorded(section: str, record: Path = RECORD) -> dict[str, str]:
     return dict((data or {}).get(section, {}).get("files", {}))
 
 
+def tally(rows: list[tuple[str, str, str, str]]) -> dict[str, int]:
+    """How many of :func:`compare`'s rows have each verdict."""
+    return {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing", "not recorded")}
+
+
 def compare(want: dict[str, str], got: dict[str, str | None]) -> list[tuple[str, str, str, str]]:
     """(file, recorded, measured, verdict) for every file of either side; verdict is "same",
     "differs", "missing" (not made yet) or "not recorded"."""

@@ -10,19 +10,6 @@ from scout.grading.math import MathGrader, answer_of
 from scout.grading.sandbox import Limits
 
 
-def _grading_problem(row) -> str | None:
-    """What keeps a row from being graded (its domain, and the answer or tests it is graded by)."""
-    from scout.catalogue import check_tests
-
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    if row.get("domain") == "math":
-        return None if isinstance(row.get("answer"), str) else "math row without an 'answer' string"
-    if row.get("domain") == "code":
-        return check_tests(row.get("tests"))
-    return f"unknown domain {row.get('domain')!r}; the grader grades math and code"
-
-
 class Grader:
     """Grades responses against dataset rows of either domain; keeps its math workers warm.
 
@@ -38,8 +25,10 @@ class Grader:
     def grade(self, responses: Sequence[str], rows: Sequence[dict]) -> list[bool]:
         if not rows:
             return []
+        from scout.catalogue import check_graded
+
         for row in {id(r): r for r in rows}.values():  # malformed test data is an error, never "wrong"
-            problem = _grading_problem(row)
+            problem = check_graded(row)
             if problem:
                 raise ValueError(f"row {row.get('id') if isinstance(row, dict) else row!r}: {problem}")
         domains = {r["domain"] for r in rows}
