@@ -44,7 +44,7 @@ import pandas as pd
 import yaml
 from scipy import stats as sps
 
-from scout import grid
+from scout import grid, stats
 from scout.tables import Cache, interval_variants
 
 HOLDS, BELOW, FAILS = "holds", "below the paper's effect", "does not hold"
@@ -100,17 +100,7 @@ def specs(config: dict) -> list[dict]:
 # ------------------------------------------------------------------------------------------------
 
 
-def welch(x, y) -> tuple[float, float, float]:
-    """mean(x) - mean(y), its standard error and Welch-Satterthwaite df (NaN below two runs a side)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.size < 2 or y.size < 2:
-        return math.nan, math.nan, math.nan
-    diff = float(x.mean() - y.mean())
-    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    if vx + vy == 0:
-        return diff, 0.0, math.inf
-    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    return diff, math.sqrt(vx + vy), float(df)
+welch = stats.welch_se  # mean(x) - mean(y), its standard error and df (NaN below two runs a side)
 
 
 def against_one_evaluation(x, value: float, sem: float) -> tuple[float, float, float]:

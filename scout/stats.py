@@ -47,18 +47,29 @@ class Welch:
     p: float
 
 
-def welch_test(x: Sequence[float], y: Sequence[float]) -> Welch:
-    """One-sided Welch t-test of mean(x) > mean(y); NaN when either side has fewer than two runs."""
+def welch_se(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """mean(x) - mean(y), its Welch standard error and Welch-Satterthwaite df; NaN when either side
+    has fewer than two runs, (difference, 0, inf) when both sides are constant."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.size < 2 or y.size < 2:
-        return Welch(math.nan, math.nan, math.nan)
+        return math.nan, math.nan, math.nan
+    diff = float(x.mean() - y.mean())
     vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    diff = x.mean() - y.mean()
-    if vx + vy == 0:  # identical runs on both sides: the test degenerates to the sign of the difference
+    if vx + vy == 0:
+        return diff, 0.0, math.inf
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    return diff, math.sqrt(vx + vy), float(df)
+
+
+def welch_test(x: Sequence[float], y: Sequence[float]) -> Welch:
+    """One-sided Welch t-test of mean(x) > mean(y); NaN when either side has fewer than two runs."""
+    diff, se, df = welch_se(x, y)
+    if math.isnan(diff):
+        return Welch(math.nan, math.nan, math.nan)
+    if se == 0:  # identical runs on both sides: the test degenerates to the sign of the difference
         p = math.nan if diff == 0 else (0.0 if diff > 0 else 1.0)
         return Welch(math.copysign(math.inf, diff) if diff else math.nan, math.nan, p)
-    t = diff / math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    t = diff / se
     return Welch(float(t), float(df), float(stats.t.sf(t, df)))
 
 
