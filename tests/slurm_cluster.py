@@ -35,9 +35,17 @@ def missing() -> str | None:
         return f"not installed: {', '.join(absent)} (Debian: apt-get install slurm-wlm munge)"
     if Path("/etc/slurm/slurm.conf").exists():
         return "/etc/slurm/slurm.conf exists: commands inside jobs would talk to that cluster, not ours"
+    _drop_stale_link()
     if RUN_CONF.exists() or RUN_CONF.is_symlink():
         return f"{RUN_CONF} exists: another (configless) Slurm is configured on this host"
     return None
+
+
+def _drop_stale_link() -> None:
+    """A link left by a harness that was killed before it could stop (its temp folder is gone, so
+    no cluster runs behind it): removed, where it would refuse every later cluster on this host."""
+    if RUN_CONF.is_symlink() and not RUN_CONF.exists() and "pytest-of-" in os.readlink(RUN_CONF):
+        RUN_CONF.unlink()
 
 
 def _free_port() -> int:
@@ -143,6 +151,7 @@ class SlurmCluster:
         self._wait(lambda: (m / "munge.socket").exists(), timeout, "munged did not create its socket")
         self._daemon("slurmctld", [_bin("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait(self._ctld_up, timeout, "slurmctld did not answer")
+        _drop_stale_link()
         if RUN_CONF.exists() or RUN_CONF.is_symlink():
             raise RuntimeError(f"{RUN_CONF} exists: another Slurm is configured on this host")
         RUN_CONF.parent.mkdir(parents=True, exist_ok=True)
