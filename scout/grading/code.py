@@ -40,7 +40,7 @@ from dataclasses import asdict, replace
 from decimal import Decimal, InvalidOperation
 
 from scout.grading import values
-from scout.grading.sandbox import Limits, run_program
+from scout.grading.sandbox import BATCH_PROGRAMS, Limits, Outcome, run_program, run_programs
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python3?)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
 THINK_END = "</think>"
@@ -384,40 +384,75 @@ def _case_limits(limits: Limits, seconds: float, expected: str = "") -> Limits:
 TEST_TYPES = ("calls", "stdin", "functional")  # what grade_one runs; anything else is refused on load
 
 
-def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
+def _job(response: str, tests: dict, limits: Limits) -> tuple[str, str, Limits] | None:
+    """The one sandboxed run that decides a ``calls`` or ``functional`` row: (program, stdin,
+    limits); None when the response holds no code."""
     kind = tests.get("type")
+    if kind not in TEST_TYPES or kind == "stdin":
+        raise ValueError(f"unsupported test type {kind!r}; the grader accepts {', '.join(TEST_TYPES)}")
+    code = extract(response, tests.get("extract", "fenced"))
+    if not code.strip():
+        return None
+    seconds = float(tests.get("timeout", limits.wall_seconds))
+    if kind == "calls":
+        room = max(limits.output_bytes, 1 << 22)  # values of every call, however large
+        return calls_program(code, tests), "", replace(_case_limits(limits, seconds), output_bytes=room)
+    cases = tests["cases"]
+    total = seconds * (len(cases) + 1) + 5  # LiveCodeBench's global deadline
+    expected = "".join(c["output"] for c in cases)
+    program = functional_program(code, tests, max(1, int(seconds)))
+    return program, json.dumps([c["input"] for c in cases]), _case_limits(limits, total, expected)
+
+
+def _verdict(tests: dict, out: Outcome) -> bool:
+    """A ``calls`` or ``functional`` row's verdict from its run, decided here, outside the sandbox."""
+    if tests["type"] == "calls":
+        return check_values(tests, values.results_line(RESULT_MARK, out.stdout))
+    cases = tests["cases"]
+    results = [line[len(RESULT_MARK) :] for line in out.stdout.split("\n") if line.startswith(RESULT_MARK)]
+    if len(results) < len(cases):
+        return False
+    try:
+        return all(json.loads(r) == json.loads(c["output"]) for r, c in zip(results, cases, strict=False))
+    except ValueError:
+        return False
+
+
+def _grade_stdin(response: str, tests: dict, limits: Limits) -> bool:
+    """One run per case, stopping at the first failure (a program that fails early costs little)."""
     code = extract(response, tests.get("extract", "fenced"))
     if not code.strip():
         return False
     seconds = float(tests.get("timeout", limits.wall_seconds))
-    if kind == "calls":
-        room = max(limits.output_bytes, 1 << 22)  # values of every call, however large
-        out = run_program(calls_program(code, tests), limits=replace(_case_limits(limits, seconds), output_bytes=room))
-        return check_values(tests, values.results_line(RESULT_MARK, out.stdout))
-    if kind == "stdin":
-        program = "\n".join([tests.get("setup", ""), code])
-        for case in tests["cases"]:
-            out = run_program(program, case["input"], _case_limits(limits, seconds, case["output"]))
-            if not (out.ok and stdin_output_matches(out.stdout, case["output"])):
-                return False
-        return True
-    if kind == "functional":
-        cases = tests["cases"]
-        total = seconds * (len(cases) + 1) + 5  # LiveCodeBench's global deadline
-        expected = "".join(c["output"] for c in cases)
-        out = run_program(
-            functional_program(code, tests, max(1, int(seconds))),
-            json.dumps([c["input"] for c in cases]),
-            _case_limits(limits, total, expected),
-        )
-        results = [line[len(RESULT_MARK) :] for line in out.stdout.split("\n") if line.startswith(RESULT_MARK)]
-        if len(results) < len(cases):
+    program = "\n".join([tests.get("setup", ""), code])
+    for case in tests["cases"]:
+        out = run_program(program, case["input"], _case_limits(limits, seconds, case["output"]))
+        if not (out.ok and stdin_output_matches(out.stdout, case["output"])):
             return False
-        try:
-            return all(json.loads(r) == json.loads(c["output"]) for r, c in zip(results, cases, strict=False))
-        except ValueError:
-            return False
-    raise ValueError(f"unsupported test type {kind!r}; the grader accepts {', '.join(TEST_TYPES)}")
+    return True
+
+
+def grade_one(response: str, tests: dict, limits: Limits = Limits()) -> bool:
+    if tests.get("type") == "stdin":
+        return _grade_stdin(response, tests, limits)
+    job = _job(response, tests, limits)
+    return job is not None and _verdict(tests, run_program(*job))
+
+
+def grade_batch(items: Sequence[tuple[str, dict]], limits: Limits = Limits()) -> list[bool]:
+    """Verdicts of many responses, as :func:`grade_one` gives them: ``calls`` and ``functional``
+    rows run together in batch sandboxes (``sandbox.run_programs``), ``stdin`` rows case by case."""
+    verdicts = [False] * len(items)
+    jobs, owners = [], []
+    for i, (response, tests) in enumerate(items):
+        if tests.get("type") == "stdin":
+            verdicts[i] = _grade_stdin(response, tests, limits)
+        elif (job := _job(response, tests, limits)) is not None:
+            jobs.append(job)
+            owners.append(i)
+    for i, out in zip(owners, run_programs(jobs), strict=True):
+        verdicts[i] = _verdict(items[i][1], out)
+    return verdicts
 
 
 class CodeGrader:
@@ -445,21 +480,21 @@ class CodeGrader:
         return proc
 
     def _run_slice(self, i: int, items: list[tuple[str, dict]]) -> list[bool]:
-        out = []
-        for response, tests in items:
+        out: list[bool] = []
+        for start in range(0, len(items), BATCH_PROGRAMS):
+            chunk = items[start : start + BATCH_PROGRAMS]
             proc = self._worker(i)
             try:
-                proc.stdin.write(
-                    json.dumps({"response": response, "tests": tests, "limits": asdict(self.limits)}) + "\n"
-                )
+                proc.stdin.write(json.dumps({"items": chunk, "limits": asdict(self.limits)}) + "\n")
                 proc.stdin.flush()
-                verdict = json.loads(proc.stdout.readline())
+                verdicts = json.loads(proc.stdout.readline())
             except (BrokenPipeError, json.JSONDecodeError) as exc:
                 proc.kill()
                 raise RuntimeError(f"the code-grading worker died ({type(exc).__name__}); no verdict") from exc
-            if isinstance(verdict, dict):
-                raise ValueError(f"cannot grade with tests {json.dumps(tests)[:200]}: {verdict.get('error')}")
-            out.append(verdict is True)
+            if isinstance(verdicts, dict):
+                tests = json.dumps([t for _, t in chunk])[:200]
+                raise ValueError(f"cannot grade with tests {tests}: {verdicts.get('error')}")
+            out += [v is True for v in verdicts]
         return out
 
     def grade(self, responses: Sequence[str], tests: Sequence[dict]) -> list[bool]:
@@ -496,13 +531,13 @@ def grade_many(
 
 
 def serve() -> None:
-    """Worker loop: one JSON request per line in, one JSON verdict per line out, or an ``{"error"}``
-    the grader raises: a request the worker cannot grade is never a verdict (the program's own
-    failures are caught where it runs and come back as False)."""
+    """Worker loop: one JSON request (responses with their tests) per line in, one JSON list of
+    verdicts per line out, or an ``{"error"}`` the grader raises: a request the worker cannot grade
+    is never a verdict (the program's own failures are caught where it runs and come back as False)."""
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            out = grade_one(req["response"], req["tests"], Limits(**req["limits"]))
+            out = grade_batch([(r, t) for r, t in req["items"]], Limits(**req["limits"]))
         except Exception as exc:  # noqa: BLE001 - reported to the grader, never a dead worker
             out = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(out), flush=True)

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
@@ -148,9 +150,10 @@ def _hidden_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(d for d in hidden if not any(_under(d, n) for n in needed)), keep
 
 
-def _namespaces(workdir: str, source: str, hidden: tuple[str, ...], keep: tuple[str, ...]) -> None:
+def _namespaces(workdir: str, source: str | None, hidden: tuple[str, ...], keep: tuple[str, ...]) -> None:
     """In the keeper: enter new namespaces, build the read-only view with a tmpfs working
-    directory holding the program, then fork init and the program (which returns to exec)."""
+    directory holding the program, then fork init and the program (which returns to exec). For a
+    batch (``source`` None) init itself returns to exec: the batch runner is the namespace's PID 1."""
     uid, gid = os.geteuid(), os.getegid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | (CLONE_NEWUSER if uid else 0)
     _check(_libc.unshare(flags), "unshare")
@@ -169,15 +172,18 @@ def _namespaces(workdir: str, source: str, hidden: tuple[str, ...], keep: tuple[
     os.makedirs(workdir, exist_ok=True)
     _readonly_everywhere()
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMPFS_BYTES},mode=0777")
-    prog = Path(workdir) / "prog.py"
-    prog.write_text(source)
-    prog.chmod(0o644)
+    if source is not None:
+        prog = Path(workdir) / "prog.py"
+        prog.write_text(source)
+        prog.chmod(0o644)
     init = os.fork()
     if init:
         _supervise(init)
     # PID 1 of the new namespace: dies with the keeper, taking every process of the sandbox along
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if source is None:
+        return
     program = os.fork()
     if program:
         _supervise(program)
@@ -255,6 +261,12 @@ def sandbox_python() -> str:
     raise RuntimeError("no Python interpreter that an unprivileged sandbox user can execute")
 
 
+def _environment(workdir: Path) -> dict[str, str]:
+    """All a sandboxed program inherits: nothing of the grader's environment."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    return env | {f"{lib}_NUM_THREADS": "1" for lib in ("OMP", "OPENBLAS", "MKL")}  # numpy within RLIMIT_AS
+
+
 def _launch(source: str, stdin: str, limits: Limits, isolate: bool) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="scout-sandbox-") as tmp:
         os.chmod(tmp, 0o711)  # the sandbox user may pass through to its working directory, no more
@@ -265,15 +277,13 @@ def _launch(source: str, stdin: str, limits: Limits, isolate: bool) -> Outcome:
             (workdir / "prog.py").write_text(source)
             os.chmod(workdir / "prog.py", 0o644)
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-        env |= {f"{lib}_NUM_THREADS": "1" for lib in ("OMP", "OPENBLAS", "MKL")}  # numpy within RLIMIT_AS
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(
                 [sandbox_python(), "-I", "prog.py"],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
-                env=env,
+                env=_environment(workdir),
                 cwd=tmp,
                 start_new_session=True,
                 preexec_fn=_contain(limits, str(workdir), source, isolate),
@@ -302,3 +312,88 @@ def _launch(source: str, stdin: str, limits: Limits, isolate: bool) -> Outcome:
 def run_program(source: str, stdin: str = "", limits: Limits = Limits()) -> Outcome:
     """Run Python ``source`` in the sandbox, feeding it ``stdin``."""
     return _launch(source, stdin, limits, isolate=namespaces_available())
+
+
+RUNNER = Path(__file__).with_name("runner.py")
+BATCH_PROGRAMS = 64  # programs per batch sandbox at most
+BATCH_OUTPUT = 64 << 20  # and at most this much output (the sum of their caps) to hold at once
+
+
+def _batches(jobs: list[tuple[str, str, Limits]]) -> list[list[int]]:
+    batches: list[list[int]] = [[]]
+    room = 0
+    for i, (_, _, limits) in enumerate(jobs):
+        cap = 2 * limits.output_bytes
+        if batches[-1] and (len(batches[-1]) >= BATCH_PROGRAMS or room + cap > BATCH_OUTPUT):
+            batches.append([])
+            room = 0
+        batches[-1].append(i)
+        room += cap
+    return batches
+
+
+def _run_batch(jobs: list[tuple[str, str, Limits]]) -> list[Outcome]:
+    """One sandbox, the runner as its PID 1, the programs in turn. Returns the outcomes it got:
+    fewer than the jobs if the batch died or ran past the sum of their wall-clock limits."""
+    request = {
+        "jobs": [{"source": s, "stdin": i, "limits": asdict(lim)} for s, i, lim in jobs],
+        "nobody": NOBODY if os.geteuid() == 0 else None,
+    }
+    deadline = sum(lim.wall_seconds for _, _, lim in jobs) + 5 + 0.2 * len(jobs)
+    with tempfile.TemporaryDirectory(prefix="scout-sandbox-") as tmp:
+        os.chmod(tmp, 0o711)
+        workdir = Path(tmp) / "work"
+        workdir.mkdir()
+        request["workdir"] = str(workdir)
+        hidden, keep = _hidden_dirs()
+        with open(Path(tmp) / "stderr", "wb") as err:
+            proc = subprocess.Popen(
+                [sandbox_python(), "-I", "-c", RUNNER.read_text()],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=_environment(workdir),
+                cwd=tmp,
+                start_new_session=True,
+                preexec_fn=lambda: _namespaces(str(workdir), None, hidden, keep),
+            )
+            try:
+                stdout, _ = proc.communicate(json.dumps(request).encode(), timeout=deadline)
+            except subprocess.TimeoutExpired:
+                stdout = b""
+            except BrokenPipeError:
+                stdout = proc.stdout.read() if proc.stdout else b""
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+    outcomes = []
+    for line in stdout.decode("utf-8", "replace").splitlines():
+        try:
+            r = json.loads(line)
+            outcomes.append(Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"]))
+        except (ValueError, KeyError, TypeError):
+            break
+    return outcomes[: len(jobs)]
+
+
+def run_programs(jobs: Sequence[tuple[str, str, Limits]]) -> list[Outcome]:
+    """Run many programs, each ``(source, stdin, limits)``, as :func:`run_program` would, at a
+    fraction of its cost: one sandbox per batch (namespaces, mounts and an interpreter made once)
+    whose PID 1 forks each program from a fresh interpreter that holds only the batch
+    (``scout.grading.runner``). Programs of a batch run one after another, each with its own
+    working directory, limits and session, and every process of one is killed before the next
+    starts. Without namespaces, or for what a batch did not finish, each runs alone."""
+    jobs = list(jobs)
+    if not namespaces_available():
+        return [run_program(*job) for job in jobs]
+    out: list[Outcome | None] = [None] * len(jobs)
+    for idx in _batches(jobs):
+        got = _run_batch([jobs[i] for i in idx])
+        for i, outcome in zip(idx, got, strict=False):
+            out[i] = outcome
+        for i in idx[len(got) :]:
+            out[i] = run_program(*jobs[i])
+    return out  # type: ignore[return-value]

@@ -1,0 +1,201 @@
+"""PID 1 of a batch sandbox (``scout.grading.sandbox.run_programs``): runs untrusted programs one
+after another, each in a forked child of this fresh interpreter, with nothing of one left when
+the next starts.
+
+It is executed as source (``python -I -c``) inside the namespaces the keeper made, so it imports
+the standard library only and holds nothing but the programs and their inputs: it never sees an
+expected output, and a program reading its copy of this process's memory finds only the batch.
+
+Per program: a fresh working directory; its own session; privileges dropped to ``nobody`` where
+the sandbox runs as root; the rlimits of its ``Limits``; stdin, stdout and stderr as files. At the
+wall-clock limit, or when it ends, every other process of the namespace is killed (``kill(-1)``
+from PID 1 spares PID 1 only), so no daemon of one program meets the next. As PID 1 this process
+receives no signal from inside the namespace that it has not asked for, and it is not dumpable,
+so a program can neither kill nor trace it.
+
+Protocol: one JSON object on stdin, ``{"jobs": [{"source", "stdin", "limits"}], "workdir",
+"nobody"}``; one JSON line per job on stdout, ``{"returncode", "stdout", "stderr", "timed_out"}``,
+in order.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+
+PR_SET_DUMPABLE = 4
+
+
+def _exit_status(status):
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _program(job, rundir, files, nobody, libc):
+    """In the forked child: become the program, run it, exit with its status. Never returns."""
+    try:
+        os.setsid()
+        fds = [
+            os.open(files[0], os.O_RDONLY),
+            os.open(files[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+            os.open(files[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+        ]
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 16)
+        if nobody is not None:
+            os.setgroups([])
+            os.setgid(nobody)
+            os.setuid(nobody)
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a freshly executed program is
+        limits = job["limits"]
+        for res, value in (
+            (resource.RLIMIT_CPU, limits["cpu_seconds"]),
+            (resource.RLIMIT_AS, limits["memory_bytes"]),
+            (resource.RLIMIT_FSIZE, limits["file_bytes"]),
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NPROC, limits["processes"]),
+        ):
+            resource.setrlimit(res, (value, value))
+        os.chdir(rundir)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)  # noqa: SIM115
+        sys.argv = ["prog.py"]
+    except BaseException:  # noqa: BLE001 - a child that cannot be set up must never run the program
+        os._exit(125)
+    path = os.path.join(rundir, "prog.py")
+    code = 0
+    try:
+        source = job["source"]
+        del job
+        scope = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
+        exec(compile(source, path, "exec"), scope)  # noqa: S102 - the sandboxed program itself
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught exception
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001, S110 - a full disk or a closed stream: the status stands
+        pass
+    os._exit(code & 0xFF)
+
+
+def _wait(pid, seconds):
+    """True if ``pid`` ended within ``seconds``."""
+    fd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(seconds * 1000))))
+    finally:
+        os.close(fd)
+
+
+def _reap_all(child):
+    """Kill every process of the namespace but this one; wait for them all. The child's status.
+    Killed again before each wait: a process forked while the last kill went round dies too."""
+    status = None
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return status
+        if pid == child:
+            status = st
+
+
+def _read(path, cap):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(cap).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _wipe(path):
+    """Remove what a program left, whatever modes it set."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        return
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    for root, dirs, _ in os.walk(path):
+        for d in dirs:
+            try:
+                os.chmod(os.path.join(root, d), 0o700)
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def main():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # PID 1: signals without a handler never arrive
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    request = json.loads(sys.stdin.buffer.read())
+    workdir, nobody = request["workdir"], request["nobody"]
+    private = os.path.join(workdir, ".io")
+    os.mkdir(private, 0o700)
+    out = sys.stdout
+    for i, job in enumerate(request["jobs"]):
+        rundir = os.path.join(workdir, f"run{i}")
+        os.mkdir(rundir)
+        os.chmod(rundir, 0o777)
+        with open(os.path.join(rundir, "prog.py"), "w", encoding="utf-8") as fh:
+            fh.write(job["source"])
+        os.chmod(os.path.join(rundir, "prog.py"), 0o644)
+        files = [os.path.join(private, name) for name in ("stdin", "stdout", "stderr")]
+        with open(files[0], "w", encoding="utf-8") as fh:
+            fh.write(job["stdin"])
+        os.chmod(files[0], 0o644)
+        limits = job["limits"]
+        out.flush()
+        pid = os.fork()
+        if pid == 0:
+            _program(job, rundir, files, nobody, libc)
+        finished = _wait(pid, limits["wall_seconds"])
+        status = _reap_all(pid)
+        result = {
+            "returncode": None if not finished or status is None else _exit_status(status),
+            "stdout": _read(files[1], limits["output_bytes"]),
+            "stderr": _read(files[2], limits["output_bytes"]),
+            "timed_out": not finished,
+        }
+        for path in files:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        for name in os.listdir(workdir):  # all a program could have left for the next one
+            if name != ".io":
+                _wipe(os.path.join(workdir, name))
+        out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
