@@ -1,6 +1,7 @@
 """Grading throughput on this machine: math (short and 16k-token responses) and code
 (HumanEval+-style programs: the values of 50 calls computed in the sandbox, evalplus's check run
-on them outside), the sandbox's overhead per program, and SCOUT's teacher phase on verl: 1,024
+on them outside), the sandbox's overhead per program (alone, and in the batches the code grader
+runs), and SCOUT's teacher phase on verl: 1,024
 continuations graded one by one (as before) against as one batch (``scout.verl.reward.grade_batch``).
 
     python -m benchmarks.grading_speed [--n-math 400] [--n-long 40] [--n-code 120] [--n-phase 1024]
@@ -19,7 +20,15 @@ import time
 from scout import catalogue
 from scout.grading.code import CodeGrader
 from scout.grading.math import MathGrader
-from scout.grading.sandbox import Limits, _launch, isolation, namespaces_available, sandbox_python
+from scout.grading.sandbox import (
+    BATCH_PROGRAMS,
+    Limits,
+    _launch,
+    isolation,
+    namespaces_available,
+    run_programs,
+    sandbox_python,
+)
 
 ANSWERS = ["13", "\\frac{3}{4}", "2\\sqrt{2}", "[1,3)", "\\{1,2\\}", "x^2+1", "0.25", "\\pi/6"]
 FILLER = "We expand the expression and collect like terms, checking each step carefully. "
@@ -103,6 +112,13 @@ def main() -> None:
         for _ in range(reps):
             _launch("pass", "", Limits(), isolate=isolate)
         timings[label] = (time.perf_counter() - t0) / reps
+    if namespaces_available():  # what the code grader uses: one sandbox per batch of programs
+        t0 = time.perf_counter()
+        for _ in range(reps // BATCH_PROGRAMS + 1):
+            list(run_programs([("pass", "", Limits())] * BATCH_PROGRAMS))
+        timings[f"sandbox, namespaces, batches of {BATCH_PROGRAMS}"] = (time.perf_counter() - t0) / (
+            (reps // BATCH_PROGRAMS + 1) * BATCH_PROGRAMS
+        )
     for label, seconds in timings.items():
         extra = "" if seconds is bare else f"  (+{(seconds - bare) * 1000:.1f} ms)"
         print(f"{label:<46} {seconds * 1000:6.1f} ms per empty program{extra}")

@@ -154,7 +154,8 @@ def sandbox_processes() -> list[int]:
 
 
 def run() -> dict:
-    """Grade every hostile program (each followed by a correct one) with one grader worker."""
+    """Grade every hostile program (each followed by a correct one) with one grader worker: one
+    program per request, then all of them in one request (one batch sandbox)."""
     token = secrets.token_hex(6)
     secret = secrets.token_hex(16)
     os.environ[SECRET_VAR] = secret  # the worker inherits it; the sandbox must not see it
@@ -208,6 +209,21 @@ def run() -> dict:
                     "worker_alive": grader._procs[0].poll() is None and grader._procs[0].pid == worker,
                     "leftover_processes": len(sandbox_processes()),
                 }
+            # all of them again in one batch sandbox, each followed by a correct program
+            batch = []
+            for template in PROGRAMS.values():
+                batch += ["```python\n" + _fill(template, values) + "\n```", GOOD]
+            t0 = time.perf_counter()
+            verdicts = grader.grade(batch, [tests] * len(batch))
+            batched = {
+                "verdicts": verdicts,
+                "seconds": time.perf_counter() - t0,
+                "worker_alive": grader._procs[0].poll() is None and grader._procs[0].pid == worker,
+            }
+            deadline = time.time() + 2
+            while sandbox_processes() and time.time() < deadline:
+                time.sleep(0.05)
+            batched["leftover_processes"] = len(sandbox_processes())
             accepted = 0
             for server in (tcp, unix):
                 try:
@@ -226,7 +242,7 @@ def run() -> dict:
             "home_file": os.path.exists(os.path.join(os.path.expanduser("~"), f"scout-pwned-{token}")),
             "connections_accepted": accepted,
         }
-    return {"uid": os.geteuid(), "cases": cases, "outside": outside}
+    return {"uid": os.geteuid(), "cases": cases, "batched": batched, "outside": outside}
 
 
 if __name__ == "__main__":

@@ -450,7 +450,7 @@ def grade_batch(items: Sequence[tuple[str, dict]], limits: Limits = Limits()) ->
         elif (job := _job(response, tests, limits)) is not None:
             jobs.append(job)
             owners.append(i)
-    for i, out in zip(owners, run_programs(jobs), strict=True):
+    for i, out in zip(owners, run_programs(jobs), strict=True):  # one outcome held at a time
         verdicts[i] = _verdict(items[i][1], out)
     return verdicts
 

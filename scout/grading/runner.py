@@ -159,9 +159,9 @@ def main():
     request = json.loads(sys.stdin.buffer.read())
     workdir, nobody = request["workdir"], request["nobody"]
     private = os.path.join(workdir, ".io")
-    os.mkdir(private, 0o700)
     out = sys.stdout
     for i, job in enumerate(request["jobs"]):
+        os.mkdir(private, 0o700)
         rundir = os.path.join(workdir, f"run{i}")
         os.mkdir(rundir)
         os.chmod(rundir, 0o777)
@@ -185,14 +185,8 @@ def main():
             "stderr": _read(files[2], limits["output_bytes"]),
             "timed_out": not finished,
         }
-        for path in files:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
         for name in os.listdir(workdir):  # all a program could have left for the next one
-            if name != ".io":
-                _wipe(os.path.join(workdir, name))
+            _wipe(os.path.join(workdir, name))
         out.write(json.dumps(result) + "\n")
     out.flush()
 

@@ -32,7 +32,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -316,36 +317,23 @@ def run_program(source: str, stdin: str = "", limits: Limits = Limits()) -> Outc
 
 RUNNER = Path(__file__).with_name("runner.py")
 BATCH_PROGRAMS = 64  # programs per batch sandbox at most
-BATCH_OUTPUT = 64 << 20  # and at most this much output (the sum of their caps) to hold at once
 
 
-def _batches(jobs: list[tuple[str, str, Limits]]) -> list[list[int]]:
-    batches: list[list[int]] = [[]]
-    room = 0
-    for i, (_, _, limits) in enumerate(jobs):
-        cap = 2 * limits.output_bytes
-        if batches[-1] and (len(batches[-1]) >= BATCH_PROGRAMS or room + cap > BATCH_OUTPUT):
-            batches.append([])
-            room = 0
-        batches[-1].append(i)
-        room += cap
-    return batches
-
-
-def _run_batch(jobs: list[tuple[str, str, Limits]]) -> list[Outcome]:
-    """One sandbox, the runner as its PID 1, the programs in turn. Returns the outcomes it got:
-    fewer than the jobs if the batch died or ran past the sum of their wall-clock limits."""
+def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
+    """One sandbox, the runner as its PID 1, the programs in turn; their outcomes as they come
+    (one held at a time, however much each printed). Fewer than the jobs if the batch died or ran
+    past the sum of their wall-clock limits."""
     request = {
         "jobs": [{"source": s, "stdin": i, "limits": asdict(lim)} for s, i, lim in jobs],
         "nobody": NOBODY if os.geteuid() == 0 else None,
     }
     deadline = sum(lim.wall_seconds for _, _, lim in jobs) + 5 + 0.2 * len(jobs)
+    hidden, keep = _hidden_dirs()
     with tempfile.TemporaryDirectory(prefix="scout-sandbox-") as tmp:
         os.chmod(tmp, 0o711)
         workdir = Path(tmp) / "work"
         workdir.mkdir()
         request["workdir"] = str(workdir)
-        hidden, keep = _hidden_dirs()
         with open(Path(tmp) / "stderr", "wb") as err:
             proc = subprocess.Popen(
                 [sandbox_python(), "-I", "-c", RUNNER.read_text()],
@@ -357,43 +345,50 @@ def _run_batch(jobs: list[tuple[str, str, Limits]]) -> list[Outcome]:
                 start_new_session=True,
                 preexec_fn=lambda: _namespaces(str(workdir), None, hidden, keep),
             )
-            try:
-                stdout, _ = proc.communicate(json.dumps(request).encode(), timeout=deadline)
-            except subprocess.TimeoutExpired:
-                stdout = b""
-            except BrokenPipeError:
-                stdout = proc.stdout.read() if proc.stdout else b""
-            finally:
+
+            def kill() -> None:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+            timer = threading.Timer(deadline, kill)
+            timer.start()
+            try:
+                try:
+                    proc.stdin.write(json.dumps(request).encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+                for _ in jobs:
+                    line = proc.stdout.readline()
+                    try:
+                        r = json.loads(line)
+                        yield Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"])
+                    except (ValueError, KeyError, TypeError):
+                        return
+            finally:
+                timer.cancel()
+                kill()
+                proc.stdout.close()
                 proc.wait()
-    outcomes = []
-    for line in stdout.decode("utf-8", "replace").splitlines():
-        try:
-            r = json.loads(line)
-            outcomes.append(Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"]))
-        except (ValueError, KeyError, TypeError):
-            break
-    return outcomes[: len(jobs)]
 
 
-def run_programs(jobs: Sequence[tuple[str, str, Limits]]) -> list[Outcome]:
+def run_programs(jobs: Sequence[tuple[str, str, Limits]]) -> Iterator[Outcome]:
     """Run many programs, each ``(source, stdin, limits)``, as :func:`run_program` would, at a
-    fraction of its cost: one sandbox per batch (namespaces, mounts and an interpreter made once)
-    whose PID 1 forks each program from a fresh interpreter that holds only the batch
-    (``scout.grading.runner``). Programs of a batch run one after another, each with its own
-    working directory, limits and session, and every process of one is killed before the next
-    starts. Without namespaces, or for what a batch did not finish, each runs alone."""
+    fraction of its cost; their outcomes in order, as they come. One sandbox per batch
+    (namespaces, mounts and an interpreter made once) whose PID 1 forks each program from a fresh
+    interpreter that holds only the batch (``scout.grading.runner``). Programs of a batch run one
+    after another, each with its own working directory, limits and session, and every process of
+    one is killed before the next starts. Without namespaces, or for what a batch did not finish,
+    each runs alone."""
     jobs = list(jobs)
-    if not namespaces_available():
-        return [run_program(*job) for job in jobs]
-    out: list[Outcome | None] = [None] * len(jobs)
-    for idx in _batches(jobs):
-        got = _run_batch([jobs[i] for i in idx])
-        for i, outcome in zip(idx, got, strict=False):
-            out[i] = outcome
-        for i in idx[len(got) :]:
-            out[i] = run_program(*jobs[i])
-    return out  # type: ignore[return-value]
+    for start in range(0, len(jobs), BATCH_PROGRAMS):
+        batch = jobs[start : start + BATCH_PROGRAMS]
+        done = 0
+        if namespaces_available():
+            for outcome in _run_batch(batch):
+                done += 1
+                yield outcome
+        for job in batch[done:]:
+            yield run_program(*job)
