@@ -120,7 +120,7 @@ def main() -> None:
             (reps // BATCH_PROGRAMS + 1) * BATCH_PROGRAMS
         )
     for label, seconds in timings.items():
-        extra = "" if seconds is bare else f"  (+{(seconds - bare) * 1000:.1f} ms)"
+        extra = "" if seconds is bare else f"  ({(seconds - bare) * 1000:+.1f} ms)"
         print(f"{label:<46} {seconds * 1000:6.1f} ms per empty program{extra}")
     print(f"python {sys.version.split()[0]}, sandbox interpreter {python}")
     if args.n_phase:
