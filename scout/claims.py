@@ -214,9 +214,11 @@ def _paper_effect(config: dict, spec: dict, setting: str) -> float | None:
 
 
 def _settings(config: dict, spec: dict) -> list[str]:
+    """The claim's settings that the grid trains (a reduced experiment claims nothing of the rest)."""
     if "experiment" in spec:
         return list(config["experiments"].get(spec["experiment"], {}).get("settings", []))
-    return list(spec.get("settings") or config["settings"])
+    in_grid = {s for e in config["experiments"].values() for s in e["settings"]}
+    return [s for s in spec.get("settings") or config["settings"] if s in in_grid]
 
 
 def _runs(cache: Cache, setting: str, variant: str) -> tuple[list[float], list[str]]:

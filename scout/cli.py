@@ -30,7 +30,7 @@ def _log(msg: str) -> None:
 def cmd_check_config(args) -> int:
     from scout import config, grid
 
-    cfg = config.load(args.config)
+    cfg = config.load(args.config, args.select)
     cells = grid.cells(cfg)
     units = grid.eval_units(cfg)
     print(f"{args.config}: valid ({cfg['world']} world): {len(cells)} training cells, {len(units)} evaluations")
@@ -118,7 +118,7 @@ def _config(args) -> dict:
     """The config of a report/import command: --spec (JSON, as rules pass it) or --config FILE."""
     from scout import config
 
-    cfg = _spec(args.spec) if args.spec else config.load(args.config)
+    cfg = _spec(args.spec) if args.spec else config.load(args.config, args.select)
     if args.spec:
         config.validate(cfg)
     if args.results:
@@ -258,8 +258,17 @@ def cmd_ray_run(args) -> int:
         raise SystemExit(f"scout ray-run: {exc}") from exc
 
 
+def _add_select_arg(s) -> None:
+    s.add_argument(
+        "--select",
+        metavar="YAML",
+        help="a reduced experiment, as snakemake's --config select=...: '{settings: [...], methods: [...], seeds: [1]}'",
+    )
+
+
 def _add_config_args(s) -> None:
     s.add_argument("--config", default="config/config.yaml", help="config file (default: the toy grid)")
+    _add_select_arg(s)
     s.add_argument("--spec", help="the config as a JSON object or @file (what the workflow passes)")
     s.add_argument("--results", help="results folder (default: the config's `results`)")
 
@@ -272,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check-config", help="validate a config file and count its grid")
     s.add_argument("config")
+    _add_select_arg(s)
     s.set_defaults(func=cmd_check_config)
     for name, func, help_ in [
         ("toy-data", cmd_toy_data, "write the toy train splits and benchmarks"),

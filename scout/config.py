@@ -6,6 +6,7 @@ any job starts.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,12 @@ import yaml
 from scout.methods import METHODS
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+
+
+STRINGS_HINT = (
+    "snakemake's --config reads every value as a string; give numbers in a --configfile overlay, or "
+    "pick cells with --config 'select={settings: [...], methods: [...], seeds: [1]}'"
+)
 
 
 class ConfigError(ValueError):
@@ -36,6 +43,8 @@ def _schema_errors(config: dict) -> list[str]:
         elif err.validator == "oneOf" and isinstance(err.instance, dict):
             sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
             out.append(f"{_where(err.absolute_path)}: {sub.message if sub else err.message}")
+        elif err.validator == "type" and isinstance(err.instance, str) and err.instance.strip().isdigit():
+            out.append(f"{_where(err.absolute_path)}: {err.message} ({STRINGS_HINT})")
         else:
             out.append(f"{_where(err.absolute_path)}: {err.message}")
     return out
@@ -246,7 +255,8 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
 
 
 def validate(config: dict) -> dict:
-    """Raise ConfigError listing every problem; return the config unchanged when it is valid."""
+    """Raise ConfigError listing every problem; return the valid config, cut down to its
+    ``select`` where it has one."""
     if not isinstance(config, dict):
         raise ConfigError("configuration: expected a mapping at the top level")
     errs = _schema_errors(config)
@@ -254,14 +264,83 @@ def validate(config: dict) -> dict:
         errs = _reference_errors(config)
     if errs:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+    return select(config)
+
+
+def select(config: dict) -> dict:
+    """The grid cut down to the cells ``config["select"]`` names (experiments, settings, variant
+    names, seeds; each optional): an experiment keeps what matches and goes when nothing does.
+    Names that no experiment uses are errors, and so is a selection that leaves nothing."""
+    sel = config.get("select") or {}
+    if not sel:
+        return config
+    exps = config["experiments"]
+    variants = {m if isinstance(m, str) else m["name"] for e in exps.values() for m in e["methods"]}
+    seeds_used = {s for e in exps.values() for s in e["seeds"]} | {
+        s for e in exps.values() for m in e["methods"] if isinstance(m, dict) for s in m.get("seeds", [])
+    }
+    want = {
+        "experiments": set(sel.get("experiments", exps)),
+        "settings": set(sel.get("settings", config["settings"])),
+        "methods": set(sel.get("methods", variants)),
+        "seeds": {int(s) for s in sel.get("seeds", seeds_used)},
+    }
+    known = {"experiments": set(exps), "settings": set(config["settings"]), "methods": variants, "seeds": seeds_used}
+    errs = [
+        f"select.{key}: {sorted(want[key] - known[key])} not in the experiments; expected some of {sorted(known[key])}"
+        for key in want
+        if want[key] - known[key]
+    ]
+    if errs:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
+    kept = {}
+    for name, exp in exps.items():
+        methods = []
+        for m in exp["methods"]:
+            entry = {"name": m, "method": m} if isinstance(m, str) else m
+            if entry["name"] not in want["methods"]:
+                continue
+            if isinstance(m, dict) and "seeds" in m:
+                m = {**m, "seeds": [s for s in m["seeds"] if s in want["seeds"]]}
+                if not m["seeds"]:
+                    continue
+            methods.append(m)
+        cut = {
+            **exp,
+            "settings": [s for s in exp["settings"] if s in want["settings"]],
+            "methods": methods,
+            "seeds": [s for s in exp["seeds"] if s in want["seeds"]],
+        }
+        if name in want["experiments"] and cut["settings"] and cut["methods"] and cut["seeds"]:
+            kept[name] = cut
+    if not kept:
+        raise ConfigError(f"select: no cell of the grid matches {json.dumps(sel)}")
+    config["experiments"] = kept
+    if str(sel.get("analysis", True)).lower() == "false":  # no teacher probes (nor the teachers they alone need)
+        config.pop("analysis", None)
+    elif config.get("analysis") and "settings" in sel:  # the teacher probes of the chosen settings only
+        probed = [s for s in config["analysis"]["settings"] if s in want["settings"]]
+        if probed:
+            config["analysis"] = {**config["analysis"], "settings": probed}
+        else:
+            del config["analysis"]
     return config
 
 
-def load(path: str | Path) -> dict:
+def load(path: str | Path, select: str | None = None) -> dict:
+    """The validated config of a file; ``select``, a YAML mapping as on the command line, cuts it
+    down as the config's own ``select`` would."""
     try:
         config = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    if select:
+        try:
+            chosen = yaml.safe_load(select)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--select: not valid YAML: {exc}") from exc
+        if isinstance(config, dict):
+            config["select"] = chosen
     return validate(config)

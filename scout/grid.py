@@ -511,7 +511,8 @@ def report_units(config: dict) -> list[tuple[str, str, str, str]]:
 def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
-    units = [(setting, v, "0", "final") for setting in config["settings"] for v in BASE_VARIANTS]
+    used = {c.setting for c in cells(config)}  # a reduced experiment (select) evaluates its settings only
+    units = [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
     plans = run_plans(config)
     for cell in cells(config):
         if plans[cell].shares is None:

@@ -275,3 +275,63 @@ def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
     reordered = {**cfg, "experiments": dict(reversed(list(cfg["experiments"].items())))}
     scout = grid.find_cell(reordered, "toy-l-s-math", "scout", 1)
     assert grid.run_plans(reordered)[scout].shares.variant == "scout-cm"
+
+
+def _rule_counts(stdout: str) -> dict[str, int]:
+    counts = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_select_keeps_the_named_cells_and_nothing_else():
+    from tests.conftest import toy_config
+
+    cfg = toy_config()
+    cfg["select"] = {"settings": ["toy-l-s-math"], "methods": ["opd", "scout", "scout-cm"], "seeds": ["1", 3]}
+    C.validate(cfg)
+    keys = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
+    assert keys == [
+        ("toy-l-s-math", v, s) for v in ("opd", "scout", "scout-cm") for s in (1, 3)
+    ]  # main's opd and scout, compute_matched's scout-cm; every other experiment went
+    assert sorted(cfg["experiments"]) == ["compute_matched", "main"]
+    assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
+
+
+def test_select_names_what_it_does_not_know_and_refuses_an_empty_grid():
+    from tests.conftest import toy_config
+
+    cfg = {**toy_config(), "select": {"settings": ["toy-x"], "methods": ["scot"], "seeds": [7]}}
+    with pytest.raises(C.ConfigError) as err:
+        C.validate(cfg)
+    text = str(err.value)
+    assert "select.settings: ['toy-x'] not in the experiments" in text
+    assert "select.methods: ['scot']" in text and "select.seeds: [7]" in text
+    cfg = {**toy_config(), "select": {"experiments": ["interval"], "methods": ["opd"]}}
+    with pytest.raises(C.ConfigError, match="no cell of the grid matches"):
+        C.validate(cfg)
+
+
+def test_select_on_the_command_line_runs_a_reduced_paper_experiment(tmp_path):
+    """OPD against SCOUT, one setting, one seed, no teacher probes, from the command line (its
+    values arrive as strings): those two trainings, their evaluations and the setting's base rows;
+    nothing for the other settings, and not the DAPO teacher only the probes need."""
+    sel = "select={settings: [q4b-q1.7b-math], methods: [opd, scout], seeds: [1], analysis: false}"
+    out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "--quiet", "rules", "--config", sel)
+    assert out.returncode == 0, out.stderr
+    counts = _rule_counts(out.stdout)
+    assert counts["train"] == 2
+    assert counts["evaluate_math"] == 2 + 2  # the two final checkpoints, the setting's student and teacher
+    assert not {"evaluate_code", "prepare_teacher", "analysis"} & set(counts)
+
+
+def test_numbers_given_through_snakemake_config_get_a_hint(tmp_path):
+    """--config reads values as strings: the error says so, and how to pick cells instead."""
+    over = "experiments={main: {settings: [toy-l-s-math], methods: [opd], seeds: [1]}}"
+    out = dry_run(tmp_path, REPO / "config" / "config.yaml", "--config", over)
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "experiments.main.seeds.0: '1' is not of type 'integer'" in text
+    assert "reads every value as a string" in text and "select=" in text
