@@ -270,8 +270,9 @@ def validate(config: dict) -> dict:
 def select(config: dict) -> dict:
     """The grid cut down to the cells ``config["select"]`` names (experiments, settings, variant
     names, seeds; each optional): an experiment keeps what matches and goes when nothing does.
-    Names that no experiment uses are errors, and so is a selection that leaves nothing."""
-    sel = config.get("select") or {}
+    Names that no experiment uses are errors, and so is a selection that leaves nothing. The key is
+    consumed: the config that jobs and reports receive is the reduced grid itself."""
+    sel = config.pop("select", None) or {}
     if not sel:
         return config
     exps = config["experiments"]

@@ -298,6 +298,7 @@ def test_select_keeps_the_named_cells_and_nothing_else():
     ]  # main's opd and scout, compute_matched's scout-cm; every other experiment went
     assert sorted(cfg["experiments"]) == ["compute_matched", "main"]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
+    assert sorted((c.setting, c.variant, c.seed) for c in grid.cells(C.validate(cfg))) == keys  # as jobs see it
 
 
 def test_select_names_what_it_does_not_know_and_refuses_an_empty_grid():

@@ -315,8 +315,12 @@ def run_program(source: str, stdin: str = "", limits: Limits = Limits()) -> Outc
     return _launch(source, stdin, limits, isolate=namespaces_available())
 
 
-RUNNER = Path(__file__).with_name("runner.py")
 BATCH_PROGRAMS = 64  # programs per batch sandbox at most
+
+
+@cache
+def _runner_source() -> str:
+    return Path(__file__).with_name("runner.py").read_text()
 
 
 def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
@@ -336,7 +340,7 @@ def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
         request["workdir"] = str(workdir)
         with open(Path(tmp) / "stderr", "wb") as err:
             proc = subprocess.Popen(
-                [sandbox_python(), "-I", "-c", RUNNER.read_text()],
+                [sandbox_python(), "-I", "-c", _runner_source()],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
