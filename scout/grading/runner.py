@@ -72,7 +72,6 @@ def _program(job, rundir, files, nobody, libc):
     code = 0
     try:
         source = job["source"]
-        del job
         scope = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
         exec(compile(source, path, "exec"), scope)  # noqa: S102 - the sandboxed program itself
     except SystemExit as exc:
