@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from scout import algorithms as alg
 from scout.embedded import lm
-from scout.embedded.trainer import Trainer, teacher_batch
+from scout.embedded.trainer import Trainer
 from scout.methods import METHODS
 from tests.conftest import params_vector
 
@@ -40,21 +40,6 @@ def test_every_method_trains_and_writes_outputs(method, spec_for, tmp_path):
         want_ratio = 0.0 if METHODS[method].teacher_phase == "prefix0" else None
         if want_ratio is not None:
             assert all(m["teacher_prefix_ratio"] == 0.0 for m in lines)
-
-
-def test_teacher_batch_masks_the_student_prefix():
-    prompts = [[1, 2], [3]]
-    ks = [2, 0]
-    full = [[10, 11, 20, 21], [10, 11, 22], [30], [31, 32]]  # group of 2 continuations per prompt
-    b = teacher_batch(prompts, ks, full, group=2)
-    assert b["prompts"] == [[1, 2], [1, 2], [3], [3]]
-    assert b["mask"].tolist() == [[0, 0, 1, 1], [0, 0, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0]]
-    # the clipped loss built on this mask has zero gradient on every prefix token
-    logp = torch.zeros(4, 4, requires_grad=True)
-    loss, _ = alg.clipped_pg_loss(logp, logp.detach(), torch.ones(4, 4), b["mask"])
-    loss.backward()
-    assert (logp.grad[b["mask"] == 0] == 0).all()
-    assert (logp.grad[b["mask"] == 1] != 0).all()
 
 
 def test_scout_teacher_changes_only_on_teacher_steps_and_feeds_next_student_step(spec_for, tmp_path, monkeypatch):
@@ -94,29 +79,37 @@ def test_scout_teacher_changes_only_on_teacher_steps_and_feeds_next_student_step
     assert torch.equal(scored_with[3], history[2])
 
 
-def test_scout_teacher_loss_ignores_prefix_tokens(spec_for, tmp_path, monkeypatch):
-    """Gradients of the teacher-phase loss flow only through continuation positions."""
+def test_scout_teacher_loss_is_on_its_own_continuation_tokens(spec_for, tmp_path, monkeypatch):
+    """The teacher-phase loss covers the continuation tokens and nothing else: the student prefix
+    (k tokens) is context, the padding past each continuation carries no gradient."""
     spec = spec_for("scout", total_steps=2, steps_per_epoch=2)
     spec["method_cfg"]["scout"].update(interval=1, prefix_ratio=[0.5, 0.5])
     tr = Trainer(spec, tmp_path, device="cpu")
     captured = {}
-    real_loss = alg.clipped_pg_loss
+    real_loss, real_logp = alg.clipped_pg_loss, lm.continuation_logp
 
     def spy(logp, old, adv, mask, clip=0.2):
         logp.retain_grad()
         captured["logp"], captured["mask"] = logp, mask
         return real_loss(logp, old, adv, mask, clip)
 
+    def scored(model, prefixes, conts, group, pad_id, **kw):
+        captured.setdefault("scored", (prefixes, conts, group))
+        return real_logp(model, prefixes, conts, group, pad_id, **kw)
+
     rows = tr.batch_rows(0)
     prompts = [tr.prompt_ids(r) for r in rows]
     responses = [[5, 6, 7, 8] + [tr.eos] for _ in rows]
     monkeypatch.setattr(alg, "clipped_pg_loss", spy)
+    monkeypatch.setattr(lm, "continuation_logp", scored)
     metrics = tr.teacher_step(0, rows, prompts, responses)
     assert metrics["teacher_prefix_ratio"] == 0.5
-    mask = captured["mask"]
-    assert (mask[:, :2] == 0).all()  # k = floor(0.5 * 4) = 2 prefix tokens per response
-    grad = captured["logp"].grad
-    assert (grad[mask == 0] == 0).all()
+    prefixes, conts, group = captured["scored"]
+    assert group == spec["method_cfg"]["scout"]["k"] and len(conts) == group * len(rows)
+    assert prefixes == [p + [5, 6] for p in prompts]  # k = floor(0.5 * 4) = 2 prefix tokens per response
+    mask, grad = captured["mask"], captured["logp"].grad
+    assert mask.sum(1).tolist() == [float(len(c)) for c in conts]
+    assert (grad[mask == 0] == 0).all() and (grad[mask == 1] != 0).any()
 
 
 def _metrics_without_time(path: Path) -> list[dict]:
@@ -234,3 +227,26 @@ def test_chunked_scoring_equals_one_padded_batch(world):
     assert chunked.shape == whole.shape and torch.allclose(chunked, whole, atol=1e-5)
     chunked.sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_continuations_score_as_full_sequences_with_each_prefix_computed_once(world):
+    """The teacher phase scores K continuations per prefix from one pass over the prefix: the same
+    log-probs as scoring prefix + continuation in full, and the same gradients, up to float rounding;
+    0 past a row's end (an empty continuation is all 0)."""
+    model = lm.load_model(world["teacher"], torch.device("cpu"))
+    prefixes = [[5, 6, 7, 8], [9], [10, 11, 12, 13, 14, 15, 16]]
+    conts = [[7, 8, 9], [4], [], [5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17]]
+    full = lm.response_logp(model, [p for p in prefixes for _ in range(2)], conts, 0)
+    full.sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    shared = lm.continuation_logp(model, prefixes, conts, group=2, pad_id=0, chunk=2)
+    assert shared.shape == (6, 6) and torch.allclose(shared, full, atol=1e-5)
+    assert (shared[2] == 0).all() and (shared[1, 1:] == 0).all() and (shared[0, :3] < 0).all()
+    shared.sum().backward()
+    for w, p in zip(want, model.parameters(), strict=True):
+        assert torch.allclose(p.grad, w, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(lm.continuation_logp(model, prefixes, conts, 2, 0), full, atol=1e-5)
+    with pytest.raises(ValueError, match="5 continuations for 3 prefixes x 2"):
+        lm.continuation_logp(model, prefixes, conts[:5], 2, 0)

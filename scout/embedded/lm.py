@@ -392,3 +392,71 @@ def response_logp(
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
     return stacked.index_select(0, inverse.to(device))
+
+
+def continuation_logp(
+    model: torch.nn.Module, prefixes: list[list[int]], continuations: list[list[int]], group: int, pad_id: int,
+    chunk: int = 32,
+) -> torch.Tensor:  # fmt: skip
+    """Log-probs [B, C] of each continuation token (0 past a row's end), continuation ``i`` following
+    ``prefixes[i // group]``: what ``response_logp`` gives for the prefixes repeated ``group`` times.
+
+    SCOUT's K continuations of one prompt + student prefix share their first tokens. A Qwen3
+    computes every prefix once, with gradients, into a cache; the continuations, ``chunk`` at a
+    time sorted by length (little padding), attend to their prefix's keys and values. Scoring full
+    sequences computes every prefix K times. Differentiable, for one backward pass over the batch."""
+    if len(continuations) != group * len(prefixes):
+        raise ValueError(f"{len(continuations)} continuations for {len(prefixes)} prefixes x {group}")
+    if not isinstance(model, Qwen3):
+        return response_logp(model, [p for p in prefixes for _ in range(group)], continuations, pad_id)
+    device = next(model.parameters()).device
+    packed = None if torch.is_grad_enabled() else model.packed()
+    lens = torch.tensor([len(p) for p in prefixes], device=device)
+    ids = torch.full((len(prefixes), int(lens.max())), pad_id, dtype=torch.long)
+    for i, p in enumerate(prefixes):
+        ids[i, : len(p)] = torch.tensor(p)
+    cache = model.new_cache(*ids.shape)
+    positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
+    logits = model(ids.to(device), positions, None, cache, 0, packed)  # right-padded: causal attention
+    last = logits[torch.arange(len(prefixes), device=device), lens - 1]  # predicts each first continuation token
+    width = max(1, max(map(len, continuations)))
+    order = sorted(range(len(continuations)), key=lambda i: len(continuations[i]))
+    parts = []
+    for start in range(0, len(order), chunk):
+        rows = order[start : start + chunk]
+        owner = torch.tensor([i // group for i in rows], device=device)
+        lp = _continuations_of(
+            model, cache, owner, lens[owner], last[owner], [continuations[i] for i in rows], pad_id, packed
+        )
+        parts.append(torch.nn.functional.pad(lp, (0, width - lp.shape[1])))
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return torch.cat(parts).index_select(0, inverse.to(device))
+
+
+def _continuations_of(model: Qwen3, cache, owner, lens, last, continuations, pad_id, packed) -> torch.Tensor:
+    """One chunk of :func:`continuation_logp`: each continuation is written after its prefix's cache
+    rows, at its own positions (prefix length + j), and sees the valid part of its prefix and
+    itself causally. ``owner``, ``lens`` and ``last``: its prefix's index, length and last logits."""
+    device, n = lens.device, len(continuations)
+    reach = int(lens.max())  # prefix positions any row of the chunk can see
+    width = max(1, max(map(len, continuations)))
+    tokens = torch.full((n, width), pad_id, dtype=torch.long)
+    valid = torch.zeros((n, width))
+    for i, c in enumerate(continuations):
+        tokens[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        valid[i, : len(c)] = 1
+    tokens, valid = tokens.to(device), valid.to(device)
+    seen = (torch.arange(reach, device=device) < lens[:, None])[:, None, :].expand(-1, width, -1)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril().expand(n, -1, -1)
+    mask = torch.cat([seen, causal], dim=-1)[:, None]
+    tail = [(_gathered(k, owner, reach, width), _gathered(v, owner, reach, width)) for k, v in cache]
+    out = model(tokens, lens[:, None] + torch.arange(width, device=device), mask, tail, reach, packed)
+    pred = torch.cat([last[:, None], out[:, :-1]], dim=1).float()
+    return token_logp(pred, tokens) * valid
+
+
+def _gathered(cache: torch.Tensor, rows: torch.Tensor, reach: int, extra: int) -> torch.Tensor:
+    """Rows of a prefix cache [G, H, P, D], cut to ``reach`` positions, with room for ``extra`` more."""
+    picked = cache[:, :, :reach].index_select(0, rows)
+    return torch.cat([picked, picked.new_zeros(*picked.shape[:2], extra, picked.shape[3])], dim=2)

@@ -252,14 +252,17 @@ class Trainer:
         rewards = self.grader.grade([self.decode(f) for f in full], grp_rows)
         reward_t = torch.tensor(rewards, dtype=torch.float32)
         adv = alg.grpo_advantages(reward_t, k_cont).to(self.device)
-        batch = teacher_batch(prompts, ks, full, k_cont)
-        # continuations from prefixes of every length: scored in chunks of similar length (less padding)
-        logp = lm.response_logp(models.teacher, batch["prompts"], batch["responses"], self.pad)
-        mask = batch["mask"][:, : logp.shape[1]].to(self.device)
+        # the loss is on the teacher's own tokens: log-probs of each continuation given its prefix,
+        # every prefix computed once for its K continuations
+        prefixes = cont_prompts[::k_cont]
+        logp = lm.continuation_logp(models.teacher, prefixes, conts, k_cont, self.pad)
+        mask = torch.zeros_like(logp)
+        for i, c in enumerate(conts):
+            mask[i, : len(c)] = 1.0
         adv_t = adv.unsqueeze(1).expand_as(logp)
         loss, _ = alg.clipped_pg_loss(logp, logp.detach(), adv_t, mask, self.spec["clip"])
         with torch.no_grad():
-            ref_logp = lm.response_logp(models.teacher_ref, batch["prompts"], batch["responses"], self.pad)
+            ref_logp = lm.continuation_logp(models.teacher_ref, prefixes, conts, k_cont, self.pad)
         kl = alg.masked_mean(alg.kl_penalty(logp, ref_logp), mask)
         loss = loss + sc["kl_beta"] * kl
         models.teacher_opt.zero_grad(set_to_none=True)
@@ -442,20 +445,6 @@ def eta(seconds: float) -> str:
     """Seconds as m:ss (or h:mm:ss)."""
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-def teacher_batch(prompts: list[list[int]], ks: list[int], full: list[list[int]], group: int) -> dict:
-    """Teacher-phase batch in the layout verl uses: response = student prefix + continuation,
-    with a loss mask that is 1 on continuation tokens only."""
-    rep_prompts = [p for p in prompts for _ in range(group)]
-    rep_k = torch.tensor([k for k in ks for _ in range(group)])
-    lengths = torch.tensor([len(f) for f in full])
-    width = max(1, int(lengths.max()))
-    return {
-        "prompts": rep_prompts,
-        "responses": full,
-        "mask": alg.continuation_mask(rep_k, lengths, width),
-    }
 
 
 def train(spec: dict, out_dir: str | Path, device: str = "auto", log=print) -> dict:

@@ -4,8 +4,9 @@ Every ``interval`` student steps the teacher continues the student's own traject
 prompt, one student response is cut at k = floor(ratio * |y|) (``alg.split_points``), the teacher
 samples ``K`` continuations of prompt + y[:k], each is graded as prefix + continuation, and the
 teacher takes a GRPO step on those K-sample groups with the loss on its own tokens only
-(``alg.continuation_mask``). The layout is the embedded backend's ``teacher_batch``: the response
-is prefix + continuation, so the teacher's log-probs over the prefix are computed but masked out.
+(``alg.continuation_mask``). The response is prefix + continuation, as verl's actor takes it, so
+the teacher's log-probs over the prefix are computed but masked out (the embedded backend computes
+each prefix once for its K continuations, ``lm.continuation_logp``: the same loss).
 
 ``continuation_requests`` builds the generation batch; ``teacher_train_batch`` builds the update
 batch from what the teacher generated. The trainer (``scout.verl.trainer``) only moves these
