@@ -508,6 +508,13 @@ def report_units(config: dict) -> list[tuple[str, str, str, str]]:
     return units
 
 
+def settings_in_grid(config: dict) -> list[str]:
+    """The settings a job of the grid touches: those its cells train and those its teacher probes
+    visit (a reduced experiment, ``select``, builds the models and data of these only)."""
+    used = {c.setting for c in cells(config)} | set(config.get("analysis", {}).get("settings", []))
+    return [s for s in config["settings"] if s in used]
+
+
 def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""

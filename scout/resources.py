@@ -42,12 +42,15 @@ def slurm_resources(r: dict) -> dict:
     with all its CPUs, and GPUs as a per-node gres (``--gpus`` would let Slurm spread them over the
     nodes unevenly). ``tasks`` is set for CPU-only jobs only: the plugin passes it as --ntasks
     there (its default of 1 would shrink a multi-node job to one node), but as --ntasks-per-gpu
-    for GPU jobs, where Slurm's default of one task per node is what we want."""
+    for GPU jobs, where Slurm's default of one task per node is what we want. ``gpus``, all the GPUs
+    the job holds, is for local execution, where ``snakemake --resources gpus=8`` keeps the GPU jobs
+    of one node from running at once (the plugin does not read it)."""
     gpus = r["gpus_per_node"]
     return {
         "nodes": r["nodes"],
         "tasks": 0 if gpus else r["nodes"],
         "gres": f"gpu:{gpus}" if gpus else "",
+        "gpus": r["nodes"] * gpus,
         "cpus_per_task": r["cpus_per_node"],
         "mem_mb": r["mem_mb"],
         "runtime": r["runtime"],
@@ -105,7 +108,8 @@ def _jobs(config: dict) -> list[dict]:
         jobs.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk})
 
     models = config["models"]
-    used = {s[role] for s in config["settings"].values() for role in ("teacher", "student")}
+    settings = [config["settings"][s] for s in grid.settings_in_grid(config)]  # a reduced experiment's only
+    used = {s[role] for s in settings for role in ("teacher", "student")}
     prepared = sorted(m for m in used if "prepare" in models[m])
     used |= {models[m]["prepare"]["base"] for m in prepared}
     if config["world"] == "toy":
@@ -139,7 +143,9 @@ def _jobs(config: dict) -> list[dict]:
     return jobs
 
 
-def plan(config: dict, exists: Callable[[str], bool] = os.path.exists, stale: frozenset[str] = frozenset()) -> pd.DataFrame:
+def plan(
+    config: dict, exists: Callable[[str], bool] = os.path.exists, stale: frozenset[str] = frozenset()
+) -> pd.DataFrame:
     """One row per job: what it requests (time limit x nodes x GPUs) and whether its output is
     already there and fresh (``stale``: the targets whose outputs another spec made,
     ``scout.freshness``). Requested hours are upper bounds: a job that ends early gives the rest

@@ -73,12 +73,14 @@ def test_slurm_resources_per_node_gpus_and_tasks():
         "nodes": 3,
         "tasks": 0,
         "gres": "gpu:8",
+        "gpus": 24,
         "cpus_per_task": 64,
         "mem_mb": 480000,
         "runtime": 2880,
     }
     cpu = {**gpu, "gpus_per_node": 0, "nodes": 2}
     assert resources.slurm_resources(cpu)["tasks"] == 2 and resources.slurm_resources(cpu)["gres"] == ""
+    assert resources.slurm_resources(cpu)["gpus"] == 0
 
 
 @pytest.mark.parametrize(
@@ -127,6 +129,22 @@ def test_plan_counts_jobs_and_hours():
     assert s.loc["toy world", "gpu_hours"] == 0 and s.loc["toy world", "node_hours"] == pytest.approx(4 * 0.5)
     assert s.loc["total", "to_run"] == 13 and s.loc["total", "max_nodes"] == 2
     assert "Job shapes still to run" in resources.render(jobs)
+
+
+def test_plan_of_a_reduced_experiment_has_only_the_jobs_its_dag_runs():
+    """select: one setting without the probes needs no DAPO teacher (prepare_teacher) and no
+    toy-medium; the plan counts what snakemake -n schedules, nothing else."""
+    sel = {"settings": ["q4b-q1.7b-math"], "methods": ["opd", "scout"], "seeds": [1], "analysis": False}
+    cfg = scout_config.validate({**copy.deepcopy(PAPER), "select": sel})
+    jobs = resources.plan(cfg, exists=lambda _: False)
+    assert sorted(jobs["rule"]) == ["evaluate"] * 4 + ["train"] * 2
+    assert jobs["gpu_hours"].sum() == pytest.approx(2 * 8 * 48 + 3 * 8 * 48 + 4 * 8 * 12)
+    toy = scout_config.validate({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd"]}})
+    pretrained = {
+        Path(t).parent.name
+        for t in resources.plan(toy, exists=lambda _: False).query("rule == 'toy_pretrain'")["target"]
+    }
+    assert pretrained == {"toy-large", "toy-small"}
 
 
 def test_plan_of_the_paper_grid(capsys, tmp_path):
@@ -180,7 +198,7 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "-p", target)
     assert out.returncode == 0, out.stderr[-3000:]
     block = out.stdout[out.stdout.index(f"output: {target}") :]
-    assert "nodes=4, tasks=0, gres=gpu:8, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
+    assert "nodes=4, tasks=0, gres=gpu:8, gpus=32, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
     assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout --log" in block
 
 
@@ -261,4 +279,7 @@ def test_ray_run_needs_a_driver(capsys):
 
 def test_plan_of_a_finished_grid_says_nothing_to_run():
     jobs = resources.plan(toy_config(), exists=lambda _: True)
-    assert resources.render(jobs) == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."
+    assert (
+        resources.render(jobs)
+        == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."
+    )
