@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-vllm lock test toy lint tex
+.PHONY: install install-vllm lock test demo toy lint tex
 # The report's PDF needs TeX: installed where we can (root with apt-get); elsewhere the report is
 # written without the PDF, with a warning that names these packages.
 TEX_PACKAGES := texlive-latex-base texlive-latex-recommended texlive-latex-extra
@@ -54,9 +54,16 @@ lint: install
 test: lint
 	pytest -q --durations=20
 
+# A first look in minutes (README): one toy setting, OPD against SCOUT, 2 seeds, with the teacher
+# probes, through the same workflow and report as the full grid and in the same results/, which
+# `make toy` then reuses.
+DEMO := select={settings: [toy-l-s-math], methods: [opd, scout], seeds: [1, 2]}
+demo: install
+	snakemake --cores 2 --config '$(DEMO)'
+
 toy: install tex
 	snakemake --cores 2
-	scout fingerprints   # the same digits as config/fingerprints.yaml? (README: What reproduces where)
+	scout fingerprints   # the same digits as config/fingerprints.yaml? (docs/toy-world.md: What reproduces where)
 
 tex:
 	@command -v pdflatex >/dev/null && exit 0; \

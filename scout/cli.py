@@ -193,7 +193,7 @@ def cmd_fingerprints(args) -> int:
           f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded.")  # fmt: skip
     if n["differs"]:
         print("This machine or these packages computed other digits than the record: expected off x86-64 with "
-              "AVX2 or outside the locked install (README, 'What reproduces where'); the claims' statistics "
+              "AVX2 or outside the locked install (docs/toy-world.md, 'What reproduces where'); the claims' statistics "
               "must hold anyway.")  # fmt: skip
     return 1 if (args.strict and (n["differs"] or n["missing"])) else 0
 

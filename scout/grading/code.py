@@ -1,7 +1,7 @@
 """Code grading: extract the program from a response as the benchmark's own harness does, then run
 the benchmark's tests on it in the sandbox. All tests must pass.
 
-Test kinds (the ``tests`` field of a code row; see the README):
+Test kinds (the ``tests`` field of a code row; see docs/data-and-evaluation.md):
 
 - ``calls``: the sandboxed program (``setup``, the candidate, a driver) only computes the values of
   the ``calls`` the tests make and writes them out as plain data (``scout.grading.values``); the

@@ -19,7 +19,7 @@ teacher phase:
    teacher's replicas, NCCL), so the next student steps are scored by the updated teacher.
 
 Everything except the worker-group calls is a pure function tested on CPU; the class itself needs
-GPUs and is exercised only by the smoke test in the README.
+GPUs and is exercised only by the smoke test in docs/verl-backend.md.
 """
 
 from __future__ import annotations
