@@ -502,7 +502,8 @@ def benchmarks_for(config: dict, domain: str) -> list[str]:
 def report_units(config: dict) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every result the report shows: base rows and every
     cell's checkpoints, whichever run they come from (``record_source``)."""
-    units = [(setting, v, "0", "final") for setting in config["settings"] for v in BASE_VARIANTS]
+    used = {c.setting for c in cells(config)}  # a reduced experiment (select) reports its settings only
+    units = [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
     for cell in cells(config):
         units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(cell_spec(config, cell))]
     return units

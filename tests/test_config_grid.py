@@ -299,6 +299,9 @@ def test_select_keeps_the_named_cells_and_nothing_else():
     assert sorted(cfg["experiments"]) == ["compute_matched", "main"]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
     assert sorted((c.setting, c.variant, c.seed) for c in grid.cells(C.validate(cfg))) == keys  # as jobs see it
+    # the base rows evaluated and reported are the chosen setting's, not every setting's
+    for units in (grid.eval_units(cfg), grid.report_units(cfg)):
+        assert {u[0] for u in units} == {"toy-l-s-math"} and ("toy-l-s-math", "base-teacher", "0", "final") in units
 
 
 def test_select_names_what_it_does_not_know_and_refuses_an_empty_grid():
