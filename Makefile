@@ -57,9 +57,10 @@ test: lint
 # A first look in minutes (README): one toy setting, OPD against SCOUT, 2 seeds, with the teacher
 # probes, through the same workflow and report as the full grid and in the same results/, which
 # `make toy` then reuses.
+# SCOUT's runs go first: they and the probes of their teachers are the longest chain.
 DEMO := select={settings: [toy-l-s-math], methods: [opd, scout], seeds: [1, 2]}
 demo: install
-	snakemake --cores 2 --config '$(DEMO)'
+	snakemake --cores 2 --config '$(DEMO)' --prioritize results/analysis/toy-l-s-math/continuation.csv
 
 toy: install tex
 	snakemake --cores 2
