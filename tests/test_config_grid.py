@@ -318,6 +318,24 @@ def test_select_names_what_it_does_not_know_and_refuses_an_empty_grid():
         C.validate(cfg)
 
 
+def test_make_demo_selects_opd_and_scout_with_two_seeds_and_the_probes_of_their_teachers():
+    """The Makefile's demo: a selection of the toy grid whose claims page can test SCOUT against OPD
+    (two seeds a side) and SCOUT's teacher (the probes), and a --prioritize target the grid makes."""
+    import re
+
+    from tests.conftest import toy_config
+
+    make = (REPO / "Makefile").read_text()
+    sel = yaml.safe_load(re.search(r"^DEMO := select=(.*)$", make, re.M).group(1))
+    cfg = C.validate({**toy_config(), "select": sel})
+    cells = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
+    assert cells == [("toy-l-s-math", v, s) for v in ("opd", "scout") for s in (1, 2)]
+    assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
+    assert grid.settings_in_grid(cfg) == ["toy-l-s-math"]  # no toy-medium, no DAPO mirror to prepare
+    first = re.search(r"--prioritize (\S+)", make).group(1)
+    assert first == f"{grid.analysis_dir(cfg, 'toy-l-s-math')}/continuation.csv"
+
+
 def test_select_on_the_command_line_runs_a_reduced_paper_experiment(tmp_path):
     """OPD against SCOUT, one setting, one seed, no teacher probes, from the command line (its
     values arrive as strings): those two trainings, their evaluations and the setting's base rows;
