@@ -33,7 +33,8 @@ def cmd_check_config(args) -> int:
     cfg = config.load(args.config, args.select)
     cells = grid.cells(cfg)
     units = grid.eval_units(cfg)
-    print(f"{args.config}: valid ({cfg['world']} world): {len(cells)} training cells, {len(units)} evaluations")
+    name = " + ".join(args.config)
+    print(f"{name}: valid ({cfg['world']} world): {len(cells)} training cells, {len(units)} evaluations")
     return 0
 
 
@@ -118,7 +119,7 @@ def _config(args) -> dict:
     """The config of a report/import command: --spec (JSON, as rules pass it) or --config FILE."""
     from scout import config
 
-    cfg = _spec(args.spec) if args.spec else config.load(args.config, args.select)
+    cfg = _spec(args.spec) if args.spec else config.load(args.config or ["config/config.yaml"], args.select)
     if args.spec:
         config.validate(cfg)
     if args.results:
@@ -267,7 +268,12 @@ def _add_select_arg(s) -> None:
 
 
 def _add_config_args(s) -> None:
-    s.add_argument("--config", default="config/config.yaml", help="config file (default: the toy grid)")
+    s.add_argument(
+        "--config",
+        action="append",
+        help="config file (default: the toy grid); given again, each is merged into the ones before, as "
+        "snakemake --configfile A B merges B into A",
+    )
     _add_select_arg(s)
     s.add_argument("--spec", help="the config as a JSON object or @file (what the workflow passes)")
     s.add_argument("--results", help="results folder (default: the config's `results`)")
@@ -280,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check-config", help="validate a config file and count its grid")
-    s.add_argument("config")
+    s.add_argument("config", nargs="+", help="config file; more files are merged into it, as snakemake --configfile A B")
     _add_select_arg(s)
     s.set_defaults(func=cmd_check_config)
     for name, func, help_ in [

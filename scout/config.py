@@ -328,15 +328,29 @@ def select(config: dict) -> dict:
     return config
 
 
-def load(path: str | Path, select: str | None = None) -> dict:
-    """The validated config of a file; ``select``, a YAML mapping as on the command line, cuts it
-    down as the config's own ``select`` would."""
-    try:
-        config = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+def _overlaid(base, over, name: str):
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        raise ConfigError(f"{name}: an overlay must be a mapping over a mapping")
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _overlaid(out[key], value, name) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def load(path: str | Path | list[str | Path], select: str | None = None) -> dict:
+    """The validated config of a file, or of several merged in order as Snakemake merges
+    ``--configfile A B`` (mappings key by key, anything else replaced), so that an overlay reads
+    the same to ``scout`` as to the workflow; ``select``, a YAML mapping as on the command line,
+    cuts it down as the config's own ``select`` would."""
+    config = None
+    for one in [path] if isinstance(path, (str, Path)) else path:
+        try:
+            layer = yaml.safe_load(Path(one).read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{one}: not valid YAML: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"{one}: cannot read: {exc.strerror}") from exc
+        config = layer if config is None else _overlaid(config, layer, str(one))
     if select:
         try:
             chosen = yaml.safe_load(select)

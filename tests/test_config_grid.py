@@ -357,3 +357,27 @@ def test_numbers_given_through_snakemake_config_get_a_hint(tmp_path):
     text = out.stdout + out.stderr
     assert "experiments.main.seeds.0: '1' is not of type 'integer'" in text
     assert "reads every value as a string" in text and "select=" in text
+
+
+def test_an_overlay_reads_to_scout_as_to_snakemake(tmp_path, capsys):
+    """`scout check-config A B` and `scout plan --config A --config B` merge B into A key by key, as
+    `snakemake --configfile A B` does: the README's one-node overlay puts OPD and SCOUT on one node."""
+    from scout.cli import main
+
+    overlay = tmp_path / "one-node.yaml"
+    overlay.write_text(
+        "resources:\n  default: {gpu_mem_gb: 80}\n  train: {methods: {opd: {nodes: 1}, scout: {nodes: 1}}}\n"
+        "select: {settings: [q4b-q1.7b-math], methods: [opd, scout], seeds: [1], analysis: false}\n"
+    )
+    cfg = C.load([REPO / "config" / "paper.yaml", overlay])
+    assert cfg["resources"]["train"]["methods"]["scout"] == {"nodes": 1}
+    assert cfg["resources"]["train"]["methods"]["esr"] == {"nodes": 2}  # the rest of paper.yaml's placement stays
+    assert cfg["resources"]["default"]["gpu_mem_gb"] == 80 and cfg["resources"]["default"]["cpus_per_node"] == 8
+    assert main(["check-config", str(REPO / "config" / "paper.yaml"), str(overlay)]) == 0
+    assert "valid (paper world): 2 training cells, 4 evaluations" in capsys.readouterr().out
+    assert main(["plan", "--config", str(REPO / "config" / "paper.yaml"), "--config", str(overlay)]) == 0
+    assert "total          6       6          1      1,152" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(C.ConfigError, match="bad.yaml: an overlay must be a mapping"):
+        C.load([REPO / "config" / "paper.yaml", bad])
