@@ -6,6 +6,7 @@ any job starts.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -328,12 +329,12 @@ def select(config: dict) -> dict:
     return config
 
 
-def _overlaid(base, over, name: str):
-    if not isinstance(base, dict) or not isinstance(over, dict):
-        raise ConfigError(f"{name}: an overlay must be a mapping over a mapping")
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _overlaid(out[key], value, name) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base`` as Snakemake merges config files: mappings key by
+    key, anything else replaced."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -350,7 +351,12 @@ def load(path: str | Path | list[str | Path], select: str | None = None) -> dict
             raise ConfigError(f"{one}: not valid YAML: {exc}") from exc
         except OSError as exc:
             raise ConfigError(f"{one}: cannot read: {exc.strerror}") from exc
-        config = layer if config is None else _overlaid(config, layer, str(one))
+        if config is None:
+            config = layer
+        elif isinstance(config, dict) and isinstance(layer, dict):
+            config = deep_merge(config, layer)
+        else:
+            raise ConfigError(f"{one}: an overlay must be a mapping over a mapping")
     if select:
         try:
             chosen = yaml.safe_load(select)

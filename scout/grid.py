@@ -6,13 +6,12 @@ cell exists in exactly one place.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from scout.algorithms import scaled_teacher_lr
-from scout.config import ConfigError
+from scout.config import ConfigError, deep_merge
 from scout.methods import METHODS
 from scout.runs import NOT_WEIGHTS
 
@@ -172,13 +171,6 @@ def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
     raise ConfigError(f"no cell {setting}/{variant}/s{seed} in the configured experiments")
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
     """Steps verl runs per epoch: its dataloader drops the last partial batch (floor, not ceil),
     over the rows its overlong-prompt filter keeps."""
@@ -255,7 +247,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
     for name in method.sections(set(config["methods"])):
-        sec = _deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
+        sec = deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
         spec["method_cfg"][name] = sec
     analysis = config.get("analysis") or {}
     if cell.variant == "scout" and cell.setting in analysis.get("settings", []) and analysis.get("checkpoints"):
@@ -499,11 +491,17 @@ def benchmarks_for(config: dict, domain: str) -> list[str]:
     return [b for b, spec in config["benchmarks"].items() if spec["domain"] == domain]
 
 
+def _base_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """The untrained student and teacher of each setting the grid trains (a reduced experiment,
+    ``select``, evaluates and reports its own settings only)."""
+    used = {c.setting for c in cells(config)}
+    return [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
+
+
 def report_units(config: dict) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every result the report shows: base rows and every
     cell's checkpoints, whichever run they come from (``record_source``)."""
-    used = {c.setting for c in cells(config)}  # a reduced experiment (select) reports its settings only
-    units = [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
+    units = _base_units(config)
     for cell in cells(config):
         units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(cell_spec(config, cell))]
     return units
@@ -516,11 +514,19 @@ def settings_in_grid(config: dict) -> list[str]:
     return [s for s in config["settings"] if s in used]
 
 
+def models_in_grid(config: dict) -> list[str]:
+    """The models the grid's jobs load: teacher and student of each setting it touches, and the base
+    each prepared teacher starts from (what pretraining, teacher preparation and data serve)."""
+    settings = [config["settings"][s] for s in settings_in_grid(config)]
+    used = {s[role] for s in settings for role in ("teacher", "student")}
+    used |= {config["models"][m]["prepare"]["base"] for m in used if "prepare" in config["models"][m]}
+    return sorted(used)
+
+
 def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
-    used = {c.setting for c in cells(config)}  # a reduced experiment (select) evaluates its settings only
-    units = [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
+    units = _base_units(config)
     plans = run_plans(config)
     for cell in cells(config):
         if plans[cell].shares is None:

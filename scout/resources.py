@@ -108,10 +108,8 @@ def _jobs(config: dict) -> list[dict]:
         jobs.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk})
 
     models = config["models"]
-    settings = [config["settings"][s] for s in grid.settings_in_grid(config)]  # a reduced experiment's only
-    used = {s[role] for s in settings for role in ("teacher", "student")}
-    prepared = sorted(m for m in used if "prepare" in models[m])
-    used |= {models[m]["prepare"]["base"] for m in prepared}
+    used = grid.models_in_grid(config)  # a reduced experiment's only
+    prepared = [m for m in used if "prepare" in models[m]]
     if config["world"] == "toy":
         toy = job_resources(config, "toy")
         add("toy world", "toy_data", f"{res}/toy/data", toy)

@@ -124,10 +124,9 @@ def train_inputs(wc):
 
 def training_data():
     """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
-    settings = [config["settings"][s] for s in grid.settings_in_grid(config)]
-    names = {s["train_data"] for s in settings}
-    models = {s[role] for s in settings for role in ("teacher", "student")}
-    names |= {config["models"][m]["prepare"]["data"] for m in models if "prepare" in config["models"][m]}
+    names = {config["settings"][s]["train_data"] for s in grid.settings_in_grid(config)}
+    models = config["models"]
+    names |= {models[m]["prepare"]["data"] for m in grid.models_in_grid(config) if "prepare" in models[m]}
     return sorted(grid.data_path(config, n) for n in names)
 
 
