@@ -76,7 +76,8 @@ def test_the_nucleus_from_the_first_tokens_equals_the_nucleus_from_a_full_sort()
     g = torch.Generator().manual_seed(0)
     peaked = torch.randn(300, 165, generator=g) * 6  # the top 16 hold 95%: the short path
     flat = torch.randn(300, 165, generator=g) * 0.5  # they do not: the full sort
-    for logits in (peaked, flat):
+    mixed = torch.cat([peaked[:200], flat[200:]])[torch.randperm(300, generator=g)]  # each row its own path
+    for logits in (peaked, flat, mixed):
         u = torch.rand(300, generator=torch.Generator().manual_seed(9))
         got = lm.sample_from_logits(logits, 0.6, 0.95, torch.Generator().manual_seed(9))
         assert got.tolist() == _reference(logits, 0.6, 0.95, u).tolist()

@@ -186,24 +186,38 @@ def sample_from_logits(
     if temperature <= 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits / temperature, dim=-1)
-    order = None
-    if top_p < 1.0:
-        # the nucleus from the most probable few when they reach top_p in every row (a sampling
-        # model's usual case; several times cheaper than sorting the vocabulary), else from all
-        top, order = probs.topk(min(NUCLEUS_FIRST, probs.shape[-1]), dim=-1)
-        if not bool((top.sum(-1) >= top_p).all()):
-            top, order = probs.sort(dim=-1, descending=True)
-        probs = top.masked_fill(top.cumsum(-1) - top > top_p, 0.0)
-    cum = probs.cumsum(-1)
     u = torch.rand(batch or probs.shape[0], generator=generator)
     if rows is not None:
         u = u[rows.cpu()]
-    u = u.to(probs.device).unsqueeze(1) * cum[:, -1:]
-    # the first token whose cumulative probability exceeds u; a draw that rounds up to the total
-    # takes the last token of positive probability, never one the nucleus left out
+    u = u.to(probs.device)
+    if top_p >= 1.0:
+        return _invert(probs, u)
+    # the nucleus from each row's most probable few where they reach top_p (a sampling model's
+    # usual case; several times cheaper than sorting the vocabulary), else from the sorted row
+    top, order = probs.topk(min(NUCLEUS_FIRST, probs.shape[-1]), dim=-1)
+    tokens = order.gather(-1, _invert(_nucleus(top, top_p), u).unsqueeze(1)).squeeze(1)
+    wide = (top.sum(-1) < top_p).nonzero().squeeze(1)
+    if len(wide):
+        top, order = probs.index_select(0, wide).sort(dim=-1, descending=True)
+        picked = _invert(_nucleus(top, top_p), u.index_select(0, wide))
+        tokens[wide] = order.gather(-1, picked.unsqueeze(1)).squeeze(1)
+    return tokens
+
+
+def _nucleus(desc: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Probabilities sorted in descending order, zeroed past the first that brings the sum to ``top_p``."""
+    return desc.masked_fill(desc.cumsum(-1) - desc > top_p, 0.0)
+
+
+def _invert(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The index of each row's draw ``u`` (uniform in [0, 1)) under the row's (unnormalised)
+    distribution: the first index whose cumulative probability exceeds ``u`` times the total. A
+    draw that rounds up to the total takes the last index of positive probability, never one of
+    probability 0."""
+    cum = probs.cumsum(-1)
+    target = u.unsqueeze(1) * cum[:, -1:]
     last = probs.shape[1] - 1 - (probs.flip(-1) > 0).int().argmax(-1, keepdim=True)
-    idx = torch.minimum(torch.searchsorted(cum, u, right=True), last)
-    return idx.squeeze(1) if order is None else order.gather(-1, idx).squeeze(1)
+    return torch.minimum(torch.searchsorted(cum, target, right=True), last).squeeze(1)
 
 
 @dataclass
