@@ -3,17 +3,24 @@
 Runs the same three jobs under each combination of the settings that select the math libraries'
 code paths, and prints the fingerprint of what each job writes and its time:
 
-- ``toy-pretrain``: the student architecture of config/config.yaml, 300 steps;
+- ``toy-pretrain``: the student architecture of config/config.yaml, 300 steps (``--steps``);
 - ``train``: a SCOUT cell of toy-l-s-math for 4 steps (student rollouts, OPD update, two teacher
   phases), student and teacher the model just pretrained;
 - ``evaluate``: that model on tm-hard, 4 samples of every question.
 
-The combinations: the machine's own paths (``SCOUT_NATIVE_NUMERICS=1``), each setting alone, the
-pinned pair that every ``scout`` command uses (``scout.reproducibility.PINNED``), the pair with
-MKL's branch in its strict mode, and the pair with oneDNN's ISA capped as well. Equal fingerprints
-mean the same digits; run it on two machines to compare them.
+The combinations: the machine's own paths (``SCOUT_NATIVE_NUMERICS=1``), each setting alone, MKL's
+AVX2 branch with ATen's AVX2 kernels (the pinning before MKL's compatible branch: reproducible
+across Intel CPUs only, since MKL honours branches other than AUTO and COMPATIBLE on Intel CPUs
+alone), the pinned pair that every ``scout`` command uses (``scout.reproducibility.PINNED``), and
+the pair with oneDNN's ISA capped as well. Equal fingerprints mean the same digits; run it on two
+machines to compare them.
 
-    python -m benchmarks.numerics [--workdir DIR]
+``--emulate-intel`` runs every job under ``valgrind --tool=none``, whose virtual CPU reports itself
+as an Intel CPU with AVX2 and without AVX-512, whatever the host: on an AMD host, the pinned
+fingerprints must equal the native run's (the same digits on both vendors), and MKL's AVX2 branch
+shows what it computes on Intel. About 50 times slower: give it fewer ``--steps``.
+
+    python -m benchmarks.numerics [--workdir DIR] [--steps N] [--emulate-intel] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -37,17 +44,19 @@ SCOUT = str(Path(sys.executable).parent / "scout")
 COMBINATIONS = {
     "native (nothing pinned)": {},
     "MKL_CBWR=AVX2 alone": {"MKL_CBWR": "AVX2"},
+    "MKL_CBWR=COMPATIBLE alone": {"MKL_CBWR": "COMPATIBLE"},
     "ATEN_CPU_CAPABILITY=avx2 alone": {"ATEN_CPU_CAPABILITY": "avx2"},
-    "pinned (both: what scout uses)": dict(PINNED),
-    "both, MKL in strict mode": {**PINNED, "MKL_CBWR": "AVX2,STRICT"},
-    "both + ONEDNN_MAX_CPU_ISA=AVX2": {**PINNED, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "ATen avx2 + MKL AVX2 (Intel only)": {**PINNED, "MKL_CBWR": "AVX2"},
+    "pinned (what scout uses)": dict(PINNED),
+    "pinned + ONEDNN_MAX_CPU_ISA=AVX2": {**PINNED, "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
+EMULATED_INTEL = ["valgrind", "--tool=none", "-q"]
 
 
-def _job(args: list[str], env: dict, log: Path) -> float:
+def _job(args: list[str], env: dict, log: Path, prefix: list[str]) -> float:
     t0 = time.perf_counter()
     with open(log, "w") as f:
-        subprocess.run([SCOUT, *args], check=True, stdout=f, stderr=subprocess.STDOUT, env=env)
+        subprocess.run([*prefix, SCOUT, *args], check=True, stdout=f, stderr=subprocess.STDOUT, env=env)
     return time.perf_counter() - t0
 
 
@@ -61,35 +70,43 @@ def _world(work: Path, cfg: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--steps", type=int, default=300, help="pretraining steps")
+    p.add_argument("--emulate-intel", action="store_true", help="every job under valgrind's (Intel) virtual CPU")
+    p.add_argument("--only", action="append", default=None, help="combinations whose name contains this (repeatable)")
     args = p.parse_args()
+    prefix = EMULATED_INTEL if args.emulate_intel else []
     from scout import grid
 
     work = (args.workdir or Path(tempfile.mkdtemp(prefix="scout-numerics-"))).resolve()
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["results"] = str(work / "results")
     _world(work, cfg)
-    arch = {**cfg["models"]["toy-small"]["toy"], "steps": 300}
+    arch = {**cfg["models"]["toy-small"]["toy"], "steps": args.steps}
     base = {k: v for k, v in os.environ.items() if k not in PINNED and k != "ONEDNN_MAX_CPU_ISA"}
     print(f"{'combination':<34} {'pretrain':>22} {'train (SCOUT)':>22} {'evaluate':>22}")
     for name, settings in COMBINATIONS.items():
+        if args.only and not any(o in name for o in args.only):
+            continue
         env = {**base, NATIVE: "1", **settings}
         out = work / f"combination-{list(COMBINATIONS).index(name)}"
         out.mkdir(exist_ok=True)
         model = out / "model"
         pre = {"arch": arch, "tokenizer": str(work / "tokenizer"), "seed": 0,
                "data": [str(work / "data" / f"{s}.jsonl") for s in cfg["toy"]["pretrain_mix"]]}  # fmt: skip
-        t_pre = _job(["toy-pretrain", "--spec", json.dumps(pre), "--out", str(model)], env, out / "pretrain.log")
+        t_pre = _job(
+            ["toy-pretrain", "--spec", json.dumps(pre), "--out", str(model)], env, out / "pretrain.log", prefix
+        )
         c = copy.deepcopy(cfg)
         c["training"]["steps"] = 4
         spec = grid.cell_spec(c, grid.find_cell(c, "toy-l-s-math", "scout", 1))
         spec.update(student=str(model), teacher=str(model), train_data=str(work / "data" / "math-train.jsonl"),
                     save_every=4, reward_every=4)  # fmt: skip
-        t_train = _job(["train", "--spec", json.dumps(spec), "--out", str(out / "run")], env, out / "train.log")
+        t_train = _job(["train", "--spec", json.dumps(spec), "--out", str(out / "run")], env, out / "train.log", prefix)
         bench = work / "data" / "tm-hard.jsonl"
         ev = {"model": str(model), "domain": "math", "seed": 1, "threads": 1,
               "sampling": {k: cfg["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
               "benchmarks": {"tm-hard": {"rows": len(bench.read_text().splitlines()), "repeats": 4, "path": str(bench)}}}  # fmt: skip
-        t_eval = _job(["evaluate", "--spec", json.dumps(ev), "--out", str(out / "eval")], env, out / "eval.log")
+        t_eval = _job(["evaluate", "--spec", json.dumps(ev), "--out", str(out / "eval")], env, out / "eval.log", prefix)
         figures = (
             f"{fingerprint(model / 'model.safetensors')} {t_pre:5.1f} s",
             f"{fingerprint(out / 'run' / 'model' / 'final' / 'model.safetensors')} {t_train:5.1f} s",

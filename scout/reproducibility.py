@@ -1,18 +1,24 @@
 """The same digits on every x86-64 machine with AVX2: pinned numerical code paths and fingerprints.
 
-Two machines with the same packages part ways where their math libraries pick code paths by
-instruction set: ATen's vectorised kernels (softmax, norms, the optimizer's updates) and MKL's
-matrix products. ``python -m benchmarks.numerics`` measures it on the toy world: each of the two
-settings below changes the digits of a pretraining run, and a third (oneDNN's ISA cap) changes
-nothing, so it is left out. MKL's reproducible branch is taken in its standard mode: its strict
-mode would also make a row's product independent of the batch around it (so that a prompt
-prefilled once for its repeats, or inference on packed weights, gave the per-copy digits), for 7%
-more time on a SCOUT run; the standard mode already gives every machine the same digits for the
-same computation. Every ``scout`` command pins both before torch computes anything, so the
-workflow's jobs compute on the AVX2 paths whatever the machine has, and a user sets nothing;
-``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own (faster where it has AVX-512: about a fifth
-off a SCOUT run; other digits). Jobs run single-threaded (``training.threads``), which MKL's
-reproducibility also requires.
+Two machines with the same packages part ways where their math libraries pick code paths by CPU:
+ATen's vectorised kernels (softmax, norms, the optimizer's updates) pick theirs by instruction set,
+and MKL's matrix products by instruction set and by vendor. Every ``scout`` command pins both
+before torch computes anything, so the workflow's jobs compute the same digits whatever the machine
+has, and a user sets nothing:
+
+- ``ATEN_CPU_CAPABILITY=avx2``: ATen's AVX2 kernels, on machines with AVX-512 too. Their arithmetic
+  is exact IEEE code, so every CPU with AVX2 computes the same digits with them.
+- ``MKL_CBWR=COMPATIBLE``: MKL's reproducible branch for "Intel and Intel compatible" CPUs (SSE2
+  code, without the approximate ``rcpps``/``rsqrtps`` whose results differ between vendors). MKL
+  honours its other branches (``AVX2``, ...) on Intel CPUs only and silently takes its automatic
+  dispatch elsewhere: with ``MKL_CBWR=AVX2`` an AMD machine computed other digits than an Intel
+  one. ``python -m benchmarks.numerics --emulate-intel`` shows it on one machine: valgrind's virtual
+  CPU is an Intel one. The compatible branch costs time: about twice as long a matrix product.
+
+``python -m benchmarks.numerics`` measures each setting's effect; capping oneDNN's ISA changes
+nothing, so it is not set. ``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own paths (faster;
+other digits). Jobs run single-threaded (``training.threads``), which MKL's reproducibility also
+requires.
 
 Fingerprints (the first 12 hex digits of a file's SHA-256) of the toy data, the tokenizer, the
 pretrained models and trained runs are recorded in ``config/fingerprints.yaml``; ``scout
@@ -25,7 +31,7 @@ import hashlib
 import os
 from pathlib import Path
 
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 NATIVE = "SCOUT_NATIVE_NUMERICS"
 RECORD = Path(__file__).resolve().parent.parent / "config" / "fingerprints.yaml"
 

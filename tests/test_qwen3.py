@@ -68,10 +68,12 @@ def test_incremental_decoding_matches_a_full_forward(saved):
 
 
 def _under_strict_mkl(check: str, *args) -> None:
-    """Run ``check(*args)`` of this module in a process whose MKL takes its reproducible AVX2 branch
-    in strict mode, where a row's product does not depend on the rows and columns computed beside
-    it. The pipeline's jobs take the standard mode (``scout.reproducibility``), which sums a matrix
-    product in an order that depends on its shape: there the same dot products agree to rounding."""
+    """Run ``check(*args)`` of this module in a process whose MKL runs in its strict reproducible
+    mode (``MKL_CBWR=AVX2,STRICT``), where a row's product does not depend on the rows and columns
+    computed beside it: a check that two computations are the same dot products. The pipeline's
+    jobs take the compatible branch (``scout.reproducibility``), which has no strict mode and sums a
+    matrix product in an order that depends on its shape: there the same dot products agree to
+    rounding."""
     import os
     import subprocess
     import sys

@@ -42,16 +42,23 @@ def test_every_method_trains_and_writes_outputs(method, spec_for, tmp_path):
             assert all(m["teacher_prefix_ratio"] == 0.0 for m in lines)
 
 
+class _Alternating:
+    """A grader whose verdicts alternate: an untrained teacher never solves a task, so every GRPO
+    group would be all-zero reward (no update at all); this gives the teacher phase a signal."""
+
+    def grade(self, texts, rows):
+        return [i % 2 == 0 for i in range(len(texts))]
+
+    def close(self):
+        pass
+
+
 def test_scout_teacher_changes_only_on_teacher_steps_and_feeds_next_student_step(spec_for, tmp_path, monkeypatch):
     spec = spec_for("scout", total_steps=4, steps_per_epoch=4)
     spec["method_cfg"]["scout"]["interval"] = 2
     tr = Trainer(spec, tmp_path, device="cpu")
-    # an untrained teacher never solves a task, so every GRPO group would be all-zero reward (no
-    # update at all); alternate verdicts so the teacher phase has a signal to learn from
     tr.grader.close()
-    tr.grader = type(
-        "Alternating", (), {"grade": lambda self, t, r: [i % 2 == 0 for i in range(len(t))], "close": lambda self: None}
-    )()
+    tr.grader = _Alternating()
     initial = params_vector(tr.models.teacher)
     seen = []
     real = lm.response_logits
@@ -85,6 +92,8 @@ def test_scout_teacher_loss_is_on_its_own_continuation_tokens(spec_for, tmp_path
     spec = spec_for("scout", total_steps=2, steps_per_epoch=2)
     spec["method_cfg"]["scout"].update(interval=1, prefix_ratio=[0.5, 0.5])
     tr = Trainer(spec, tmp_path, device="cpu")
+    tr.grader.close()
+    tr.grader = _Alternating()  # every GRPO group informative, whatever the test world's teacher writes
     captured = {}
     real_loss, real_logp = alg.clipped_pg_loss, lm.continuation_logp
 
@@ -227,6 +236,10 @@ def test_chunked_scoring_equals_one_padded_batch(world):
     assert chunked.shape == whole.shape and torch.allclose(chunked, whole, atol=1e-5)
     chunked.sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    # the logits too (a student step scores its rollouts so), masked past each row's end
+    c_logits, c_tokens, c_mask = lm.response_logits(model, prompts, responses, 0, chunk=3)
+    assert c_logits.shape == logits.shape and torch.equal(c_tokens, tokens) and torch.equal(c_mask, mask)
+    assert torch.allclose(c_logits * mask[..., None], logits * mask[..., None], atol=1e-5)
 
 
 def test_continuations_score_as_full_sequences_with_each_prefix_computed_once(world):
