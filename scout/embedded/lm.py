@@ -366,9 +366,16 @@ def pad_batch(
 
 
 def response_logits(
-    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Logits predicting each response token [B, T, V], the tokens [B, T] and the mask [B, T]."""
+    model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Logits predicting each response token [B, T, V], the tokens [B, T] and the mask [B, T].
+
+    With ``chunk``, the rows are computed ``chunk`` at a time, sorted by length, each chunk padded
+    to its own longest row: the same values up to float rounding for less padding (logits past a
+    row's end are 0 there, garbage otherwise: the mask excludes them either way)."""
+    if chunk is not None and len(prompts) > chunk:
+        return _chunked_logits(model, prompts, responses, pad_id, chunk)
     device = next(model.parameters()).device
     ids, att, rmask, t_max = pad_batch(prompts, responses, pad_id, device)
     logits = score(model, ids, att)
@@ -383,6 +390,37 @@ def response_logits(
     return gathered, tokens, rmask
 
 
+def _chunked_logits(model, prompts, responses, pad_id, chunk):
+    t_max = max(1, max(len(r) for r in responses))
+
+    def part(idx):
+        got = response_logits(model, [prompts[i] for i in idx], [responses[i] for i in idx], pad_id)
+        return [_widen(x, t_max) for x in got]
+
+    parts = list(zip(*[part(idx) for idx in _by_length(prompts, responses, chunk)], strict=True))
+    inverse = _inverse(prompts, responses, parts[0][0].device)
+    return tuple(torch.cat(xs).index_select(0, inverse) for xs in parts)
+
+
+def _by_length(prompts: list[list[int]], responses: list[list[int]], chunk: int) -> list[list[int]]:
+    """Row indices in chunks of ``chunk``, sorted by total length (a chunk pads to its longest)."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+    return [order[start : start + chunk] for start in range(0, len(order), chunk)]
+
+
+def _inverse(prompts: list[list[int]], responses: list[list[int]], device) -> torch.Tensor:
+    """Where each row landed in :func:`_by_length`'s order, to put the chunks' rows back."""
+    order = [i for idx in _by_length(prompts, responses, len(prompts)) for i in idx]
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return inverse.to(device)
+
+
+def _widen(x: torch.Tensor, width: int) -> torch.Tensor:
+    """``x`` [B, T, ...] padded with zeros to ``width`` along T."""
+    return torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, width - x.shape[1]))
+
+
 def token_logp(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
@@ -393,19 +431,12 @@ def response_logp(
     """Log-probs of each response token [B, T] (T the longest response; 0 past a row's end),
     computed over chunks of sequences of similar length: a batch of continuations from prefixes of
     every length pads far less that way. Differentiable, for one backward pass over the batch."""
-    device = next(model.parameters()).device
     t_max = max(1, max(len(r) for r in responses))
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
     parts = []
-    for start in range(0, len(order), chunk):
-        idx = order[start : start + chunk]
+    for idx in _by_length(prompts, responses, chunk):
         logits, tokens, mask = response_logits(model, [prompts[i] for i in idx], [responses[i] for i in idx], pad_id)
-        lp = token_logp(logits, tokens) * mask
-        parts.append(torch.nn.functional.pad(lp, (0, t_max - lp.shape[1])))
-    stacked = torch.cat(parts)
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order)] = torch.arange(len(order))
-    return stacked.index_select(0, inverse.to(device))
+        parts.append(_widen(token_logp(logits, tokens) * mask, t_max))
+    return torch.cat(parts).index_select(0, _inverse(prompts, responses, parts[0].device))
 
 
 def continuation_logp(

@@ -15,6 +15,10 @@ from scout.io import read_jsonl, write_jsonl
 from scout.toy.tasks import Split, generate_split, worked_segments
 from scout.toy.tokenizer import build_tokenizer
 
+# Worked solutions run 20-110 tokens: a batch scored 8 rows at a time, sorted by length, pads a
+# tenth of its tokens instead of a third (a pretraining step about a fifth faster)
+CHUNK = 8
+
 
 def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
     """Every train split and benchmark of the toy config; benchmarks exclude train prompts."""
@@ -85,7 +89,9 @@ def pretrain(
     t0, losses = time.perf_counter(), []
     for step in range(steps):
         batch = [examples[rng.randrange(len(examples))] for _ in range(arch["batch"])]
-        logits, tokens, mask = lm.response_logits(model, [b[0] for b in batch], [b[1] for b in batch], tok.pad_token_id)
+        logits, tokens, mask = lm.response_logits(
+            model, [b[0] for b in batch], [b[1] for b in batch], tok.pad_token_id, chunk=CHUNK
+        )
         for i, b in enumerate(batch):  # context-only tokens (a late-caught slip) are not targets
             mask[i, : len(b[2])] *= torch.tensor(b[2])
         loss = -(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()
@@ -94,7 +100,7 @@ def pretrain(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if (step + 1) % 50 == 0 or step + 1 == steps:
             log(f"pretrain step {step + 1}/{steps} loss {sum(losses[-50:]) / len(losses[-50:]):.4f}")
     model.save_pretrained(str(out_dir))
