@@ -364,8 +364,28 @@ def main(argv: list[str] | None = None) -> int:
 
     pin_numerics()
     if args.log and os.environ.get(_LOGGING) != os.path.abspath(args.log):
-        return _logged(args)
-    return _dispatch(args)
+        code = _logged(args)
+    else:
+        code = _dispatch(args)
+    if args.cmd in _TORCH_JOBS:
+        _exit_now(code or 0)
+    return code
+
+
+# Jobs that load torch: tearing its interpreter down at exit takes about 0.4 s, a tenth of a toy
+# evaluation job; they end once their outputs are written and the exit handlers have run
+_TORCH_JOBS = {"toy-pretrain", "train", "evaluate", "analyze"}
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown: Python's exit handlers run (loggers, pools, Ray),
+    the streams are flushed, and module objects are left to the operating system."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _dispatch(args) -> int:
