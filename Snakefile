@@ -18,6 +18,7 @@ if not workflow.overwrite_configfiles:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/toy.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/tuning.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
@@ -30,3 +31,4 @@ rule all:
     input:
         summary_files(),
         report_files(),
+        independent_targets(),

@@ -46,9 +46,20 @@ def _schema_errors(config: dict) -> list[str]:
             out.append(f"{_where(err.absolute_path)}: {sub.message if sub else err.message}")
         elif err.validator == "type" and isinstance(err.instance, str) and err.instance.strip().isdigit():
             out.append(f"{_where(err.absolute_path)}: {err.message} ({STRINGS_HINT})")
+        elif err.validator == "type" and isinstance(err.instance, str) and _float_text(err.instance):
+            out.append(f"{_where(err.absolute_path)}: {err.message} (YAML reads a number in e-notation without a "
+                       f"decimal point as text: write {float(err.instance):.1e})")  # fmt: skip
         else:
             out.append(f"{_where(err.absolute_path)}: {err.message}")
     return out
+
+
+def _float_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "e" in text.lower()
 
 
 def _reference_errors(config: dict) -> list[str]:
@@ -114,6 +125,7 @@ def _reference_errors(config: dict) -> list[str]:
         if "experiment" in c and c["experiment"] not in config["experiments"]:
             errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}")
     errs += _resource_errors(config, variants)
+    errs += _tuning_errors(config)
     errs += _silent_no_ops(config)
     if not errs:  # the per-cell checks resolve every cell, which needs valid references
         errs += _step_no_ops(config)
@@ -138,6 +150,30 @@ def _reference_errors(config: dict) -> list[str]:
         source = config.get("data", {})
         if source.get("source") == "mirror" and not source.get("mirror"):
             errs.append("data.mirror: required when data.source is 'mirror' (the folder of repository snapshots)")
+    return errs
+
+
+def _tuning_errors(config: dict) -> list[str]:
+    """A tuned LR needs its search grid and its domain's validation set (``scout.tuning``)."""
+    from scout.grid import validation_sets as sets
+    from scout.tuning import tuned_params
+
+    errs, t = [], config.get("tuning", {})
+    validation_sets = sets(config)
+    for name, s in config["settings"].items():
+        params = tuned_params(s)
+        if not params:
+            continue
+        v = t.get("validation", {}).get(s["domain"])
+        if v is None:
+            errs.append(f"settings.{name}: tuned, but tuning.validation has no {s['domain']} validation set")
+        elif v["data"] not in validation_sets:
+            where = "toy.validation" if config["world"] == "toy" else "a dataset's holdout, named DATASET.holdout"
+            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where})")
+        elif validation_sets[v["data"]]["domain"] != s["domain"]:
+            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is not a {s['domain']} set")
+        elif v["data"] == s["train_data"] or v["data"] in config["benchmarks"]:
+            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is a training set or a benchmark, not held out")
     return errs
 
 

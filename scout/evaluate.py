@@ -77,6 +77,18 @@ def check_sandbox(data: dict[str, list[dict]]) -> None:
         )
 
 
+def check_disjoint(validation: dict[str, list[dict]], tests: dict[str, list[dict]]) -> None:
+    """Refuse a validation set that shares a prompt with a test benchmark: choosing on it would
+    choose on the test."""
+    from scout.tuning import overlap
+
+    for name, rows in validation.items():
+        hits = overlap(rows, tests)
+        if hits:
+            where = "; ".join(f"{b}: {len(ids)} (e.g. {ids[0]})" for b, ids in hits.items())
+            raise DataError(f"{name}: validation prompts that are also test prompts ({where}); hold out other rows")
+
+
 def provenance(spec: dict) -> dict:
     """What a record was made from: its job's spec (``spec_digest``) and, for a trained checkpoint,
     the spec its run was trained with (``trained``), so that a changed config or a retrained run
@@ -99,6 +111,8 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     out.mkdir(parents=True, exist_ok=True)
     # every benchmark file is checked before the model is loaded
     data = {bench: load_rows(b["path"], b["rows"], bench, log) for bench, b in spec["benchmarks"].items()}
+    if spec.get("disjoint_from"):  # a validation set: none of its prompts may be a test prompt
+        check_disjoint(data, {b: load_rows(path, name=b, log=log) for b, path in spec["disjoint_from"].items()})
     check_sandbox(data)
     gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scout import grid  # noqa: E402
+from scout import grid, tuning  # noqa: E402
 from scout.tables import AVG, Cache, interval_variants  # noqa: E402
 
 CONTINUATION_COLUMNS = ["setting", "teacher", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
@@ -156,13 +156,19 @@ CURVES = (
 )
 
 
-def _metrics(train_dir: Path, setting: str, variant: str, key: str) -> pd.DataFrame:
+def _metrics(cache: Cache, train_dir: Path, setting: str, variant: str, key: str) -> pd.DataFrame:
+    """One metric of a variant's runs, from the folders of the runs they are (a cell that shares a
+    run, a tuning run's for instance, reads that run's log)."""
     rows = []
-    for path in sorted((train_dir / setting / variant).glob("s*/metrics.jsonl")):
+    for seed in cache.seeds.get((setting, variant), []):
+        run = grid.run_owner(cache.config, setting, variant, seed)
+        path = train_dir / run.setting / run.variant / f"s{run.seed}" / "metrics.jsonl"
+        if not path.exists():
+            continue
         for line in path.read_text().splitlines():
             m = json.loads(line)
             if key in m and m[key] is not None:
-                rows.append((path.parent.name, m["step"], m[key]))
+                rows.append((f"s{seed}", m["step"], m[key]))
     return pd.DataFrame(rows, columns=["run", "step", "value"])
 
 
@@ -176,7 +182,7 @@ def training_curves(cache: Cache, train_dir: Path, out_dir: Path) -> list[dict]:
             fig, ax = plt.subplots(figsize=(4.6, 3.0))
             drawn = []
             for i, v in enumerate(variants):
-                d = _metrics(train_dir, setting, v, key)
+                d = _metrics(cache, train_dir, setting, v, key)
                 if not len(d):
                     continue
                 by = d.groupby("step")["value"]
@@ -200,15 +206,15 @@ def training_curves(cache: Cache, train_dir: Path, out_dir: Path) -> list[dict]:
     return out
 
 
-def teacher_update_figures(train_dir: Path, settings: list[str], out_dir: Path) -> list[dict]:
+def teacher_update_figures(cache: Cache, train_dir: Path, settings: list[str], out_dir: Path) -> list[dict]:
     """SCOUT's teacher phase: the teacher's continuation reward at each update (mean over seeds, ±
     SD band), and the prefix ratio of the update on its own axis (the curriculum lengthens them)."""
     out = []
     for setting in settings:
-        reward = _metrics(train_dir, setting, "scout", "teacher_reward")
+        reward = _metrics(cache, train_dir, setting, "scout", "teacher_reward")
         if not len(reward):
             continue
-        ratio = _metrics(train_dir, setting, "scout", "teacher_prefix_ratio").groupby("step")["value"].mean()
+        ratio = _metrics(cache, train_dir, setting, "scout", "teacher_prefix_ratio").groupby("step")["value"].mean()
         n = reward.run.nunique()
         fig, ax = plt.subplots(figsize=(4.6, 3.0))
         by = reward.groupby("step")["value"]
@@ -229,6 +235,41 @@ def teacher_update_figures(train_dir: Path, settings: list[str], out_dir: Path) 
                          f"prefixes at each update, mean over {n} run(s) with a ± SD band, and the prefix ratio of "
                          "the update (right axis).", ))  # fmt: skip
     return out
+
+
+def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
+    """The tuning stage of a setting: validation accuracy against each learning rate searched (the
+    student LR on OPD, then the teacher LR on SCOUT), the chosen one marked."""
+    found = [json.loads(p.read_text()) for param in tuning.PARAMS
+             if (p := results / "tuning" / setting / f"{param}.json").exists()]  # fmt: skip
+    if not found:
+        return None
+    fig, axes = plt.subplots(1, len(found), figsize=(3.4 * len(found), 2.9), squeeze=False)
+    parts = []
+    for ax, f in zip(axes[0], found, strict=True):
+        lrs = [p["lr"] for p in f["points"]]
+        scores = [100 * p["score"] for p in f["points"]]
+        st = _style(0)
+        ax.plot(lrs, scores, color=st["color"], marker="o", ms=4)
+        best = next(p for p in f["points"] if p["lr"] == f["chosen"])
+        ax.plot([best["lr"]], [100 * best["score"]], marker="*", ms=13, color=_style(1)["color"], ls="none",
+                label=f"chosen: {best['lr']:g}")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xticks(lrs, [f"{x:g}" for x in lrs], fontsize=7, rotation=30)
+        ax.minorticks_off()
+        name = "student LR (OPD)" if f["param"] == "student_lr" else "teacher LR (SCOUT)"
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"validation accuracy, {f['validation']['data']} (%)")
+        ax.legend(fontsize=7, frameon=False)
+        fixed = ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in f.get("fixed", {}).items() if v != tuning.TUNED)
+        parts.append(f"{name}: {len(lrs)} points, chosen {f['chosen']:g}" + (f" ({fixed})" if fixed else ""))
+    fig.suptitle(setting, fontsize=9)
+    v = found[0]["validation"]
+    return _save(fig, out_dir, f"tuning_{setting}",
+                 f"Learning-rate sensitivity on {setting}: validation accuracy (avg@{v['repeats']} over the "
+                 f"{v['rows']} questions of {v['data']}, held out from training and test) of one run per point, "
+                 f"the chosen point starred. {'; '.join(parts)}. The tables and claims use the test benchmarks "
+                 "only.")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -457,10 +498,16 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
     if not curves:
         notices.append(f"training curves skipped: no training logs ({train_dir}/*/*/s*/metrics.jsonl)")
     scout_settings = [s for s in cfg["settings"] if cache.seeds.get((s, "scout"))]
-    made = teacher_update_figures(train_dir, scout_settings, out_dir)
+    made = teacher_update_figures(cache, train_dir, scout_settings, out_dir)
     figs += made
     if scout_settings and not made:
         notices.append("figure teacher updates skipped: no SCOUT training logs (train/*/scout/s*/metrics.jsonl)")
+    for setting in tuning.tuned_settings(cfg):
+        fig = tuning_figure(analysis_dir.parent, setting, out_dir)
+        if fig:
+            figs.append(fig)
+        else:
+            notices.append(f"figure learning-rate sensitivity ({setting}) skipped: its searches have not chosen")
     behaviour = analysis_dir.parent / "summary" / "behaviour.csv"
     if behaviour.exists():
         figs += behaviour_figures(behaviour, cache, out_dir)

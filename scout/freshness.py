@@ -87,7 +87,7 @@ class Freshness:
     def _trainings(self) -> dict[grid.Cell, list[str] | None]:
         out: dict[grid.Cell, list[str] | None] = {}
         plans = grid.run_plans(self.config)
-        for cell in grid.cells(self.config):  # config order: a continued run comes before its longer one
+        for cell in grid.all_cells(self.config):  # config order: a continued run comes before its longer one
             if plans[cell].shares is not None:
                 continue
             info = self.trained(cell)

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from scout import tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge
 from scout.methods import METHODS
@@ -54,12 +55,24 @@ def data_path(config: dict, name: str) -> str:
     return f"{config.get('results', 'results')}/{folder}/{name}.jsonl"
 
 
+HOLDOUT = ".holdout"  # DATASET.holdout: the validation slice a dataset's `holdout` keeps apart
+
+
 def data_spec(config: dict, name: str) -> dict:
     """What ``scout prepare-data`` needs for one dataset or benchmark: its entry, the source, and for
     a training set the views verl will load it through (tokenizer, chat options, prompt limit), so
-    that preparation counts the rows verl's overlong-prompt filter keeps."""
-    entry = config.get("datasets", {}).get(name) or config["benchmarks"][name]
-    spec = {"name": name, **entry, **config.get("data", {})}
+    that preparation counts the rows verl's overlong-prompt filter keeps. A dataset with a
+    ``holdout`` is written without its validation slice, and ``DATASET.holdout`` is that slice
+    (``part``); both skip rows whose prompt is a test prompt (``tests``)."""
+    part = "holdout" if name.endswith(HOLDOUT) else "train"
+    base = name.removesuffix(HOLDOUT)
+    entry = config.get("datasets", {}).get(base) or config["benchmarks"][base]
+    spec = {"name": base, **entry, **config.get("data", {})}
+    if entry.get("holdout"):
+        spec["part"] = part
+        spec["tests"] = [data_path(config, b) for b in benchmarks_for(config, entry["domain"])]
+    if part == "holdout":
+        return spec
     if name in config.get("datasets", {}):
         spec["views"] = sorted(
             {json.dumps(v, sort_keys=True): v for v in _training_views(config, name)}.values(), key=view_key
@@ -156,6 +169,31 @@ def cells(config: dict) -> list[Cell]:
     return list(found.values())
 
 
+def search_cells(config: dict) -> list[Cell]:
+    """The tuning stage's runs (``scout.tuning``): per tuned setting, one OPD run per student LR of
+    ``tuning.student_lr`` and one SCOUT run per teacher LR of ``tuning.teacher_lr``, per seed of
+    ``tuning.seeds``; experiment ``tuning``. They are not grid cells: the tables never list them."""
+    out = []
+    t = config.get("tuning", {})
+    for setting, params in tuning.tuned_settings(config).items():
+        for param in params:
+            for lr in tuning.search_grid(config, param):
+                for seed in t.get("seeds", [1]):
+                    out.append(Cell(setting, tuning.variant_name(param, lr), tuning.SEARCH_METHOD[param], seed,
+                                    ((param, lr),), ("tuning",)))  # fmt: skip
+    return out
+
+
+def all_cells(config: dict) -> list[Cell]:
+    """Every training run the workflow knows: the tuning stage's first (it trains a run the chosen
+    grid cells then share), then the experiments'."""
+    return search_cells(config) + cells(config)
+
+
+def is_search(cell: Cell) -> bool:
+    return cell.experiments == ("tuning",)
+
+
 def variant_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
     """Sorted seeds of every (setting, variant), base rows included (seed 0): run r is the r-th."""
     out: dict[tuple[str, str], list[int]] = {(s, v): [0] for s in config["settings"] for v in BASE_VARIANTS}
@@ -165,7 +203,7 @@ def variant_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
 
 
 def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
-    for c in cells(config):
+    for c in all_cells(config):
         if (c.setting, c.variant, c.seed) == (setting, variant, int(seed)):
             return c
     raise ConfigError(f"no cell {setting}/{variant}/s{seed} in the configured experiments")
@@ -237,7 +275,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "steps_per_epoch": steps_per_epoch,
         "total_steps": epochs * steps_per_epoch,
         "n": tr["grpo"]["n"] if grpo else tr.get("n", 1),
-        "lr": over.get("student_lr", tr["grpo"]["lr"] if grpo else setting["student_lr"]),
+        "lr": over.get("student_lr", tr["grpo"]["lr"] if grpo else tuning.lr(config, cell.setting, "student_lr")),
         "kl_beta": tr["grpo"]["kl_beta"] if grpo else 0.0,
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
         "eval_every": over.get("eval_every"),
@@ -257,8 +295,10 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         main_interval = sc["interval"]  # the grid's f; the sweep's denser f scale the teacher LR down from it
         sc["interval"] = over.get("interval", sc["interval"])
         sc["prefix_zero"] = method.teacher_phase == "prefix0"
+        base_lr = tuning.lr(config, cell.setting, "teacher_lr")  # "tuned" until the search has chosen it
         sc["teacher_lr"] = over.get(
-            "teacher_lr", scaled_teacher_lr(setting["teacher_lr"], sc["interval"], main_interval)
+            "teacher_lr",
+            base_lr if base_lr == tuning.TUNED else scaled_teacher_lr(base_lr, sc["interval"], main_interval),
         )
     return spec
 
@@ -344,7 +384,7 @@ def run_plans(config: dict) -> dict[Cell, Plan]:
     memo = json.dumps(config, default=str)  # in order: the order decides which cell trains a run
     if memo in _PLANS:
         return _PLANS[memo]
-    every = cells(config)
+    every = all_cells(config)
     plans = {c: Plan() for c in every}
     if config["training"].get("share_runs", True):
         specs = {c: cell_spec(config, c) for c in every}
@@ -372,10 +412,14 @@ def run_plans(config: dict) -> dict[Cell, Plan]:
 def run_spec(config: dict, cell: Cell) -> dict:
     """The spec a cell's training job runs: ``cell_spec`` plus every checkpoint its run is evaluated
     at for the cells it serves (``export_steps``) and, for a continuation, where it starts
-    (``continue_from``: the shorter run's folder and last step)."""
-    plans = run_plans(config)
+    (``continue_from``: the shorter run's folder and last step). A tuning run exports what any grid
+    cell it may come to serve needs, so that its spec does not change when the search chooses it."""
     spec = cell_spec(config, cell)
     total = spec["total_steps"]
+    if is_search(cell):
+        spec["export_steps"] = _search_exports(config, cell, total)
+        return spec
+    plans = run_plans(config)
     steps = set(checkpoint_steps(spec))
     for other, plan in plans.items():
         if cell in (plan.shares, plan.continues):
@@ -389,6 +433,24 @@ def run_spec(config: dict, cell: Cell) -> dict:
         steps = {s for s in steps if s > base}
     spec["export_steps"] = sorted(s for s in steps if 0 < s < total)
     return spec
+
+
+def _search_exports(config: dict, cell: Cell, total: int) -> list[int]:
+    """The steps a tuning run exports: those of every grid cell of its setting and method that could
+    share or continue its run (no overrides but its length, evaluation interval and LRs)."""
+    free = {"epochs", "eval_every", "student_lr", "teacher_lr"}
+    steps: set[int] = set()
+    for c in cells(config):
+        if (c.setting, c.method) == (cell.setting, cell.method) and {k for k, _ in c.overrides} <= free:
+            steps |= set(checkpoint_steps(cell_spec(config, c)))
+    return sorted(s for s in steps if 0 < s < total)
+
+
+def serves(config: dict, cell: Cell) -> bool:
+    """Whether a run is any grid cell's: its own, or one a grid cell shares or continues."""
+    if not is_search(cell):
+        return True
+    return any(cell in (p.shares, p.continues) for p in run_plans(config).values())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -528,8 +590,8 @@ def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
     units = _base_units(config)
     plans = run_plans(config)
-    for cell in cells(config):
-        if plans[cell].shares is None:
+    for cell in all_cells(config):
+        if plans[cell].shares is None and serves(config, cell):  # a tuning run the grid does not use: validation only
             spec = run_spec(config, cell)
             units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
     return units
@@ -558,9 +620,7 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         step = int(ckpt[4:]) if ckpt.startswith("step") else cell_spec(config, cell)["total_steps"]
     method = variant
     if variant not in BASE_VARIANTS:
-        method = next(
-            c.method for c in cells(config) if (c.setting, c.variant, str(c.seed)) == (setting, variant, str(seed))
-        )
+        method = find_cell(config, setting, variant, int(seed)).method
     return {
         "world": config["world"],
         "setting": setting,
@@ -582,6 +642,35 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
         "step": step,
     }
+
+
+def validation_sets(config: dict) -> dict[str, dict]:
+    """Every set a validation may name, with its domain and rows: the toy world's ``toy.validation``
+    and, in the paper world, each dataset's ``holdout`` slice (``DATASET.holdout``)."""
+    out = dict(config.get("toy", {}).get("validation", {}))
+    for name, d in config.get("datasets", {}).items():
+        if d.get("holdout"):
+            out[name + HOLDOUT] = {"domain": d["domain"], "rows": d["holdout"]}
+    return out
+
+
+def validation_data(config: dict, domain: str) -> tuple[str, int, int]:
+    """(dataset, rows, repeats) of a domain's validation set (``tuning.validation``)."""
+    v = config["tuning"]["validation"][domain]
+    return v["data"], validation_sets(config)[v["data"]]["rows"], v["repeats"]
+
+
+def validation_spec(config: dict, setting: str, variant: str, seed: str | int) -> dict:
+    """A tuning run's evaluation on its domain's validation set: the final checkpoint, the test
+    benchmarks' files named so that the job refuses a validation prompt that is also a test one."""
+    s = config["settings"][setting]
+    name, rows, repeats = validation_data(config, s["domain"])
+    spec = eval_spec(config, setting, variant, seed, "final")
+    spec["disjoint_from"] = {b: v["path"] for b, v in spec["benchmarks"].items()}
+    spec["benchmarks"] = {name: {"domain": s["domain"], "rows": rows, "repeats": repeats,
+                                 "path": data_path(config, name)}}  # fmt: skip
+    spec["run_dir"] = None  # the run's tracking logs its test evaluations only
+    return spec
 
 
 def _repeats(config: dict, benchmark: str, ckpt: str) -> int:
@@ -614,14 +703,14 @@ def analysis_spec(config: dict, setting: str) -> dict:
             {
                 "seed": seed,
                 "checkpoint": ckpt,
-                "teacher": f"{train_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
-                "generations": f"{eval_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
+                "teacher": f"{run_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
+                "generations": f"{source_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
             }
             for seed in variant_seeds(config).get((setting, "scout"), [])
             for ckpt in _probed_checkpoints(config, setting, seed)
         ],
         "controls": [  # the prefix-0 control's trained teachers, probed on the initial student's prefixes
-            {"seed": seed, "teacher": f"{train_dir(config, setting, CONTROL, seed)}/model/final-teacher"}
+            {"seed": seed, "teacher": f"{run_dir(config, setting, CONTROL, seed)}/model/final-teacher"}
             for seed in variant_seeds(config).get((setting, CONTROL), [])
         ],
         "ratios": a["ratios"],
@@ -658,11 +747,28 @@ def analysis_inputs(config: dict, setting: str) -> list[str]:
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
     out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for seed in variant_seeds(config).get((setting, CONTROL), []):
-        out.append(f"{train_dir(config, setting, CONTROL, seed)}/train.json")
+        out.append(f"{run_dir(config, setting, CONTROL, seed)}/train.json")
     for seed in variant_seeds(config).get((setting, "scout"), []):
-        out.append(f"{train_dir(config, setting, 'scout', seed)}/train.json")
+        out.append(f"{run_dir(config, setting, 'scout', seed)}/train.json")
         out += [
-            f"{eval_dir(config, setting, 'scout', seed, c)}/{bench}.json"
+            f"{source_dir(config, setting, 'scout', seed, c)}/{bench}.json"
             for c in _probed_checkpoints(config, setting, seed)
         ]
     return out
+
+
+def run_owner(config: dict, setting: str, variant: str, seed: int | str) -> Cell:
+    """The cell whose job trains a cell's run: itself, or the one it shares (a tuning run, say)."""
+    cell = find_cell(config, setting, variant, int(seed))
+    return run_plans(config)[cell].shares or cell
+
+
+def run_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
+    """The folder of the run a cell's training is (``run_owner``'s)."""
+    owner = run_owner(config, setting, variant, seed)
+    return train_dir(config, owner.setting, owner.variant, owner.seed)
+
+
+def source_dir(config: dict, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
+    """The evaluation folder whose records stand for a unit's (``record_source``)."""
+    return eval_dir(config, *record_source(config, setting, variant, seed, ckpt))

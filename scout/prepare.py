@@ -10,6 +10,7 @@ Sources (config ``data.source``):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -176,6 +177,13 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
             f"({len(source)} source rows from {spec['hub']}, split {spec.get('split')}); a changed upstream "
             "dataset or a wrong source/config"
         )
+    if spec.get("holdout"):  # a validation slice: written as NAME.holdout, never trained on
+        tests = [r for path in spec.get("tests", []) for r in read_jsonl(path)]
+        held, skipped = holdout_rows(rows, spec["holdout"], spec["name"], tests)
+        chosen = {r["id"] for r in held}
+        log(f"{spec['name']}: {len(held)} rows held out for validation ({skipped} candidates skipped: their prompt "
+            f"is a test prompt); {len(rows) - len(held)} left to train on")  # fmt: skip
+        rows = held if spec.get("part") == "holdout" else [r for r in rows if r["id"] not in chosen]
     write_jsonl(out, rows)
     if spec.get("views"):  # a training set: what verl will load of it, per model that trains on it
         meta = {"rows": len(rows), "kept": kept_by_view(rows, spec["views"], log)}
@@ -188,6 +196,27 @@ def prepare(spec: dict, out: str | Path, log=print) -> int:
         side.unlink()
     log(f"{spec['name']}: wrote {out} in {time.perf_counter() - t0:.1f}s")
     return len(rows)
+
+
+def holdout_rows(rows: list[dict], n: int, name: str, tests: list[dict]) -> tuple[list[dict], int]:
+    """The validation slice of a training set: ``n`` rows in an order fixed by their ids (SHA-256 of
+    ``name:id``), skipping rows whose prompt is also a test prompt; and how many were skipped. The
+    training set is the rest, so both files come out the same from every preparation."""
+    from scout.tuning import normalized
+
+    test_prompts = {normalized(r["prompt"]) for r in tests}
+    order = sorted(rows, key=lambda r: hashlib.sha256(f"{name}:{r['id']}".encode()).hexdigest())
+    held, skipped = [], 0
+    for r in order:
+        if len(held) == n:
+            break
+        if normalized(r["prompt"]) in test_prompts:
+            skipped += 1
+            continue
+        held.append(r)
+    if len(held) < n:
+        raise DataError(f"{name}: only {len(held)} rows can be held out for validation, {n} asked for")
+    return held, skipped
 
 
 def load_rows(path: str | Path, expected: int | None = None, name: str | None = None, log=print) -> list[dict]:

@@ -49,8 +49,12 @@ def p_entry(p: float, shade: bool = False) -> Entry:
     return Entry("p", value=p if ok(p) else None, shade=shade)
 
 
-def lr_entry(lr: float) -> Entry:
-    return Entry("lr", value=lr)
+def lr_entry(lr: float | str, note: str = "") -> Entry:
+    """A learning rate; a small note beside it (``tuned``: the tuning stage chose it). A value still
+    being searched (the string ``tuned``) prints as text."""
+    if isinstance(lr, str):
+        return label(lr, note=note)
+    return Entry("lr", value=lr, note=note)
 
 
 def label(text: str, bold: bool = False, note: str = "") -> Entry:
@@ -102,7 +106,7 @@ def _tex_entry(e: Entry) -> str:
         return (rf"\cellcolor{{{HIGHLIGHT}}}" if e.shade else "") + text
     if e.kind == "lr":
         mant, exp = lr_parts(e.value)
-        return rf"${mant}{{\times}}10^{{{exp}}}$"
+        return rf"${mant}{{\times}}10^{{{exp}}}$" + (rf" {{\scriptsize {tex(e.note)}}}" if e.note else "")
     body = tex(e.text)
     body = rf"\textbf{{{body}}}" if e.bold else body
     return body + (rf" {{\scriptsize {tex(e.note)}}}" if e.note else "")
@@ -153,7 +157,8 @@ def html(x) -> Markup:
         return Markup(f"<span{cls}>{_html.escape(p_digits(e.value))}</span>")
     if e.kind == "lr":
         mant, exp = lr_parts(e.value)
-        return Markup(f"{mant}×10<sup>{exp}</sup>")
+        note = f' <small class="note">{_html.escape(e.note)}</small>' if e.note else ""
+        return Markup(f"{mant}×10<sup>{exp}</sup>{note}")
     body = _html.escape(e.text)
     body = f"<strong>{body}</strong>" if e.bold else body
     return Markup(body + (f' <small class="note">{_html.escape(e.note)}</small>' if e.note else ""))

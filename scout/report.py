@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from markupsafe import Markup
 
-from scout import claims, grid, render, results, tables
+from scout import claims, grid, render, results, tables, tuning
 from scout.figures import all_figures
 
 TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
@@ -104,9 +104,29 @@ def family_text(found: list, alpha: float) -> str:
 
 
 def caveats(config: dict, found: list) -> list[tuple[str, str]]:
-    """(setting, caveat) for each setting on the claims page whose config says what to know first."""
+    """(setting, caveat) for each setting on the claims page whose config says what to know first,
+    and for each tuned one, what its tuning gave SCOUT that OPD did not have."""
     shown = dict.fromkeys(c.setting for c in found)
-    return [(s, config["settings"][s]["caveat"]) for s in shown if config["settings"].get(s, {}).get("caveat")]
+    out = [(s, config["settings"][s]["caveat"]) for s in shown if config["settings"].get(s, {}).get("caveat")]
+    return out + [(s, tuning_note(config, s)) for s in shown if tuning.tuned_params(config["settings"].get(s, {}))]
+
+
+def tuning_note(config: dict, setting: str) -> str:
+    """How a tuned setting's LRs were chosen, said on the claims page."""
+    params = tuning.tuned_params(config["settings"][setting])
+    lr = {p: tuning.lr(config, setting, p) for p in params}
+    said = {p: (f"{lr[p]:g}" if lr[p] != tuning.TUNED else "not chosen yet") for p in params}
+    parts = []
+    if "student_lr" in params:
+        n = len(tuning.search_grid(config, "student_lr"))
+        parts.append(f"the student LR was searched on OPD over {n} values ({said['student_lr']})")
+    if "teacher_lr" in params:
+        parts.append(f"SCOUT's teacher LR over {len(tuning.search_grid(config, 'teacher_lr'))} values at that student LR "
+                     f"({said['teacher_lr']})")  # fmt: skip
+    extra = (" So SCOUT had one more tuned hyperparameter than OPD, as in the paper." if "teacher_lr" in params
+             else "")  # fmt: skip
+    return ("its learning rates were chosen on a validation set held out from training and test (the "
+            f"sensitivity figure): {'; '.join(parts)}.{extra}")  # fmt: skip
 
 
 def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = ()) -> str:
@@ -314,6 +334,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     where pdflatex is installed and otherwise says what to install, in the log and the manifest.
     ``index.html`` is written every time."""
     t0 = time.perf_counter()
+    config = tuning.resolve(config)  # the tuning stage's choices, where it has made them
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
     root = results.results_dir(config)

@@ -79,7 +79,8 @@ def toy_files(config: dict) -> list[str]:
     family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
     from scout import grid
 
-    out = [f"toy/data/{name}.jsonl" for name in (*config["toy"]["splits"], *config["benchmarks"])]
+    names = (*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {}))
+    out = [f"toy/data/{name}.jsonl" for name in names]
     out.append("toy/tokenizer/tokenizer.json")
     models = config["models"]
     out += [f"toy/models/{m}/model.safetensors" for m in models if "toy" in models[m]]
@@ -88,9 +89,10 @@ def toy_files(config: dict) -> list[str]:
     settings, seeds = main.get("settings", []), main.get("seeds", [])
     if settings and seeds:
         setting, seed = settings[0], seeds[0]
+        root = config.get("results", "results")
         for method in FAMILIES:
-            if method in main["methods"]:
-                run = f"train/{setting}/{method}/s{seed}/model"
+            if method in main["methods"]:  # in the folder of the run the cell is (a tuning run's, say)
+                run = f"{grid.run_dir(config, setting, method, seed).removeprefix(root + '/')}/model"
                 out.append(f"{run}/final/model.safetensors")
                 if method == "scout":
                     out.append(f"{run}/final-teacher/model.safetensors")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import grid
+from scout import grid, tuning
 from scout.methods import METHODS
 
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
@@ -120,13 +120,17 @@ def _jobs(config: dict) -> list[dict]:
         add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
     experiment_of = {}
     plans = grid.run_plans(config)
-    for c in grid.cells(config):
+    for c in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
         experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
         r = job_resources(config, "train", c.setting, c.method, c.variant)
         target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
         add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
+        if grid.is_search(c):
+            name, _, _ = grid.validation_data(config, config["settings"][c.setting]["domain"])
+            target = f"{tuning.validation_dir(config, c.setting, c.variant, c.seed)}/validation/{name}.json"
+            add("tuning", "validate", target, job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in grid.eval_units(config):
         first = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
         target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"

@@ -98,7 +98,9 @@ def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
         rows = df[(df.setting == s) & (df.variant == v) & (df.seed == int(seed)) & (df.checkpoint == ck)]
         extra.append(rows.assign(setting=unit[0], variant=unit[1], method=methods[unit[:2]], seed=int(unit[2]),
                                  checkpoint=unit[3], shared_with=f"{s}/{v}/s{seed}/{ck}"))  # fmt: skip
-    return pd.concat([df, *extra], ignore_index=True) if extra else df
+    out = pd.concat([df, *extra], ignore_index=True) if extra else df
+    search = {(c.setting, c.variant) for c in grid.search_cells(config)}  # reported as the grid cells they are
+    return out[[k not in search for k in zip(out.setting, out.variant, strict=True)]].reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------------

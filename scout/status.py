@@ -71,7 +71,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     active, durations, damaged = [], [], []
     plans, shared = grid.run_plans(config), []
     fresh = Freshness(config, work)
-    for cell in grid.cells(config):
+    for cell in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
             continue

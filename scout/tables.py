@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from scout import grid, stats
+from scout import grid, stats, tuning
 from scout.methods import METHODS
 from scout.render import Entry, label, lr_entry, num, ok, p_entry
 
@@ -630,23 +630,25 @@ def hyper_table(config: dict) -> dict:
 
 
 def lr_table(config: dict) -> dict:
+    def entry(setting: str, param: str):
+        tuned = config["settings"][setting][param] == tuning.TUNED
+        return lr_entry(tuning.lr(config, setting, param), note="tuned" if tuned else "")
+
     rows = [
         {
             "teacher": s["teacher"],
             "student": s["student"],
             "task": s["domain"].capitalize(),
-            "student_lr": lr_entry(s["student_lr"]),
-            "teacher_lr": lr_entry(s["teacher_lr"]),
+            "student_lr": entry(name, "student_lr"),
+            "teacher_lr": entry(name, "teacher_lr"),
         }
-        for s in config["settings"].values()
+        for name, s in config["settings"].items()
     ]
-    return {
-        "name": "learning_rates",
-        "template": "lr",
-        "label": "tab:learning-rates",
-        "caption": "Learning rates of the student and (for SCOUT) the teacher per setting.",
-        "rows": rows,
-    }
+    caption = "Learning rates of the student and (for SCOUT) the teacher per setting."
+    if tuning.tuned_settings(config):
+        caption += (" Those marked tuned were chosen by the tuning stage on the validation set: the student LR on "
+                    "OPD, then the teacher LR on SCOUT at that student LR (the sensitivity figure).")  # fmt: skip
+    return {"name": "learning_rates", "template": "lr", "label": "tab:learning-rates", "caption": caption, "rows": rows}
 
 
 def benchmark_table(config: dict) -> dict:

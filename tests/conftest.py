@@ -50,16 +50,29 @@ def tex_available() -> bool:
     return False
 
 
-def toy_config() -> dict:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+def toy_config(tuned: bool = False) -> dict:
+    """config/config.yaml; unless ``tuned``, with toy-l-s-math's tuned LRs at a number (1.5e-4, the
+    middle of the grids the tuning stage searches), for tests of what follows a choice."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if not tuned:
+        cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)
+    return cfg
 
 
-def mini_config(results: str) -> dict:
-    """The toy config shrunk to seconds: tiny models, few rows, few steps, every method once."""
-    cfg = toy_config()
+def mini_config(results: str, tuned: bool = False) -> dict:
+    """The toy config shrunk to seconds: tiny models, few rows, few steps, every method once; with
+    ``tuned``, toy-l-s-math's LRs come from a tuning stage of two points each, otherwise they are
+    the toy config's level (1.5e-4)."""
+    cfg = toy_config(tuned)
     cfg["results"] = results
     for s in cfg["toy"]["splits"].values():
         s["rows"] = 64
+    for v in cfg["toy"]["validation"].values():
+        v["rows"] = 8
+    cfg["tuning"].update(student_lr=[1.5e-4, 3.0e-4], teacher_lr=[1.5e-4, 3.0e-4])
+    for v in cfg["tuning"]["validation"].values():
+        v["repeats"] = 2
+
     for name, m in cfg["models"].items():
         if "toy" in m:
             m["toy"] = {**TINY, "hidden_size": 48 if name == "toy-large" else 32}

@@ -210,7 +210,7 @@ def test_config_overrides_apply_to_the_default_toy_config(tmp_path):
            "--cores", "1", "--config", "results=elsewhere"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "elsewhere/train/toy-l-s-math/scout/s1/train.json" in out.stdout
+    assert "elsewhere/train/toy-l-s-code/scout/s1/train.json" in out.stdout
 
 
 def test_bad_config_stops_snakemake_before_any_job(tmp_path):

@@ -23,14 +23,14 @@ def test_the_toy_grids_data_and_tokenizer_have_the_recorded_digits(tmp_path):
     want = rep.recorded("toy")
     got = rep.measure(cfg)
     built = [f for f in rep.toy_files(cfg) if f.startswith(("toy/data/", "toy/tokenizer/"))]
-    assert len(built) == len(cfg["toy"]["splits"]) + len(cfg["benchmarks"]) + 1
+    assert len(built) == len(cfg["toy"]["splits"]) + len(cfg["benchmarks"]) + len(cfg["toy"]["validation"]) + 1
     assert {f: got[f] for f in built} == {f: want.get(f) for f in built}
 
 
 def test_the_record_names_every_kind_of_file():
     files = rep.recorded("toy")
-    for part in ("toy/data/", "toy/tokenizer/", "toy/models/", "teachers/", "/opd/", "/grpo/", "/relay_opd/",
-                 "/scout/s1/model/final-teacher/", "/base-student/"):  # fmt: skip
+    for part in ("toy/data/", "toy/tokenizer/", "toy/models/", "teachers/", "/opd", "/grpo/", "/relay_opd/",
+                 "/s1/model/final-teacher/", "/base-student/", "toy/data/math-val"):  # fmt: skip
         assert any(part in f for f in files), part
     assert all(len(h) == 12 for h in files.values())
 

@@ -232,8 +232,13 @@ def he_mirror(root: Path, good: int, bad: int) -> Path:
     """A HumanEval+ snapshot whose last ``bad`` tasks have tests that cannot be graded by values."""
     test = "def check(candidate):\n    inputs = [[]]\n    results = [1]\n"
     rows = [
-        {"task_id": f"HumanEval/{i}", "prompt": f"def f{i}():\n", "canonical_solution": "", "entry_point": f"f{i}",
-         "test": test if i < good else "def check(c):\n    inputs = [[float('nan')]]\n"}  # fmt: skip
+        {
+            "task_id": f"HumanEval/{i}",
+            "prompt": f"def f{i}():\n",
+            "canonical_solution": "",
+            "entry_point": f"f{i}",
+            "test": test if i < good else "def check(c):\n    inputs = [[float('nan')]]\n",
+        }  # fmt: skip
         for i in range(good + bad)
     ]
     write_parquet(root / "evalplus" / "humanevalplus", {(None, "test"): rows})
@@ -371,6 +376,50 @@ def test_training_sets(tmp_path):
     rows = load_rows(tmp_path / "d.jsonl")
     assert [r["answer"] for r in rows] == ["0", "1", "2", "3", "4"]
     assert rows[2]["prompt"][-1]["content"].startswith("Problem 2\n\nPlease reason step by step")
+
+
+def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
+    """openr1 with ``holdout: 3``: the training file loses 3 rows, openr1-math-46k.holdout holds them,
+    never a row whose prompt a test benchmark (a stand-in math500 file) also asks; the same 3 from
+    every preparation. A tuned setting's config may then name it as its validation set."""
+    openr1 = [{"data_source": "openr1", "prompt": [{"role": "user", "content": f"Q{i}"}],
+               "reward_model": {"ground_truth": str(i), "style": "rule"}} for i in range(12)]  # fmt: skip
+    write_parquet(tmp_path / "m/Elliott/Openr1-Math-46k-8192", {(None, "train"): openr1})
+    cfg = scout_config.load(PAPER)
+    cfg["data"] = {"source": "mirror", "mirror": str(tmp_path / "m")}
+    cfg["datasets"]["openr1-math-46k"].update(rows=12, holdout=3)
+    cfg["results"] = str(tmp_path / "results")
+    test_file = Path(grid.data_path(cfg, "math500"))
+    test_file.parent.mkdir(parents=True)
+    test_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": [{"role": "user", "content": f"Q{i}"}],
+                                             "answer": str(i), "domain": "math"}) + "\n" for i in range(6)))  # fmt: skip
+    spec = {k: v for k, v in grid.data_spec(cfg, "openr1-math-46k").items() if k != "views"}
+    assert spec["tests"] == [grid.data_path(cfg, b) for b in grid.benchmarks_for(cfg, "math")]
+    spec["tests"] = [str(test_file)]
+    said = []
+    assert prepare(spec, tmp_path / "train.jsonl", log=said.append) == 9
+    held_spec = grid.data_spec(cfg, "openr1-math-46k.holdout") | {"tests": [str(test_file)]}
+    assert held_spec["part"] == "holdout" and "views" not in held_spec
+    assert prepare(held_spec, tmp_path / "val.jsonl", log=lambda _: None) == 3
+    train, held = load_rows(tmp_path / "train.jsonl"), load_rows(tmp_path / "val.jsonl")
+    asked = {r["prompt"][-1]["content"] for r in held}
+    assert not asked & {f"Q{i}" for i in range(6)}  # no test prompt
+    assert not asked & {r["prompt"][-1]["content"] for r in train} and len(train) + len(held) == 12
+    assert any("3 rows held out for validation" in line for line in said)
+    assert prepare(held_spec, tmp_path / "again.jsonl", log=lambda _: None) == 3
+    assert load_rows(tmp_path / "again.jsonl") == held
+    # the validation set a tuned setting names
+    cfg = scout_config.load(PAPER)
+    cfg["datasets"]["openr1-math-46k"]["holdout"] = 3
+    cfg["settings"]["q4b-q1.7b-math"].update(student_lr="tuned")
+    cfg["tuning"] = {
+        "student_lr": [1e-6, 3e-6],
+        "validation": {"math": {"data": "openr1-math-46k.holdout", "repeats": 4}},
+    }
+    assert grid.validation_data(scout_config.validate(cfg), "math") == ("openr1-math-46k.holdout", 3, 4)
+    cfg["tuning"]["validation"]["math"]["data"] = "math500"
+    with pytest.raises(scout_config.ConfigError, match="unknown validation set 'math500'"):
+        scout_config.validate(cfg)
 
 
 def test_prepare_data_command_and_config_checks(mirror, tmp_path, capsys):

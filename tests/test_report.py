@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from scout import analysis, behaviour, grid, results, tables
 from scout.cli import main as scout_main
@@ -121,7 +122,7 @@ def test_import_refuses_bad_rows_and_writes_nothing(tmp_path, row, reason):
 
 def test_import_cli_names_file_line_and_leaves_nothing(tmp_path, capsys):
     cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text(json.dumps(toy(tmp_path)))
+    cfg_file.write_text(yaml.safe_dump(toy(tmp_path)))
     bad = write_csv(
         tmp_path / "bad.csv", GOOD + ["toy-l-s-math,opd,1,tm-easy,0.5"], header="setting,method,run,benchmark,mean"
     )
@@ -269,7 +270,7 @@ def test_config_tables(tmp_path):
     assert r"toy-medium-grpo & toy-small & Math & $1.5{\times}10^{-4}$ & $2.5{\times}10^{-4}$" in lr
     bench = tables.render(tables.benchmark_table(cfg))
     assert r"\# Questions & 256 & 256 & 256 & 256 & 256" in bench
-    assert r"\# Repeats & 16 & 16 & 16 & 8 & 8" in bench
+    assert r"\# Repeats & 16 & 16 & 16 & 10 & 10" in bench
 
 
 def write_analysis(cfg: dict) -> None:

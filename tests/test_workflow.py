@@ -45,7 +45,7 @@ def snakemake(workdir, *args, check=True):
 @pytest.fixture(scope="module")
 def finished_grid(tmp_path_factory):
     work = tmp_path_factory.mktemp("grid")
-    (work / "mini.yaml").write_text(yaml.safe_dump(mini_config("results")))
+    (work / "mini.yaml").write_text(yaml.safe_dump(mini_config("results", tuned=True)))
     snakemake(work)
     return work
 
@@ -82,8 +82,34 @@ def test_summary_covers_every_method_and_base_rows(finished_grid):
     assert teacher_prep.exists()
 
 
+def test_the_tuning_stage_chose_and_the_grid_trained_at_its_choice(finished_grid):
+    """toy-l-s-math says `tuned`: two OPD runs, then two SCOUT runs at the chosen student LR, each
+    scored on math-val; the chosen points' runs are the grid's seed-1 OPD and SCOUT runs (no
+    folders of their own), and every other cell of the setting trained at the choice."""
+    res = finished_grid / "results"
+    student = json.loads((res / "tuning" / "toy-l-s-math" / "student_lr.json").read_text())
+    teacher = json.loads((res / "tuning" / "toy-l-s-math" / "teacher_lr.json").read_text())
+    assert [p["lr"] for p in student["points"]] == [1.5e-4, 3e-4] and student["chosen"] in (1.5e-4, 3e-4)
+    assert teacher["fixed"] == {"student_lr": student["chosen"]} and len(teacher["points"]) == 2
+    for p in student["points"] + teacher["points"]:
+        record = res / "tuning" / "toy-l-s-math" / p["variant"] / "s1" / "validation" / "math-val.json"
+        assert json.loads(record.read_text())["rows"] == 8 and 0 <= p["score"] <= 1
+    assert not (res / "train" / "toy-l-s-math" / "opd" / "s1").exists()
+    assert not (res / "train" / "toy-l-s-math" / "scout" / "s1").exists()
+    esr = json.loads((res / "train" / "toy-l-s-math" / "esr" / "s1" / "train.json").read_text())["spec"]
+    assert esr["lr"] == student["chosen"]
+    dense = json.loads((res / "train" / "toy-l-s-math" / "scout-f1" / "s2" / "train.json").read_text())["spec"]
+    assert dense["method_cfg"]["scout"]["teacher_lr"] == pytest.approx(teacher["chosen"] / 2)  # f = 1 of f = 2
+    runs = pd.read_csv(res / "summary" / "runs.csv")
+    assert len(runs[(runs.variant == "scout") & (runs.seed == 1) & (runs.benchmark == "avg")]) == 2  # step2, final
+    assert not runs.variant.str.startswith(("opd-lr", "scout-tlr")).any()  # search runs are not grid rows
+    manifest = json.loads((res / "report" / "manifest.json").read_text())
+    assert "tuning_toy-l-s-math" in manifest["figures"]
+    assert any("one more tuned hyperparameter than OPD" in text for _, text in manifest["caveats"])
+
+
 def test_rerun_of_one_eval_record_runs_exactly_one_job(finished_grid):
-    record = "results/eval/toy-l-s-math/scout/s1/final/tm-easy.json"
+    record = "results/eval/toy-l-s-math/scout-f1/s2/final/tm-easy.json"
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
     out = snakemake(finished_grid, record, "--forcerun", record, "-n", "--quiet", "rules")
     assert "evaluate_math" in out.stdout and "train " not in out.stdout
@@ -150,7 +176,8 @@ def test_grid_ends_with_the_report(finished_grid):
 def test_report_target_reads_only_the_cache(finished_grid, tmp_path):
     """With the eval records cached and every checkpoint, model and dataset gone, `snakemake report`
     runs the report job alone."""
-    shutil.copytree(finished_grid / "results" / "eval", tmp_path / "results" / "eval")
+    for cached in ("eval", "tuning"):  # records, and the tuning stage's choices they are labelled by
+        shutil.copytree(finished_grid / "results" / cached, tmp_path / "results" / cached)
     shutil.copy(finished_grid / "mini.yaml", tmp_path / "mini.yaml")
     assert not (tmp_path / "results" / "train").exists()
     out = snakemake(tmp_path, "report")

@@ -14,6 +14,7 @@ from scout.embedded.qwen3 import Qwen3
 from scout.io import read_jsonl, write_jsonl
 from scout.toy.tasks import Split, generate_split, worked_segments
 from scout.toy.tokenizer import build_tokenizer
+from scout.tuning import overlap
 
 # Worked solutions run 20-110 tokens: a batch scored 8 rows at a time, sorted by length, pads a
 # tenth of its tokens instead of a third (a pretraining step about a fifth faster)
@@ -21,10 +22,13 @@ CHUNK = 8
 
 
 def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
-    """Every train split and benchmark of the toy config; benchmarks exclude train prompts."""
+    """Every train split, benchmark and validation set of the toy config. Benchmarks exclude train
+    prompts; a validation set (``toy.validation``: the training distribution's generator, held out)
+    excludes train and benchmark prompts, which is checked."""
     seed = config["toy"]["seed"]
     counts: dict[str, int] = {}
     train_prompts: set[str] = set()
+    tests: dict[str, list[dict]] = {}
     for name, s in config["toy"]["splits"].items():
         rows = generate_split(Split(name, s["domain"], s["rows"], s["min_ops"], s["max_ops"]), seed)
         train_prompts |= {r["prompt"] for r in rows}
@@ -32,7 +36,15 @@ def build_data(config: dict, out_dir: str | Path) -> dict[str, int]:
         counts[name] = len(rows)
     for name, b in config["benchmarks"].items():
         split = Split(name, b["domain"], b["rows"], b["toy"]["min_ops"], b["toy"]["max_ops"], b["repeats"])
-        rows = generate_split(split, seed, exclude=train_prompts)
+        tests[name] = generate_split(split, seed, exclude=train_prompts)
+        write_jsonl(Path(out_dir) / f"{name}.jsonl", tests[name])
+        counts[name] = len(tests[name])
+    taken = train_prompts | {r["prompt"] for rows in tests.values() for r in rows}
+    for name, v in config["toy"].get("validation", {}).items():
+        rows = generate_split(Split(name, v["domain"], v["rows"], v["min_ops"], v["max_ops"]), seed, exclude=taken)
+        hits = overlap(rows, tests)
+        if hits:  # generate_split excludes them; a generator change that let one through is an error
+            raise ValueError(f"toy validation set {name} shares prompts with {sorted(hits)}")
         write_jsonl(Path(out_dir) / f"{name}.jsonl", rows)
         counts[name] = len(rows)
     return counts

@@ -3,7 +3,7 @@
 
 rule aggregate:
     input:
-        eval_records(),
+        eval_records,
     output:
         summary_files(),
     params:

@@ -5,7 +5,7 @@
 
 rule analysis:
     input:
-        lambda wc: grid.analysis_inputs(config, wc.setting),
+        analysis_inputs,
     output:
         f"{RES}/analysis/{{setting}}/continuation.csv",
         f"{RES}/analysis/{{setting}}/entropy.csv",

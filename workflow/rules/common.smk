@@ -7,6 +7,7 @@ from scout import config as scout_config
 from scout import grid
 from scout import resources as scout_resources
 from scout import tracking as scout_tracking
+from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
 from scout.report import settings as report_settings
 
@@ -19,6 +20,9 @@ scout_tracking.export(config.get("tracking", {}))
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
 CELLS = grid.cells(config)
+RUNS = grid.all_cells(config)  # the grid's cells and the tuning stage's runs
+TUNED = scout_tuning.tuned_settings(config)  # setting -> LRs the tuning stage chooses
+INDEPENDENT = set(scout_tuning.independent_settings(config))  # settings whose jobs need no choice
 TOY = config["world"] == "toy"
 
 
@@ -32,7 +36,7 @@ def settings_of(domain):
 
 wildcard_constraints:
     setting=_alternatives(config["settings"]),
-    variant=_alternatives({c.variant for c in CELLS} | set(grid.BASE_VARIANTS)),
+    variant=_alternatives({c.variant for c in RUNS} | set(grid.BASE_VARIANTS)),
     seed=r"\d+",
     ckpt=r"final|step\d+",
     model=_alternatives(config["models"]),
@@ -60,7 +64,7 @@ def folder_of(index=0):
 
 # -- cluster resources (profiles/slurm) ----------------------------------------------------------
 
-METHOD_OF = {(c.setting, c.variant, str(c.seed)): c.method for c in CELLS}
+METHOD_OF = {(c.setting, c.variant, str(c.seed)): c.method for c in RUNS}
 SLURM_KEYS = tuple(scout_resources.slurm_resources(scout_resources.FALLBACK))  # always the same keys
 
 
@@ -103,6 +107,95 @@ def job_spec(job, spec):
     return scout_workflow.spec_file(RES, job, spec)
 
 
+# -- tuning: the config with the choices a job's spec depends on (scout.tuning) -----------------
+
+
+def _choices_of(cell):
+    """(setting, LR) choices a run's spec needs: a tuning run, the searches before its own (the
+    teacher LR's runs train at the chosen student LR); a cell of an independent setting, none; any
+    other grid cell, every one (runs are shared across cells by their full specs)."""
+    if grid.is_search(cell):
+        order = TUNED[cell.setting]
+        return [(cell.setting, p) for p in order[: order.index(cell.overrides[0][0])]]
+    if cell.setting in INDEPENDENT:
+        return []
+    return [(s, p) for s, params in TUNED.items() for p in params]
+
+
+def choice_files(choices):
+    return [str(scout_tuning.choice_path(config, s, p)) for s, p in choices]
+
+
+def resolved(choices=None):
+    """The config with the tuning stage's choices; a choice not made yet makes Snakemake run its
+    search first (a checkpoint) and ask again."""
+    for setting, param in [(s, p) for s, ps in TUNED.items() for p in ps] if choices is None else choices:
+        checkpoints.choose_lr.get(setting=setting, param=param)
+    return scout_tuning.resolve(config)
+
+
+def config_for(wc):
+    """The config a job of run (wc.setting, wc.variant, wc.seed) is specified with."""
+    if not TUNED or wc.variant in grid.BASE_VARIANTS:
+        return config
+    return resolved(_choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed)))
+
+
+def run_choices(wc):
+    """The choice files a run's job reads, as inputs (a changed choice reruns it)."""
+    if not TUNED or wc.variant in grid.BASE_VARIANTS:
+        return []
+    return choice_files(_choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed)))
+
+
+def _search_runs(setting, param):
+    return [c for c in RUNS if grid.is_search(c) and c.setting == setting and c.overrides[0][0] == param]
+
+
+def validation_record(cell):
+    name, _, _ = grid.validation_data(config, config["settings"][cell.setting]["domain"])
+    return f"{scout_tuning.validation_dir(config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
+
+
+def validate_spec(wc):
+    spec = grid.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    return job_spec(f"tuning/{wc.setting}/{wc.variant}/s{wc.seed}", spec)
+
+
+def validate_inputs(wc):
+    spec = grid.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    files = [b["path"] for b in spec["benchmarks"].values()] + list(spec["disjoint_from"].values())
+    return files + [f"{grid.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+
+
+def choice_inputs(wc):
+    return [validation_record(c) for c in _search_runs(wc.setting, wc.param)]
+
+
+def choice_spec(wc):
+    runs = _search_runs(wc.setting, wc.param)
+    s = config["settings"][wc.setting]
+    name, rows, repeats = grid.validation_data(config, s["domain"])
+    points = {}
+    for c in runs:
+        lr = dict(c.overrides)[wc.param]
+        p = points.setdefault(lr, {"lr": lr, "variant": c.variant, "seeds": [], "records": []})
+        p["seeds"].append(c.seed)
+        p["records"].append(validation_record(c))
+    order = TUNED[wc.setting]
+    before = order[: order.index(wc.param)]  # chosen before this search, which trained at them
+    spec = {
+        "setting": wc.setting,
+        "param": wc.param,
+        "method": scout_tuning.SEARCH_METHOD[wc.param],
+        "validation": {"data": name, "rows": rows, "repeats": repeats},
+        "fixed": {p: config["settings"][wc.setting][p] for p in scout_tuning.PARAMS if p != wc.param and p not in before},
+        "fixed_by": {p: str(scout_tuning.choice_path(config, wc.setting, p)) for p in before},
+        "points": list(points.values()),
+    }
+    return job_spec(f"tuning/{wc.setting}/{wc.param}", spec)
+
+
 # -- data ---------------------------------------------------------------------------------------
 
 
@@ -110,16 +203,23 @@ def dataset_spec(wc):
     return job_spec(f"data/{wc.dataset}", grid.data_spec(config, wc.dataset))
 
 
+def holdout_inputs(wc):
+    """A dataset with a validation slice reads its domain's test benchmarks (the slice skips their prompts)."""
+    return grid.data_spec(config, wc.dataset).get("tests", [])
+
+
 # -- training -----------------------------------------------------------------------------------
 
 
 def train_spec(wc):
-    cell = grid.trained_cell(config, wc.setting, wc.variant, wc.seed)
-    return job_spec(f"train/{cell.key}", grid.train_job_spec(config, cell))
+    cfg = config_for(wc)
+    cell = grid.trained_cell(cfg, wc.setting, wc.variant, wc.seed)
+    return job_spec(f"train/{cell.key}", grid.train_job_spec(cfg, cell))
 
 
 def train_inputs(wc):
-    return grid.train_inputs(config, grid.trained_cell(config, wc.setting, wc.variant, wc.seed))
+    cfg = config_for(wc)
+    return grid.train_inputs(cfg, grid.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
 
 
 def training_data():
@@ -147,12 +247,12 @@ def teacher_inputs(wc):
 
 
 def eval_spec(wc):
-    spec = grid.eval_spec(config, wc.setting, wc.variant, wc.seed, wc.ckpt)
+    spec = grid.eval_spec(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     return job_spec(f"eval/{wc.setting}/{wc.variant}/s{wc.seed}/{wc.ckpt}", spec)
 
 
 def eval_inputs(wc):
-    grid.check_evaluated(config, wc.setting, wc.variant, wc.seed, wc.ckpt)
+    grid.check_evaluated(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
     data = [grid.data_path(config, b) for b in grid.benchmarks_for(config, s["domain"])]
     if wc.variant == "base-student":
@@ -168,8 +268,8 @@ def eval_outputs(domain):
     ]
 
 
-def eval_records():
-    return grid.eval_records(config)
+def eval_records(wc=None):
+    return grid.eval_records(resolved() if TUNED else config)
 
 
 def summary_files():
@@ -179,8 +279,30 @@ def summary_files():
 # -- analysis and report ------------------------------------------------------------------------
 
 
+def _config_of_setting(setting):
+    return resolved() if TUNED and setting not in INDEPENDENT else config
+
+
 def analysis_spec(wc):
-    return job_spec(f"analysis/{wc.setting}", grid.analysis_spec(config, wc.setting))
+    return job_spec(f"analysis/{wc.setting}", grid.analysis_spec(_config_of_setting(wc.setting), wc.setting))
+
+
+def analysis_inputs(wc):
+    return grid.analysis_inputs(_config_of_setting(wc.setting), wc.setting)
+
+
+def independent_targets():
+    """What the grid makes of the settings that need no choice, so that Snakemake starts it while
+    the searches run (the aggregate, which needs every choice, waits for them)."""
+    if not TUNED:
+        return []
+    units = [u for u in grid.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
+    out = []
+    for setting, variant, seed, ckpt in units:
+        folder = grid.eval_dir(config, setting, variant, seed, ckpt)
+        out += [f"{folder}/{b}.json" for b in grid.benchmarks_for(config, config["settings"][setting]["domain"])]
+    probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
+    return out + [f"{grid.analysis_dir(config, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
 
 
 def toy_pretrain_spec(wc):
@@ -190,6 +312,11 @@ def toy_pretrain_spec(wc):
 def config_spec():
     """The whole config, for the jobs that read all of it (preflight, report)."""
     return job_spec("config", config)
+
+
+def tuning_files():
+    """Every choice of the tuning stage (the report's sensitivity figure reads them)."""
+    return choice_files([(s, p) for s, params in TUNED.items() for p in params])
 
 
 def analysis_files():

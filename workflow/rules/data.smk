@@ -7,6 +7,8 @@ if not TOY:
         prepare_data,
 
     rule prepare_data:
+        input:
+            holdout_inputs,
         output:
             f"{RES}/data/{{dataset}}.jsonl",
         params:

@@ -26,6 +26,7 @@ rule grid_report:
     input:
         summary_files(),
         analysis_files(),
+        tuning_files(),
     output:
         report_files(),
         report(f"{RES}/report/index.html", caption="../report/claims.rst", category="Report"),

@@ -3,7 +3,10 @@ if TOY:
 
     rule toy_data:
         output:
-            expand(f"{RES}/toy/data/{{name}}.jsonl", name=[*config["toy"]["splits"], *config["benchmarks"]]),
+            expand(
+                f"{RES}/toy/data/{{name}}.jsonl",
+                name=[*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {})],
+            ),
         params:
             spec=job_spec("toy/data", {"toy": config["toy"], "benchmarks": config["benchmarks"]}),
             out=folder_of(),

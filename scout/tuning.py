@@ -1,0 +1,174 @@
+"""The paper's tuning protocol, as a stage of the grid: learning rates chosen on a validation set.
+
+The paper searched the student LR on OPD, then the teacher LR on SCOUT with that student LR fixed
+(appendix, "Hyperparameter Settings"). A setting whose ``student_lr`` or ``teacher_lr`` is
+``tuned`` gets the same: one search run per point of ``tuning.student_lr`` (OPD) and then of
+``tuning.teacher_lr`` (SCOUT), each evaluated on its domain's validation set (``tuning.validation``:
+a held-out slice of the training distribution, drawn apart from every test benchmark), and the
+point with the best validation Avg is written to ``results/tuning/{setting}/{param}.json`` with
+every point's score. The grid's cells read the choice from there (:func:`resolve`): every method
+of the setting trains at the chosen student LR (GRPO keeps its own, as in the paper), and every
+method that trains a teacher (the prefix-0 control and OPTR+SCOUT too) at the chosen teacher LR.
+
+A search run is an ordinary training cell (``grid.search_cells``): the one whose spec equals a grid
+cell's once the choice is made (the chosen point, seed 1) is that cell's run, never trained twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+TUNED = "tuned"
+PARAMS = ("student_lr", "teacher_lr")  # searched in this order: the teacher's search uses the chosen student LR
+SEARCH_METHOD = {"student_lr": "opd", "teacher_lr": "scout"}
+VARIANT_PREFIX = {"student_lr": "opd-lr", "teacher_lr": "scout-tlr"}
+
+
+# The paper's grids (appendix, "Hyperparameter Settings"): the default where a config gives none
+PAPER_GRIDS = {"student_lr": [1e-6, 3e-6, 5e-6, 7e-6], "teacher_lr": [1e-6, 2e-6, 3e-6, 4e-6, 5e-6]}
+
+
+def search_grid(config: dict, param: str) -> list[float]:
+    """The learning rates searched for ``param``: ``tuning.<param>``, or the paper's."""
+    return list(config.get("tuning", {}).get(param) or PAPER_GRIDS[param])
+
+
+class Pending(Exception):
+    """A tuned value whose search has not finished: the cell cannot be specified yet."""
+
+
+def tuned_params(setting: dict) -> list[str]:
+    """The parameters a setting leaves to the search, in search order."""
+    return [p for p in PARAMS if setting.get(p) == TUNED]
+
+
+def tuned_settings(config: dict) -> dict[str, list[str]]:
+    """setting -> its tuned parameters, for the settings the grid trains."""
+    used = {s for e in config["experiments"].values() for s in e["settings"]}
+    out = {s: tuned_params(spec) for s, spec in config["settings"].items() if s in used}
+    return {s: p for s, p in out.items() if p}
+
+
+def independent_settings(config: dict) -> list[str]:
+    """Settings whose runs are what they are whatever the searches choose: not tuned, and with
+    models or data of their own (a run of a tuned setting could otherwise come to equal one of
+    theirs and be shared). The workflow starts their jobs while the searches run."""
+    tuned = tuned_settings(config)
+    keys = {(config["settings"][t]["teacher"], config["settings"][t]["student"], config["settings"][t]["train_data"])
+            for t in tuned}  # fmt: skip
+    return [
+        name
+        for name, s in config["settings"].items()
+        if name not in tuned and (s["teacher"], s["student"], s["train_data"]) not in keys
+    ]
+
+
+def variant_name(param: str, lr: float) -> str:
+    """The search run's variant: ``opd-lr3e-5``, ``scout-tlr1.5e-4``."""
+    mantissa, exponent = f"{lr:.6e}".split("e")
+    return f"{VARIANT_PREFIX[param]}{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def choice_path(config: dict, setting: str, param: str) -> Path:
+    return Path(config.get("results", "results")) / "tuning" / setting / f"{param}.json"
+
+
+def validation_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
+    return f"{config.get('results', 'results')}/tuning/{setting}/{variant}/s{seed}"
+
+
+def choose(points: list[dict]) -> dict:
+    """The point with the highest validation score (``{"lr", "score"}`` each, in grid order; a tie
+    goes to the earlier point). Refuses an empty search or a score that is not a number."""
+    if not points:
+        raise ValueError("no search points to choose from")
+    bad = [p["lr"] for p in points if not isinstance(p["score"], (int, float)) or math.isnan(p["score"])]
+    if bad:
+        raise ValueError(f"search points without a validation score: {bad}")
+    best = max(range(len(points)), key=lambda i: (points[i]["score"], -i))
+    return points[best]
+
+
+def chosen(config: dict, setting: str, param: str) -> float | None:
+    """The chosen value, or None while the search has not finished."""
+    return chosen_in(choice_path(config, setting, param))
+
+
+def chosen_in(path: str | Path) -> float | None:
+    path = Path(path)
+    return float(json.loads(path.read_text())["chosen"]) if path.exists() else None
+
+
+def resolve(config: dict, strict: bool = False) -> dict:
+    """A copy of ``config`` that carries the search's choices where they are written
+    (``tuning.chosen``, read by :func:`lr`); the settings keep saying ``tuned``, so the search stays
+    part of the grid. With ``strict``, a choice not written yet raises :class:`Pending`."""
+    out = copy.deepcopy(config)
+    found: dict[str, dict[str, float]] = {}
+    for setting, params in tuned_settings(config).items():
+        for param in params:
+            value = chosen(config, setting, param)
+            if value is None and strict:
+                raise Pending(f"{setting}: {param} is being tuned ({choice_path(config, setting, param)} not written)")
+            if value is not None:
+                found.setdefault(setting, {})[param] = value
+    if found:
+        out.setdefault("tuning", {})["chosen"] = found
+    return out
+
+
+def lr(config: dict, setting: str, param: str) -> float | str:
+    """A setting's student or teacher LR: its number, the search's choice (a resolved config), or
+    ``tuned`` while the search runs."""
+    value = config["settings"][setting][param]
+    if value != TUNED:
+        return value
+    return config.get("tuning", {}).get("chosen", {}).get(setting, {}).get(param, TUNED)
+
+
+def pending(config: dict) -> list[tuple[str, str]]:
+    """(setting, param) whose choice is not written yet."""
+    return [(s, p) for s, ps in tuned_settings(config).items() for p in ps if chosen(config, s, p) is None]
+
+
+def write_choice(spec: dict, out: str | Path, log=print) -> dict:
+    """Read every search point's validation record, choose, and write the choice with the table."""
+    points = []
+    for p in spec["points"]:
+        scores = [json.loads(Path(f).read_text())["mean"] for f in p["records"]]
+        points.append({"lr": p["lr"], "variant": p["variant"], "seeds": p["seeds"],
+                       "score": sum(scores) / len(scores), "scores": scores})  # fmt: skip
+    best = choose(points)
+    result = {
+        "setting": spec["setting"],
+        "param": spec["param"],
+        "method": spec["method"],
+        "validation": spec["validation"],
+        "metric": "validation accuracy (avg@k over the validation set, mean over the seeds)",
+        "fixed": {**spec.get("fixed", {}), **{p: chosen_in(path) for p, path in spec.get("fixed_by", {}).items()}},
+        "points": points,
+        "chosen": best["lr"],
+    }
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1))
+    for p in points:
+        mark = "  <- chosen" if p is best else ""
+        log(f"{spec['setting']} {spec['param']} {p['lr']:g}: validation {100 * p['score']:.1f}{mark}")
+    return result
+
+
+def normalized(prompt) -> str:
+    """A prompt as compared across datasets: its text (a chat's messages joined), whitespace collapsed."""
+    if isinstance(prompt, list):
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt)
+    return " ".join(str(prompt).split()).lower()
+
+
+def overlap(validation: list[dict], tests: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """Benchmark -> ids of its rows whose prompt is also a validation prompt (none: disjoint)."""
+    held = {normalized(r["prompt"]) for r in validation}
+    hits = {name: [r["id"] for r in rows if normalized(r["prompt"]) in held] for name, rows in tests.items()}
+    return {name: ids for name, ids in hits.items() if ids}
