@@ -237,6 +237,10 @@ def teacher_update_figures(cache: Cache, train_dir: Path, settings: list[str], o
     return out
 
 
+def _lr(x: float) -> str:
+    return f"{x:.1e}".replace("e-0", "e-")
+
+
 def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
     """The tuning stage of a setting: validation accuracy against each learning rate searched (the
     student LR on OPD, then the teacher LR on SCOUT), the chosen one marked."""
@@ -244,25 +248,26 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
              if (p := results / "tuning" / setting / f"{param}.json").exists()]  # fmt: skip
     if not found:
         return None
-    fig, axes = plt.subplots(1, len(found), figsize=(3.4 * len(found), 2.9), squeeze=False)
+    fig, axes = plt.subplots(1, len(found), figsize=(3.6 * len(found), 2.9), squeeze=False, sharey=True)
     parts = []
-    for ax, f in zip(axes[0], found, strict=True):
+    for i, (ax, f) in enumerate(zip(axes[0], found, strict=True)):
         lrs = [p["lr"] for p in f["points"]]
         scores = [100 * p["score"] for p in f["points"]]
         st = _style(0)
         ax.plot(lrs, scores, color=st["color"], marker="o", ms=4)
         best = next(p for p in f["points"] if p["lr"] == f["chosen"])
         ax.plot([best["lr"]], [100 * best["score"]], marker="*", ms=13, color=_style(1)["color"], ls="none",
-                label=f"chosen: {best['lr']:g}")  # fmt: skip
+                label=f"chosen: {_lr(best['lr'])}")  # fmt: skip
         ax.set_xscale("log")
-        ax.set_xticks(lrs, [f"{x:g}" for x in lrs], fontsize=7, rotation=30)
+        ax.set_xticks(lrs, [_lr(x) for x in lrs], fontsize=7, rotation=30)
         ax.minorticks_off()
         name = "student LR (OPD)" if f["param"] == "student_lr" else "teacher LR (SCOUT)"
         ax.set_xlabel(name)
-        ax.set_ylabel(f"validation accuracy, {f['validation']['data']} (%)")
+        if i == 0:  # both panels score the student on the same validation set: one axis
+            ax.set_ylabel(f"student's validation accuracy,\n{f['validation']['data']} (%)")
         ax.legend(fontsize=7, frameon=False)
-        fixed = ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in f.get("fixed", {}).items() if v != tuning.TUNED)
-        parts.append(f"{name}: {len(lrs)} points, chosen {f['chosen']:g}" + (f" ({fixed})" if fixed else ""))
+        fixed = ", ".join(f"{k.replace('_', ' ')} {_lr(v)}" for k, v in f.get("fixed", {}).items() if v != tuning.TUNED)
+        parts.append(f"{name}: {len(lrs)} points, chosen {_lr(f['chosen'])}" + (f" ({fixed})" if fixed else ""))
     fig.suptitle(setting, fontsize=9)
     v = found[0]["validation"]
     return _save(fig, out_dir, f"tuning_{setting}",

@@ -141,6 +141,16 @@ def config_for(wc):
     return resolved(_choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed)))
 
 
+def train_priority(wc):
+    """Long jobs first, and the tuning stage's chain first of all: its runs (3), then the cells of
+    a tuned setting (2: their probes and evaluations come last otherwise), then the rest (1); the
+    many short evaluations (0) fill the cores at the end of the grid."""
+    if not TUNED:
+        return 1
+    cell = grid.find_cell(config, wc.setting, wc.variant, wc.seed)
+    return 3 if grid.is_search(cell) else 1 if cell.setting in INDEPENDENT else 2
+
+
 def run_choices(wc):
     """The choice files a run's job reads, as inputs (a changed choice reruns it)."""
     if not TUNED or wc.variant in grid.BASE_VARIANTS:

@@ -58,8 +58,7 @@ rule train:
         f"{RES}/logs/train/{{setting}}/{{variant}}/s{{seed}}.log",
     benchmark:
         f"{RES}/benchmarks/train/{{setting}}/{{variant}}/s{{seed}}.tsv"
-    # long jobs first: the many short evaluations then fill the cores at the end of the grid
-    priority: 1
+    priority: train_priority
     threads: cluster_threads("train")
     resources:
         **cluster_resources("train"),

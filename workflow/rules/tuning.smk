@@ -16,6 +16,7 @@ if TUNED:
             f"{RES}/logs/tuning/{{setting}}/{{variant}}/s{{seed}}/{{dataset}}.log",
         benchmark:
             f"{RES}/benchmarks/validate/{{setting}}/{{variant}}/s{{seed}}/{{dataset}}.tsv"
+        priority: 3  # the choice, and every cell of the setting, waits for it
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
