@@ -34,6 +34,7 @@ if TUNED:
             param="|".join(scout_tuning.PARAMS),
         params:
             spec=choice_spec,
+        priority: 3  # every cell of the setting waits for it
         log:
             f"{RES}/logs/tuning/{{setting}}/{{param}}.log",
         conda:
