@@ -163,3 +163,9 @@ def test_the_workflow_runs_the_searches_first_and_the_independent_settings_besid
                    "train/toy-l-s-code/opd_teacher_grpo/s1/train.json", "train/toy-mg-s-math/optr/s1/train.json"):  # fmt: skip
         assert target in text, target
     assert "train/toy-l-s-math/scout/s1/train.json" not in text  # waits for the choices
+    # the searches' chain goes first: the search runs and validations at priority 3, the others below
+    jobs = text.split("\n\n")
+    search = [j for j in jobs if "output: results/train/toy-l-s-math/opd-lr" in j]
+    other = [j for j in jobs if "output: results/train/toy-l-s-code/" in j]
+    assert search and all("priority: 3" in j for j in search)
+    assert other and all("priority: 1" in j for j in other)
