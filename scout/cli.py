@@ -71,6 +71,11 @@ def cmd_train(args) -> int:
     spec = _spec(args.spec)
     if args.dry_run and spec["backend"] != "verl":
         raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
+    lrs = {"lr": spec.get("lr"), "teacher_lr": spec.get("method_cfg", {}).get("scout", {}).get("teacher_lr")}
+    pending = [k for k, v in lrs.items() if v == "tuned"]
+    if pending:
+        raise SystemExit(f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
+                         "(snakemake runs it before the cells that read its choice), or give a number")
     extra = {"dry_run": True} if args.dry_run else {}
     get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
     return 0

@@ -60,6 +60,7 @@ import json, sys, yaml
 from scout import grid
 cfg = yaml.safe_load(open("config/config.yaml"))
 cfg["training"].update(steps=3, batch_size=4, max_response_length=16)
+cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)  # numbers, not the tuning stage's
 paths = json.loads(sys.argv[1])
 for v in ("opd", "opd_clip"):
     spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", v, 1))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -72,6 +74,19 @@ def test_tuned_learning_rates_come_from_the_written_choices(tmp_path):
     dense = grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "scout-f1", 2))  # f = 1 of the main f = 2
     assert dense["method_cfg"]["scout"]["teacher_lr"] == pytest.approx(1.5e-4 / 2)
     assert grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "grpo", 1))["lr"] == cfg["training"]["grpo"]["lr"]
+
+
+def test_a_training_job_whose_learning_rate_is_still_being_tuned_is_refused_by_name(tmp_path):
+    cfg = _tuned(tmp_path)
+    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "scout", 1))
+    assert spec["lr"] == tuning.TUNED
+    path = tmp_path / "scout.json"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0
+    assert "lr and teacher_lr: 'tuned'; run the tuning stage first" in done.stderr
+    assert not (tmp_path / "run" / "model").exists()
 
 
 def test_the_chosen_search_runs_are_the_grids_and_are_never_trained_twice(tmp_path):

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from scout import grid, resources
-from tests.conftest import REPO
+from tests.conftest import REPO, toy_config
 
 pytestmark = pytest.mark.verl_cpu
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -72,8 +72,7 @@ def cpu_world(tmp_path_factory) -> dict:
     from scout.toy.world import build_data, build_tokenizer_files, pretrain
 
     root = tmp_path_factory.mktemp("verlcpu")
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg |= yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
+    cfg = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
     cfg["results"] = str(root / "results")
     for s in cfg["toy"]["splits"].values():
         s.update(rows=64, min_ops=1, max_ops=2)
