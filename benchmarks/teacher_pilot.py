@@ -75,7 +75,7 @@ def own_accuracy(tr, teacher, rows, k, sampling, seed) -> float:
 
 
 def main() -> None:
-    from scout import config, grid
+    from scout import config, grid, tuning
     from scout.embedded import lm
     from scout.embedded.trainer import Trainer
     from scout.prepare import load_rows
@@ -89,9 +89,18 @@ def main() -> None:
     p.add_argument("--prefixes", default="tm-hard,tm-long", help="benchmarks whose prompts give held-out prefixes")
     p.add_argument("--own", default="tm-easy,tm-hard,tm-long", help="benchmarks for the teacher's own accuracy")
     p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9")
+    p.add_argument("--student-lr", type=float, help="instead of the setting's (or its tuning stage's choice)")
+    p.add_argument("--teacher-lr", type=float, help="instead of the setting's (or its tuning stage's choice)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    cfg = config.load(args.config)
+    cfg = tuning.resolve(config.load(args.config))  # a tuned setting: the choices in results/tuning
+    for param in ("student_lr", "teacher_lr"):
+        if getattr(args, param) is not None:
+            cfg["settings"][args.setting][param] = getattr(args, param)
+        if tuning.lr(cfg, args.setting, param) == tuning.TUNED:
+            raise SystemExit(f"{args.setting}: {param} is tuned and not chosen yet (no "
+                             f"{tuning.choice_path(cfg, args.setting, param)}): run the grid's tuning stage, or "
+                             f"give --{param.replace('_', '-')}")  # fmt: skip
     spec = grid.cell_spec(cfg, grid.find_cell(cfg, args.setting, args.variant, 1))
     sc = spec["method_cfg"]["scout"]
     t0 = time.perf_counter()
@@ -122,7 +131,7 @@ def main() -> None:
 
     print(f"teacher phase of {args.setting}/{args.variant}: {len(updates)} updates (f = {sc['interval']} of "
           f"{spec['total_steps']} steps), K = {sc['k']}, teacher LR {sc['teacher_lr']:g} (student {spec['lr']:g}), "
-          f"{spec['batch_size']} prefixes an update, split over the {sc.get('split', 'response')}")  # fmt: skip
+          f"{len(tr.batch_rows(0))} prefixes an update, split over the {sc.get('split', 'response')}")  # fmt: skip
     print("  update ratio  informative groups  reward  prefixes holding the answer")
     for ratio, ms in sorted(per_ratio.items()):
         inf = statistics.mean(m["teacher_informative"] for m in ms)
@@ -131,17 +140,23 @@ def main() -> None:
         print(f"  {ratio:12.2f}  {inf:18.0%}  {rew:6.0%}  {com:27.0%}")
     print(f"  informative groups, all updates: {statistics.mean(m['teacher_informative'] for ms in per_ratio.values() for m in ms):.0%};"
           f" lowest at any ratio: {min(statistics.mean(m['teacher_informative'] for m in ms) for ms in per_ratio.values()):.0%}")  # fmt: skip
-    print(f"held-out fixed prefixes of the initial student ({args.prefixes}: {len(held_resp)} responses, 4 continuations "
-          "each, evaluation sampling):")
+    print(
+        f"held-out fixed prefixes of the initial student ({args.prefixes}: {len(held_resp)} responses, 4 continuations "
+        "each, evaluation sampling):"
+    )
     print("  ratio  before  after  change  prefixes holding the answer  late self-checks before -> after")
     for r in ratios:
-        print(f"  {r:5.1f}  {before[r][0]:6.1%}  {after[r][0]:5.1%}  {100 * (after[r][0] - before[r][0]):+6.1f}"
-              f"  {before[r][1]:27.0%}  {before[r][2]:6.1%} -> {after[r][2]:.1%}")
+        print(
+            f"  {r:5.1f}  {before[r][0]:6.1%}  {after[r][0]:5.1%}  {100 * (after[r][0] - before[r][0]):+6.1f}"
+            f"  {before[r][1]:27.0%}  {before[r][2]:6.1%} -> {after[r][2]:.1%}"
+        )
     mean_b = statistics.mean(before[r][0] for r in ratios)
     mean_a = statistics.mean(after[r][0] for r in ratios)
     print(f"  mean   {mean_b:6.1%}  {mean_a:5.1%}  {100 * (mean_a - mean_b):+6.1f}")
-    print(f"own accuracy ({args.own}: {len(own_rows)} prompts x 8 samples, evaluation sampling): {own_before:.1%} -> {own_after:.1%} "
-          f"({100 * (own_after - own_before):+.1f} points)")
+    print(
+        f"own accuracy ({args.own}: {len(own_rows)} prompts x 8 samples, evaluation sampling): {own_before:.1%} -> {own_after:.1%} "
+        f"({100 * (own_after - own_before):+.1f} points)"
+    )
     print(f"pilot took {time.perf_counter() - t0:.0f} s")
 
 

@@ -58,10 +58,16 @@ def criteria(workdir: Path) -> None:
     """Each criterion of the toy world with its measured value (Avg, % points, means over seeds)."""
     import pandas as pd
 
-    from scout import claims, config, results, tables
+    from scout import claims, config, results, tables, tuning
 
     cfg = config.load(REPO / "config" / "config.yaml")
     cfg["results"] = str(workdir / "results")
+    cfg = tuning.resolve(cfg)  # the tuned settings' cells are the chosen search runs'
+    for setting in tuning.tuned_settings(cfg):
+        for param in tuning.tuned_params(cfg["settings"][setting]):
+            chosen = json.loads(tuning.choice_path(cfg, setting, param).read_text())
+            points = ", ".join(f"{p['lr']:g}: {100 * p['score']:.1f}" for p in chosen["points"])
+            print(f"  tuning {setting} {param} (validation %): {points}; chosen {chosen['chosen']:g}")
     runs = pd.read_csv(workdir / "results" / "summary" / "runs.csv")
     runs = runs[(runs.checkpoint == "final") & (runs.benchmark == "avg")]
 
@@ -110,8 +116,10 @@ def criteria(workdir: Path) -> None:
 
     for c in claims.all_claims(cache, workdir / "results" / "analysis", 0.1):
         paper = "--" if c.paper is None else f"{c.paper:+.1f}"
-        print(f"  [{c.verdict:>13}] {c.claim} ({c.setting}): {c.statistic or c.why}; effect {effect_text(c)}, "
-              f"paper {paper}")
+        print(
+            f"  [{c.verdict:>13}] {c.claim} ({c.setting}): {c.statistic or c.why}; effect {effect_text(c)}, "
+            f"paper {paper}"
+        )
 
 
 def matmul_gflops(seconds: float = 1.0) -> float:
@@ -135,11 +143,11 @@ def step_flops(workdir: Path, steps: int = 12) -> None:
 
     import torch
 
-    from scout import config, grid
+    from scout import grid
     from scout.embedded.trainer import Trainer
 
     os.chdir(workdir)
-    cfg = config.load(REPO / "config" / "config.yaml")
+    cfg = chosen_config(workdir)
     rate = matmul_gflops()
     print(f"  float32 matmul rate, one core: {rate:.1f} GFLOP/s")
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,11 +176,26 @@ def step_flops(workdir: Path, steps: int = 12) -> None:
     torch.set_num_threads(1)
 
 
-def startup(workdir: Path) -> None:
-    """Launch to first useful work: a training job's first step, an evaluation's first generation."""
-    from scout import config, grid
+def chosen_config(workdir: Path) -> dict:
+    """The toy config with the grid's tuning choices (its results folder kept relative, as the jobs
+    see it); a search that has not chosen yet stands at 1.5e-4, the level the grids centre on."""
+    from scout import config, tuning
 
     cfg = config.load(REPO / "config" / "config.yaml")
+    resolved = tuning.resolve({**cfg, "results": str(workdir / cfg.get("results", "results"))})
+    cfg = {**resolved, "results": cfg.get("results", "results")}
+    chosen = cfg["tuning"].setdefault("chosen", {})
+    for setting, params in tuning.tuned_settings(cfg).items():
+        for param in params:
+            chosen.setdefault(setting, {}).setdefault(param, 1.5e-4)
+    return cfg
+
+
+def startup(workdir: Path) -> None:
+    """Launch to first useful work: a training job's first step, an evaluation's first generation."""
+    from scout import grid
+
+    cfg = chosen_config(workdir)
     spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "opd", 1))
     spec.update({k: str(workdir / v) for k, v in (("student", spec["student"]), ("teacher", spec["teacher"]),
                                                  ("train_data", spec["train_data"]))})  # fmt: skip
