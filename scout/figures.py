@@ -254,7 +254,8 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
         lrs = [p["lr"] for p in f["points"]]
         scores = [100 * p["score"] for p in f["points"]]
         st = _style(0)
-        ax.plot(lrs, scores, color=st["color"], marker="o", ms=4)
+        sems = [100 * p.get("sem", float("nan")) for p in f["points"]]  # choices written before it: no bars
+        ax.errorbar(lrs, scores, yerr=sems, color=st["color"], marker="o", ms=4, capsize=2, elinewidth=0.8)
         best = next(p for p in f["points"] if p["lr"] == f["chosen"])
         ax.plot([best["lr"]], [100 * best["score"]], marker="*", ms=13, color=_style(1)["color"], ls="none",
                 label=f"chosen: {_lr(best['lr'])}")  # fmt: skip
@@ -273,7 +274,7 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
     return _save(fig, out_dir, f"tuning_{setting}",
                  f"Learning-rate sensitivity on {setting}: validation accuracy (avg@{v['repeats']} over the "
                  f"{v['rows']} questions of {v['data']}, held out from training and test) of one run per point, "
-                 f"the chosen point starred. {'; '.join(parts)}. The tables and claims use the test benchmarks "
+                 f"± one evaluation standard error, the chosen point starred. {'; '.join(parts)}. The tables and claims use the test benchmarks "
                  "only.")  # fmt: skip
 
 

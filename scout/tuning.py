@@ -138,9 +138,13 @@ def write_choice(spec: dict, out: str | Path, log=print) -> dict:
     """Read every search point's validation record, choose, and write the choice with the table."""
     points = []
     for p in spec["points"]:
-        scores = [json.loads(Path(f).read_text())["mean"] for f in p["records"]]
+        records = [json.loads(Path(f).read_text()) for f in p["records"]]
+        scores = [r["mean"] for r in records]
+        # the evaluation's standard error of the seeds' mean (each seed's over its repeats, in quadrature):
+        # how far apart two points must be before the choice between them is more than a draw
+        sem = math.sqrt(sum(r.get("sem", math.nan) ** 2 for r in records)) / len(records)
         points.append({"lr": p["lr"], "variant": p["variant"], "seeds": p["seeds"],
-                       "score": sum(scores) / len(scores), "scores": scores})  # fmt: skip
+                       "score": sum(scores) / len(scores), "scores": scores, "sem": sem})  # fmt: skip
     best = choose(points)
     result = {
         "setting": spec["setting"],
@@ -156,7 +160,8 @@ def write_choice(spec: dict, out: str | Path, log=print) -> dict:
     Path(out).write_text(json.dumps(result, indent=1))
     for p in points:
         mark = "  <- chosen" if p is best else ""
-        log(f"{spec['setting']} {spec['param']} {p['lr']:g}: validation {100 * p['score']:.1f}{mark}")
+        log(f"{spec['setting']} {spec['param']} {p['lr']:g}: validation {100 * p['score']:.1f} "
+            f"(± {100 * p['sem']:.1f}){mark}")
     return result
 
 

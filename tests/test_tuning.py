@@ -30,6 +30,28 @@ def test_the_best_validation_score_is_chosen_and_a_tie_goes_to_the_earlier_point
         tuning.choose([{"lr": 1e-6, "score": 0.2}, {"lr": 5e-6, "score": math.nan}])
 
 
+def test_the_choice_file_holds_every_points_score_and_its_evaluation_error(tmp_path):
+    def record(name, mean, sem):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"mean": mean, "sem": sem}))
+        return str(path)
+
+    spec = {"setting": "s", "param": "student_lr", "method": "opd", "validation": {"data": "math-val"},
+            "points": [{"lr": 1e-6, "variant": "opd-lr1e-6", "seeds": [1, 2],
+                        "records": [record("a1", 0.50, 0.03), record("a2", 0.60, 0.04)]},
+                       {"lr": 3e-6, "variant": "opd-lr3e-6", "seeds": [1, 2],
+                        "records": [record("b1", 0.40, 0.0), record("b2", 0.44, 0.0)]}]}  # fmt: skip
+    lines = []
+    out = tuning.write_choice(spec, tmp_path / "choice" / "student_lr.json", log=lines.append)
+    assert json.loads((tmp_path / "choice" / "student_lr.json").read_text()) == out
+    assert out["chosen"] == 1e-6
+    first = out["points"][0]
+    assert first["score"] == pytest.approx(0.55) and first["scores"] == [0.50, 0.60]
+    assert first["sem"] == pytest.approx(0.025)  # sqrt(0.03^2 + 0.04^2) / 2 = 0.05 / 2
+    assert out["points"][1]["sem"] == 0.0
+    assert lines[0] == "s student_lr 1e-06: validation 55.0 (± 2.5)  <- chosen"
+
+
 def test_the_grids_default_to_the_papers():
     assert tuning.search_grid({}, "student_lr") == [1e-6, 3e-6, 5e-6, 7e-6]
     assert tuning.search_grid({"tuning": {"teacher_lr": [2e-4]}}, "teacher_lr") == [2e-4]
