@@ -67,12 +67,13 @@ def cmd_toy_pretrain(args) -> int:
 
 def cmd_train(args) -> int:
     from scout.backends import get_backend
+    from scout.tuning import TUNED
 
     spec = _spec(args.spec)
     if args.dry_run and spec["backend"] != "verl":
         raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
     lrs = {"lr": spec.get("lr"), "teacher_lr": spec.get("method_cfg", {}).get("scout", {}).get("teacher_lr")}
-    pending = [k for k, v in lrs.items() if v == "tuned"]
+    pending = [k for k, v in lrs.items() if v == TUNED]
     if pending:
         raise SystemExit(f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
                          "(snakemake runs it before the cells that read its choice), or give a number")

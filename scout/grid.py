@@ -660,6 +660,12 @@ def validation_data(config: dict, domain: str) -> tuple[str, int, int]:
     return v["data"], validation_sets(config)[v["data"]]["rows"], v["repeats"]
 
 
+def validation_record(config: dict, cell: Cell) -> str:
+    """The record of a tuning run's validation (the workflow's ``validate`` output)."""
+    name, _, _ = validation_data(config, config["settings"][cell.setting]["domain"])
+    return f"{tuning.validation_dir(config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
+
+
 def validation_spec(config: dict, setting: str, variant: str, seed: str | int) -> dict:
     """A tuning run's evaluation on its domain's validation set: the final checkpoint, the test
     benchmarks' files named so that the job refuses a validation prompt that is also a test one."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import grid, tuning
+from scout import grid
 from scout.methods import METHODS
 
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
@@ -128,9 +128,7 @@ def _jobs(config: dict) -> list[dict]:
         target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
         add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
         if grid.is_search(c):
-            name, _, _ = grid.validation_data(config, config["settings"][c.setting]["domain"])
-            target = f"{tuning.validation_dir(config, c.setting, c.variant, c.seed)}/validation/{name}.json"
-            add("tuning", "validate", target, job_resources(config, "evaluate"))
+            add("tuning", "validate", grid.validation_record(config, c), job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in grid.eval_units(config):
         first = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
         target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"

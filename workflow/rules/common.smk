@@ -134,11 +134,18 @@ def resolved(choices=None):
     return scout_tuning.resolve(config)
 
 
+def _run_choices(wc):
+    """The choices the spec of run (wc.setting, wc.variant, wc.seed) needs; None where none can
+    (no tuned setting, or a base model's row)."""
+    if not TUNED or wc.variant in grid.BASE_VARIANTS:
+        return None
+    return _choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed))
+
+
 def config_for(wc):
     """The config a job of run (wc.setting, wc.variant, wc.seed) is specified with."""
-    if not TUNED or wc.variant in grid.BASE_VARIANTS:
-        return config
-    return resolved(_choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed)))
+    choices = _run_choices(wc)
+    return config if choices is None else resolved(choices)
 
 
 def train_priority(wc):
@@ -153,18 +160,11 @@ def train_priority(wc):
 
 def run_choices(wc):
     """The choice files a run's job reads, as inputs (a changed choice reruns it)."""
-    if not TUNED or wc.variant in grid.BASE_VARIANTS:
-        return []
-    return choice_files(_choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed)))
+    return choice_files(_run_choices(wc) or [])
 
 
 def _search_runs(setting, param):
     return [c for c in RUNS if grid.is_search(c) and c.setting == setting and c.overrides[0][0] == param]
-
-
-def validation_record(cell):
-    name, _, _ = grid.validation_data(config, config["settings"][cell.setting]["domain"])
-    return f"{scout_tuning.validation_dir(config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
 
 
 def validate_spec(wc):
@@ -179,7 +179,7 @@ def validate_inputs(wc):
 
 
 def choice_inputs(wc):
-    return [validation_record(c) for c in _search_runs(wc.setting, wc.param)]
+    return [grid.validation_record(config, c) for c in _search_runs(wc.setting, wc.param)]
 
 
 def choice_spec(wc):
@@ -191,7 +191,7 @@ def choice_spec(wc):
         lr = dict(c.overrides)[wc.param]
         p = points.setdefault(lr, {"lr": lr, "variant": c.variant, "seeds": [], "records": []})
         p["seeds"].append(c.seed)
-        p["records"].append(validation_record(c))
+        p["records"].append(grid.validation_record(config, c))
     order = TUNED[wc.setting]
     before = order[: order.index(wc.param)]  # chosen before this search, which trained at them
     spec = {
