@@ -446,6 +446,23 @@ def _search_exports(config: dict, cell: Cell, total: int) -> list[int]:
     return sorted(s for s in steps if 0 < s < total)
 
 
+def choices_needed(config: dict, cell: Cell) -> list[tuple[str, str]]:
+    """The tuning stage's choices (setting, LR) a run's job spec waits for. A search run: the searches
+    before its own (the teacher LR's runs train at the chosen student LR). A grid cell: each LR its
+    own spec leaves ``tuned`` (GRPO keeps its own LR; only a method that trains a teacher has a
+    teacher LR), in every tuned setting, since a run is shared with any cell whose spec equals its
+    own; none for a setting no choice can touch (``tuning.independent_settings``)."""
+    tuned = tuning.tuned_settings(config)
+    if is_search(cell):
+        order = tuned[cell.setting]
+        return [(cell.setting, p) for p in order[: order.index(cell.overrides[0][0])]]
+    if cell.setting in tuning.independent_settings(config):
+        return []
+    spec = cell_spec(config, cell)
+    own = {"student_lr": spec["lr"], "teacher_lr": spec["method_cfg"].get("scout", {}).get("teacher_lr")}
+    return [(s, p) for s, params in tuned.items() for p in params if own[p] == tuning.TUNED]
+
+
 def serves(config: dict, cell: Cell) -> bool:
     """Whether a run is any grid cell's: its own, or one a grid cell shares or continues."""
     if not is_search(cell):

@@ -111,6 +111,23 @@ def test_a_training_job_whose_learning_rate_is_still_being_tuned_is_refused_by_n
     assert not (tmp_path / "run" / "model").exists()
 
 
+def test_a_run_waits_for_the_choices_its_own_spec_reads(tmp_path):
+    cfg = _tuned(tmp_path)
+    student, teacher = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lr")
+
+    def needed(setting, variant, seed):
+        return grid.choices_needed(cfg, grid.find_cell(cfg, setting, variant, seed))
+
+    assert needed("toy-l-s-math", "opd-lr1.5e-4", 1) == []  # the first search
+    assert needed("toy-l-s-math", "scout-tlr1.5e-4", 1) == [student]  # trains at the chosen student LR
+    assert needed("toy-l-s-math", "scout", 1) == [student, teacher]
+    assert needed("toy-l-s-math", "scout-f1", 2) == [student, teacher]
+    assert needed("toy-l-s-math", "opd", 1) == [student]  # no teacher LR in an OPD spec
+    assert needed("toy-l-s-math", "opd-2ep", 1) == [student]
+    assert needed("toy-l-s-math", "grpo", 1) == []  # GRPO keeps its own LR
+    assert needed("toy-l-s-code", "opd_teacher_grpo", 1) == []  # a setting no choice touches
+
+
 def test_the_chosen_search_runs_are_the_grids_and_are_never_trained_twice(tmp_path):
     cfg = _tuned(tmp_path)
     search = grid.search_cells(cfg)

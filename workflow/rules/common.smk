@@ -110,18 +110,6 @@ def job_spec(job, spec):
 # -- tuning: the config with the choices a job's spec depends on (scout.tuning) -----------------
 
 
-def _choices_of(cell):
-    """(setting, LR) choices a run's spec needs: a tuning run, the searches before its own (the
-    teacher LR's runs train at the chosen student LR); a cell of an independent setting, none; any
-    other grid cell, every one (runs are shared across cells by their full specs)."""
-    if grid.is_search(cell):
-        order = TUNED[cell.setting]
-        return [(cell.setting, p) for p in order[: order.index(cell.overrides[0][0])]]
-    if cell.setting in INDEPENDENT:
-        return []
-    return [(s, p) for s, params in TUNED.items() for p in params]
-
-
 def choice_files(choices):
     return [str(scout_tuning.choice_path(config, s, p)) for s, p in choices]
 
@@ -139,7 +127,7 @@ def _run_choices(wc):
     (no tuned setting, or a base model's row)."""
     if not TUNED or wc.variant in grid.BASE_VARIANTS:
         return None
-    return _choices_of(grid.find_cell(config, wc.setting, wc.variant, wc.seed))
+    return grid.choices_needed(config, grid.find_cell(config, wc.setting, wc.variant, wc.seed))
 
 
 def config_for(wc):
