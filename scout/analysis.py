@@ -9,11 +9,13 @@ is one response), so nothing is sampled twice:
   ratios (the reference: the same teacher on contexts from its own distribution);
 - each SCOUT run's trained teacher on the same initial-student prefixes (the fixed-prefix
   comparison: did SCOUT make the teacher better at continuing a student?);
+- the prefix-0 control's trained teacher and every LoRA teacher's (``grid.compared_teachers``) on
+  the same initial-student prefixes, labelled ``control`` and by their variant;
 - the initial and the trained teacher on the SCOUT student's prefixes at the same checkpoint (matched
   checkpoints: the final one, and any intermediate ``analysis.checkpoints``; labelled
   ``student@step{N}`` and ``scout@step{N}``).
 
-Every teacher probed (initial, SCOUT-trained, the prefix-0 control's) also gives its probability of a
+Every teacher probed (initial, SCOUT-trained, the prefix-0 control's, LoRA ones) also gives its probability of a
 reflection word after each step of the initial student's responses (``reflection.csv``,
 ``scout.behaviour``): does training teach it to reflect where the student went wrong, or everywhere?
 
@@ -241,12 +243,12 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
                 entropy(engine, "scout", r["seed"], "own", own_trained)
                 entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
             del engine
-        for r in spec.get("controls", []):  # the prefix-0 control's trained teacher, on the same prefixes
+        for r in spec.get("controls", []):  # other trained teachers (the prefix-0 control's, LoRA ones): the same prefixes
             engine = make_generator(
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )
-            probe(engine, grader, "control", r["seed"], "initial-student", initial_student)
-            reflection(engine, "control", r["seed"])
+            probe(engine, grader, r.get("label", "control"), r["seed"], "initial-student", initial_student)
+            reflection(engine, r.get("label", "control"), r["seed"])
             del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

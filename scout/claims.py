@@ -236,10 +236,7 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     """Run-level Avg of ``variant`` against ``baseline`` on one setting: unit the training seed."""
     paper = _paper_effect(cache.config, spec, setting)
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
-    margin = None
-    if kind == "on_par":  # on a par: within the setting's SCOUT-over-OPD effect (points) of each other
-        gain = _paper_effect(cache.config, {"paper": _scout_gain()}, setting)
-        margin = abs(gain) if gain else None
+    margin = _on_par_margin(cache.config, setting) if kind == "on_par" else None
     base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
                 margin=margin)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
@@ -267,6 +264,12 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
     return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=math.nan, high=math.nan, se=se * 100,
                  df=df, verdict="", used=used_x + used_y)  # fmt: skip
+
+
+def _on_par_margin(config: dict, setting: str) -> float | None:
+    """On a par: within the setting's SCOUT-over-OPD effect in the paper (points) of each other."""
+    gain = _paper_effect(config, {"paper": _scout_gain()}, setting)
+    return abs(gain) if gain else None
 
 
 def _scout_gain() -> dict:
@@ -407,20 +410,29 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
         stat = f"{100 * t_trained.acc(qs):.1f} vs initial {100 * t_initial.acc(qs):.1f} ({len(seeds)} seeds)"
         used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"]
         return bootstrapped(gain, qs, stat, used, {"scout": seeds})
-    control = d[(d.teacher == "control") & (d.prefixes == "initial-student")]
+    # teacher_beats_control: SCOUT's teacher over the control's; teacher_on_par: another trained
+    # teacher (``variant``, its probe label: a LoRA teacher's variant) beside SCOUT's
+    other = "control" if kind == "teacher_beats_control" else spec["variant"]
+    control = d[(d.teacher == other) & (d.prefixes == "initial-student")]
     c_seeds = sorted(control.seed.unique())
     if not c_seeds:
-        return unmeasured("no prefix-0 control teacher was probed on this setting", test)
+        what = "prefix-0 control" if other == "control" else other
+        return unmeasured(f"no {what} teacher was probed on this setting", test)
 
     per_control = {seed: totals(control[control.seed == seed]) for seed in c_seeds}
+    sign = 1 if other == "control" else -1  # the claim's direction: the variant minus SCOUT's
 
     def over_control(q, s):
         a = [per_scout[seed].acc(q) for seed in s["scout"]]
         b = [per_control[seed].acc(q) for seed in s["control"]]
-        return (float(np.mean(a)) - float(np.mean(b))) * 100
+        return sign * (float(np.mean(a)) - float(np.mean(b))) * 100
 
-    stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
-    used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: control s{s}" for s in c_seeds]
+    if sign < 0:
+        base.update(kind="on_par", margin=_on_par_margin(cache.config, setting))
+        stat = f"{100 * totals(control).acc(qs):.1f} vs SCOUT's {100 * t_trained.acc(qs):.1f} ({len(c_seeds)} and {len(seeds)} seeds)"
+    else:
+        stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
+    used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: {other} s{s}" for s in c_seeds]
     return bootstrapped(over_control, qs, stat, used, {"scout": seeds, "control": c_seeds})
 
 
@@ -484,7 +496,7 @@ def _reflection(base: dict, path: Path, bootstrapped, unmeasured) -> Claim:
 
 _PROBE_FILES = {"entropy_gap": "entropy_responses.csv", "reflection_selective": "reflection.csv"}
 PROBES = ("continuation_falls", "below_own", "entropy_gap", "teacher_improves", "teacher_beats_control",
-          "reflection_selective")  # fmt: skip
+          "teacher_on_par", "reflection_selective")  # fmt: skip
 
 
 def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Claim]:
@@ -495,8 +507,10 @@ def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Cla
     for spec in specs(cache.config):
         kind = spec["kind"]
         if kind in PROBES:
-            for setting in cache.config.get("analysis", {}).get("settings", []):
-                out.append(_probe(cache, spec, setting, a))
+            probed = cache.config.get("analysis", {}).get("settings", [])
+            if "experiment" in spec or "settings" in spec:  # a claim of one experiment's probes
+                probed = [s for s in probed if s in _settings(cache.config, spec)]
+            out += [_probe(cache, spec, setting, a) for setting in probed]
         elif kind in ("sweep_sparse", "sweep_dense"):
             out += [_sweep(cache, spec, s) for s in _settings(cache.config, spec)]
         else:

@@ -120,7 +120,7 @@ def _reference_errors(config: dict) -> list[str]:
                 )
     for i, c in enumerate(config.get("claims", [])):
         for key in ("variant", "baseline"):
-            if c[key] not in variants | {"base-student", "base-teacher"}:
+            if key in c and c[key] not in variants | {"base-student", "base-teacher"}:
                 errs.append(f"claims[{i}].{key}: {c[key]!r} is not a variant of the grid; expected one of {sorted(variants)}")
         if "experiment" in c and c["experiment"] not in config["experiments"]:
             errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}")
@@ -231,8 +231,9 @@ def _silent_no_ops(config: dict) -> list[str]:
                     f"{where}.name: {m['name']!r} is the id of another method; this variant is {m['method']!r} "
                     "(tables and tests would mistake one for the other)"
                 )
-            if "teacher_lr" in m and not METHODS[m["method"]].trains_teacher:
-                errs.append(f"{where}.teacher_lr: method {m['method']!r} has no teacher updates")
+            for key in ("teacher_lr", "teacher_lora_rank"):
+                if key in m and not METHODS[m["method"]].trains_teacher:
+                    errs.append(f"{where}.{key}: method {m['method']!r} has no teacher updates")
     return errs
 
 
@@ -354,6 +355,13 @@ def select(config: dict) -> dict:
     if not kept:
         raise ConfigError(f"select: no cell of the grid matches {json.dumps(sel)}")
     config["experiments"] = kept
+    left = {m if isinstance(m, str) else m["name"] for e in kept.values() for m in e["methods"]}
+    left |= {"base-student", "base-teacher"}
+    if config.get("claims"):  # the config's own claims about what the selection still trains
+        config["claims"] = [
+            c for c in config["claims"]
+            if c.get("experiment", next(iter(kept))) in kept and {c["variant"], c.get("baseline", c["variant"])} <= left
+        ]  # fmt: skip
     if str(sel.get("analysis", True)).lower() == "false":  # no teacher probes (nor the teachers they alone need)
         config.pop("analysis", None)
     elif config.get("analysis") and "settings" in sel:  # the teacher probes of the chosen settings only

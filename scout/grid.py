@@ -18,7 +18,9 @@ from scout.runs import NOT_WEIGHTS
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
-_OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr")
+# A LoRA teacher's adapters by default: every linear map of a Qwen3 layer (attention's four, the MLP's three)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr", "teacher_lora_rank")
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,12 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         main_interval = sc["interval"]  # the grid's f; the sweep's denser f scale the teacher LR down from it
         sc["interval"] = over.get("interval", sc["interval"])
         sc["prefix_zero"] = method.teacher_phase == "prefix0"
+        # a full teacher's spec has no LoRA key at all (rank 0), so turning LoRA on for one variant
+        # leaves every other run's spec, and its cached results, as they were
+        lora_cfg = sc.pop("teacher_lora", None) or {}
+        rank = over.get("teacher_lora_rank", lora_cfg.get("rank", 0))
+        if rank:
+            sc["teacher_lora"] = {"alpha": 16, "target_modules": list(LORA_TARGETS), **lora_cfg, "rank": rank}
         base_lr = tuning.lr(config, cell.setting, "teacher_lr")  # "tuned" until the search has chosen it
         sc["teacher_lr"] = over.get(
             "teacher_lr",
@@ -732,9 +740,12 @@ def analysis_spec(config: dict, setting: str) -> dict:
             for seed in variant_seeds(config).get((setting, "scout"), [])
             for ckpt in _probed_checkpoints(config, setting, seed)
         ],
-        "controls": [  # the prefix-0 control's trained teachers, probed on the initial student's prefixes
-            {"seed": seed, "teacher": f"{run_dir(config, setting, CONTROL, seed)}/model/final-teacher"}
-            for seed in variant_seeds(config).get((setting, CONTROL), [])
+        # other trained teachers, probed on the initial student's prefixes: the prefix-0 control's
+        # (label "control") and each LoRA teacher's (labelled by its variant)
+        "controls": [
+            {"label": label, "seed": seed, "teacher": f"{run_dir(config, setting, variant, seed)}/model/final-teacher"}
+            for variant, label in compared_teachers(config, setting)
+            for seed in variant_seeds(config).get((setting, variant), [])
         ],
         "ratios": a["ratios"],
         "split": config["methods"]["scout"].get("split", "response"),  # prefixes cut as SCOUT cuts them
@@ -749,6 +760,15 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "chat": chat_options(config, teacher),
         "threads": config["training"].get("threads", 1),
     }
+
+
+def compared_teachers(config: dict, setting: str) -> list[tuple[str, str]]:
+    """(variant, probe label) of the trained teachers the probes set beside SCOUT's on a setting: the
+    prefix-0 control's, then every SCOUT variant whose teacher trains LoRA adapters."""
+    out = [(CONTROL, "control")] if (setting, CONTROL) in variant_seeds(config) else []
+    lora = {c.variant for c in cells(config)
+            if c.setting == setting and c.method == "scout" and dict(c.overrides).get("teacher_lora_rank")}  # fmt: skip
+    return out + [(v, v) for v in sorted(lora)]
 
 
 def probe_labels(checkpoint: str) -> tuple[str, str]:
@@ -769,8 +789,9 @@ def analysis_inputs(config: dict, setting: str) -> list[str]:
     bench = config["analysis"]["benchmark"]
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
     out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
-    for seed in variant_seeds(config).get((setting, CONTROL), []):
-        out.append(f"{run_dir(config, setting, CONTROL, seed)}/train.json")
+    for variant, _ in compared_teachers(config, setting):
+        seeds = variant_seeds(config)[setting, variant]
+        out += [f"{run_dir(config, setting, variant, seed)}/train.json" for seed in seeds]
     for seed in variant_seeds(config).get((setting, "scout"), []):
         out.append(f"{run_dir(config, setting, 'scout', seed)}/train.json")
         out += [

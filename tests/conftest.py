@@ -106,6 +106,11 @@ def mini_config(results: str, tuned: bool = False) -> dict:
             "methods": [{"name": "opd-2ep", "method": "opd", "epochs": 2, "eval_every": 2}],
             "seeds": [1],
         },
+        "lora": {
+            "settings": ["toy-l-s-math"],
+            "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4, "teacher_lr": 3e-3}],
+            "seeds": [1],
+        },
     }
     return cfg
 

@@ -212,6 +212,30 @@ def test_probe_claims_recomputed_by_hand(cfg):
     assert "has not run" in _one(found, "continuation_falls", "toy-mg-s-math").why
 
 
+def test_lora_teacher_claims_on_a_par(cfg):
+    """The config's LoRA claims: the student's Avg and the teacher's fixed-prefix continuation, each
+    within the setting's SCOUT-over-OPD effect (2.2 points, q4b-q1.7b-math) of SCOUT's full teacher."""
+    s = "toy-l-s-math"
+    _runs(cfg, s, "scout", [0.600, 0.602, 0.604])
+    _runs(cfg, s, "scout-lora", [0.601, 0.603, 0.605])
+    rows = []
+    for i in range(40):
+        q = f"q{i}"
+        rows += [("initial", 0, "initial-student", 0.5, q, 2)]
+        for seed in (1, 2, 3):  # the LoRA teacher one right continuation fewer on every fourth question
+            rows += [("scout", seed, "initial-student", 0.5, q, 3), ("scout-lora", seed, "initial-student", 0.5, q, 3 - (i % 4 == 0))]
+    _items(cfg, s, rows)
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    avg = _one(found, "lora_teacher_student", s)
+    assert avg.kind == "on_par" and avg.margin == 2.2 and avg.effect == pytest.approx(0.1) and avg.verdict == HOLDS
+    cont = _one(found, "lora_teacher_continuation", s)
+    # LoRA minus full: 10 of 160 continuations fewer a seed = -6.25 points, well outside 2.2 points
+    assert cont.kind == "on_par" and cont.effect == pytest.approx(-100 * 10 / 160)
+    assert cont.verdict == FAILS and cont.high < 0
+    assert "scout-lora s3" in " ".join(cont.used)
+    assert not [c for c in found if c.id.startswith("lora_") and c.setting != s]  # the lora experiment's setting only
+
+
 # ------------------------------------------------------------------------------------------------
 # The paper's own numbers
 # ------------------------------------------------------------------------------------------------

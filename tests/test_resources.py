@@ -110,6 +110,7 @@ def test_paper_placement(setting, variant, method, nodes, runtime):
 def test_plan_counts_jobs_and_hours():
     cfg = toy_config()
     cfg["experiments"] = {"main": {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}}
+    cfg["claims"] = []  # the config's own claims are about experiments left out here
     cfg["settings"] = {"toy-l-s-math": cfg["settings"]["toy-l-s-math"]}
     cfg["models"].pop("toy-medium-grpo")
     cfg.pop("analysis")

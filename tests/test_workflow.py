@@ -164,7 +164,10 @@ def test_grid_ends_with_the_report(finished_grid):
     else:
         assert "reflection_toy-l-s-math" in manifest["figures"] and reflect.p_reflect.between(0, 1).all()
     cont = pd.read_csv(finished_grid / "results" / "analysis" / "toy-l-s-math" / "continuation.csv")
-    assert sorted(set(cont.teacher)) == ["initial", "scout", "scout@step2"] and sorted(set(cont.prefix_ratio)) == [
+    # the LoRA teacher (experiment lora) is probed beside SCOUT's on the initial student's prefixes
+    assert sorted(set(cont.teacher)) == ["initial", "scout", "scout-lora", "scout@step2"]
+    assert set(cont[cont.teacher == "scout-lora"].prefixes) == {"initial-student"}
+    assert sorted(set(cont.prefix_ratio)) == [
         0.25,
         0.75,
     ]

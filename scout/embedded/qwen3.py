@@ -111,6 +111,18 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+def applied_weight(linear: nn.Module) -> torch.Tensor:
+    """The weight a projection's forward applies. A LoRA-wrapped one (peft's layer: the plain
+    linear map is its ``base_layer``) adds its active adapters' update unless they are switched off
+    or already merged, so packed inference computes the adapted model, as the modules do."""
+    base = getattr(linear, "base_layer", None)
+    if base is None:
+        return linear.weight
+    if linear.disable_adapters or linear.merged:
+        return base.weight
+    return base.weight + sum(linear.get_delta_weight(name) for name in linear.active_adapters)
+
+
 class Layer(nn.Module):
     def __init__(self, c: dict):
         super().__init__()
@@ -129,10 +141,10 @@ class Layer(nn.Module):
         biases = [p.bias for p in (a.q_proj, a.k_proj, a.v_proj)]
         norms = [a.q_norm.weight] * a.heads + [a.k_norm.weight] * a.kv_heads
         return Packed(
-            qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+            qkv=torch.cat([applied_weight(a.q_proj), applied_weight(a.k_proj), applied_weight(a.v_proj)]),
             qkv_bias=None if biases[0] is None else torch.cat(biases),
             qk_norm=torch.stack(norms),
-            gate_up=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+            gate_up=torch.cat([applied_weight(m.gate_proj), applied_weight(m.up_proj)]),
         )
 
 

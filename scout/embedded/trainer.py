@@ -14,6 +14,7 @@ import json
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import torch
 
 from scout import algorithms as alg
 from scout import grid, runs
-from scout.embedded import lm
+from scout.embedded import lm, lora
 from scout.embedded.optim import AdamW
 from scout.grading import Grader
 from scout.io import DamagedInput, read_jsonl
@@ -44,6 +45,9 @@ class Models:
     teacher: torch.nn.Module | None = None
     teacher_opt: AdamW | None = None
     teacher_ref: torch.nn.Module | None = None
+    # a LoRA teacher (``methods.scout.teacher_lora``): peft's wrapper around ``teacher``, whose
+    # adapters train and whose base, adapters off, is the reference (so ``teacher_ref`` stays None)
+    teacher_lora: torch.nn.Module | None = None
 
 
 @dataclass
@@ -83,9 +87,14 @@ class Trainer:
         if self.method.needs_teacher:
             teacher = lm.load_model(spec["teacher"], self.device)
             if self.method.trains_teacher:
+                sc = spec["method_cfg"]["scout"]
+                if sc.get("teacher_lora"):
+                    self.models.teacher_lora = lora.wrap(teacher, sc["teacher_lora"])
+                    teacher = lora.inner(self.models.teacher_lora)
+                else:
+                    self.models.teacher_ref = _frozen(teacher)
                 self.models.teacher = teacher.train()
-                self.models.teacher_opt = _adamw(teacher, spec["method_cfg"]["scout"]["teacher_lr"])
-                self.models.teacher_ref = _frozen(teacher)
+                self.models.teacher_opt = _adamw(teacher, sc["teacher_lr"])
             else:
                 self.models.teacher = _frozen(teacher)
         self.progress = Progress()
@@ -263,8 +272,8 @@ class Trainer:
             mask[i, : len(c)] = 1.0
         adv_t = adv.unsqueeze(1).expand_as(logp)
         loss, _ = alg.clipped_pg_loss(logp, logp.detach(), adv_t, mask, self.spec["clip"])
-        with torch.no_grad():
-            ref_logp = lm.continuation_logp(models.teacher_ref, prefixes, conts, k_cont, self.pad)
+        with torch.no_grad(), self._teacher_reference() as ref:
+            ref_logp = lm.continuation_logp(ref, prefixes, conts, k_cont, self.pad)
         kl = alg.masked_mean(alg.kl_penalty(logp, ref_logp), mask)
         loss = loss + sc["kl_beta"] * kl
         models.teacher_opt.zero_grad(set_to_none=True)
@@ -282,6 +291,15 @@ class Trainer:
             # prefixes that reach into the line stating the final answer (nothing left to reason)
             "teacher_committed": sum(k > r for k, r in zip(ks, reasoning, strict=True)) / max(1, len(ks)),
         }
+
+    @contextmanager
+    def _teacher_reference(self):
+        """The teacher's initial weights: its frozen copy, or a LoRA teacher's base (adapters off)."""
+        if self.models.teacher_lora is None:
+            yield self.models.teacher_ref
+        else:
+            with lora.base_only(self.models.teacher_lora):
+                yield self.models.teacher
 
     def reasoning_length(self, ids: list[int]) -> int:
         """Tokens before the response's final-answer line (``answer_marker`` of the domain)."""
@@ -303,8 +321,8 @@ class Trainer:
             "student": m.student.state_dict(),
             "student_opt": m.student_opt.state_dict(),
         }
-        if m.teacher_opt is not None:
-            state["teacher"] = m.teacher.state_dict()
+        if m.teacher_opt is not None:  # a LoRA teacher's base is the initial teacher: the adapters suffice
+            state["teacher"] = m.teacher.state_dict() if m.teacher_lora is None else lora.adapter_state(m.teacher)
             state["teacher_opt"] = m.teacher_opt.state_dict()
         torch.save(state, tmp / STATE_FILE)
         tmp.rename(ck / f"step_{step}")
@@ -341,7 +359,10 @@ class Trainer:
         m.student.load_state_dict(state["student"])
         m.student_opt.load_state_dict(state["student_opt"])
         if "teacher" in state:
-            m.teacher.load_state_dict(state["teacher"])
+            if m.teacher_lora is None:
+                m.teacher.load_state_dict(state["teacher"])
+            else:
+                lora.load_adapters(m.teacher, state["teacher"])
             m.teacher_opt.load_state_dict(state["teacher_opt"])
         p = state["progress"]
         self.progress.step = p["step"]
@@ -380,13 +401,19 @@ class Trainer:
         """Save the student (and a trained teacher) in Hugging Face format for evaluation."""
         for who, model in (
             ("", self.models.student),
-            ("-teacher", self.models.teacher if self.method.trains_teacher else None),
+            ("-teacher", self._trained_teacher()),
         ):
             if model is None:
                 continue
             target = self.out / "model" / f"{name}{who}"
             model.save_pretrained(str(target))
             self.tok.save_pretrained(str(target))
+
+    def _trained_teacher(self) -> torch.nn.Module | None:
+        """The teacher as a plain Qwen3 (a LoRA teacher's adapters merged into a copy), if it trains."""
+        if not self.method.trains_teacher:
+            return None
+        return self.models.teacher if self.models.teacher_lora is None else lora.merged(self.models.teacher_lora)
 
     # -- the loop --------------------------------------------------------------------------------------
 
