@@ -184,6 +184,9 @@ def cmd_plan(args) -> int:
     jobs = resources.plan(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
     print(resources.render(jobs))
     print(resources.sharing(cfg))
+    costs = resources.render_teacher_options(cfg)
+    if costs:
+        print(costs)
     waiting = tuning.pending(cfg)
     if waiting:
         print(f"Tuning: {', '.join(f'{s} {p}' for s, p in waiting)} not chosen yet; until then each tuned "

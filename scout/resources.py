@@ -76,6 +76,15 @@ def model_params(config: dict, model: str) -> float | None:
     return spec.get("params")
 
 
+def model_arch(config: dict, model: str) -> dict | None:
+    """A model's architecture (``models.<id>.arch``: its config.json's keys; a prepared teacher has
+    its base's), or None where the config does not say."""
+    spec = config["models"][model]
+    if "prepare" in spec:
+        return model_arch(config, spec["prepare"]["base"])
+    return spec.get("arch")
+
+
 def peak_disk_gb(config: dict, cell: grid.Cell) -> float | None:
     """The most disk a cell's training run holds at once, in GB: the checkpoints the grid
     evaluates (kept, with optimizer state, so the run can also resume from them), the latest one
@@ -245,3 +254,55 @@ def disk_table(jobs: pd.DataFrame) -> pd.DataFrame:
     )
     out["all_at_once_gb"] = out["runs"] * out["peak_disk_gb"]
     return out[["peak_disk_gb", "runs", "all_at_once_gb", "examples"]]
+
+
+# ------------------------------------------------------------------------------------------------
+# SCOUT's teacher: GPUs per training job by how the teacher trains and where it sits
+# ------------------------------------------------------------------------------------------------
+
+
+def teacher_options(config: dict) -> pd.DataFrame:
+    """Per setting the grid trains SCOUT on: OPD's training job, SCOUT's as configured, and the
+    fewest nodes for a full teacher, a LoRA one, and each on the engine's GPUs (``scout.teacher_cost``):
+    nodes, GPUs, GPU-hours at the requested runtime, what the teacher's trainer holds per GPU and
+    what each weight sync moves. Empty where the config gives no sizes (the toy world)."""
+    from scout import teacher_cost as tc
+
+    lora = config["methods"]["scout"].get("teacher_lora") or {}
+    rows = []
+    scout_settings = dict.fromkeys(c.setting for c in grid.cells(config) if METHODS[c.method].trains_teacher)
+    for setting in scout_settings:
+        teacher = config["settings"][setting]["teacher"]
+        params, arch = model_params(config, teacher), model_arch(config, teacher)
+        opd = job_resources(config, "train", setting, "opd", "opd")
+        sc = job_resources(config, "train", setting, "scout", "scout")
+        if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
+            continue
+        s, tr = config["settings"][setting], config["training"]
+        tokens = s.get("max_prompt_length", tr["max_prompt_length"]) + tr["max_response_length"]
+        gpus = opd["nodes"] * opd["gpus_per_node"]
+        rows.append({"setting": setting, "option": "OPD", "nodes": opd["nodes"], "gpus": gpus,
+                     "gpu_hours": tc.gpu_hours(gpus, opd["runtime"])})  # fmt: skip
+        found = tc.options(params, arch, tokens, sc["nodes"], sc["gpus_per_node"], sc["gpu_mem_gb"],
+                           lora.get("rank", 0), lora.get("target_modules") or tc.QWEN_TARGETS)  # fmt: skip
+        for o in found:
+            rows.append({"setting": setting, "option": o.name, "nodes": o.nodes, "gpus": o.gpus,
+                         "gpu_hours": tc.gpu_hours(o.gpus, sc["runtime"]), "trainer_gpus": o.trainer_gpus,
+                         "state_gib": o.state_gib_per_gpu, "activation_gib": o.activation_gib, "sync_mib": o.sync_mib,
+                         "fits": "yes" if o.fits else "no"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def render_teacher_options(config: dict) -> str:
+    """``teacher_options`` as ``scout plan`` prints it (empty where there is nothing to cost)."""
+    from scout import teacher_cost as tc
+
+    table = teacher_options(config)
+    if not len(table):
+        return ""
+    head = (f"SCOUT's teacher: GPUs per training job (GPU-hours at the requested runtime; scout/teacher_cost.py). "
+            f"The teacher's trainer fits when its state ({tc.TRAINED_BYTES} B a trained parameter, {tc.FROZEN_BYTES} B "
+            f"a frozen one, per GPU) and one micro-batch's activations take at most {tc.USABLE:.0%} of a GPU; 'shared' "
+            f"puts it on the engine's GPUs (the engine sleeps while it trains); sync: what one teacher update sends "
+            f"to the engine.")  # fmt: skip
+    return head + "\n" + table.to_string(index=False, na_rep="", float_format=lambda x: f"{x:,.1f}")

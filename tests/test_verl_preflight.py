@@ -82,6 +82,22 @@ def test_prefill_logits_arithmetic_by_hand():
     assert not preflight.prefill_logits_fit(4096, 151_936, 40, 0.9, resident_bytes=2**30)[0]  # beside 1 GiB more
 
 
+def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
+    """SCOUT's teacher trainer on its pool (a quarter of the 4-GPU node): a full teacher's state and
+    a LoRA one's, each with a micro-batch's activations, against the GPU; too small a GPU fails."""
+    cfg = copy.deepcopy(verl_toy)
+    cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
+                                  "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
+    full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora"))
+    assert full.checks["teacher trainer"].startswith("full teacher on 1 GPUs: state")
+    assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on 1 GPUs: state")
+    state = {r: float(r_.checks["teacher trainer"].split("state ")[1].split(" ")[0]) for r, r_ in (("f", full), ("l", lora))}
+    assert state["l"] < state["f"]
+    cfg["resources"]["default"]["gpu_mem_gb"] = 1e-9
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    assert any(p.startswith("teacher trainer: LoRA r4 teacher") for p in row.problems)
+
+
 def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):
     """Without the hub, a model named by id fails at once rather than after the hub's retries."""
     from scout.cli import offline_unless_hub_reachable

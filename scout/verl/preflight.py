@@ -4,7 +4,8 @@ training job. Each check goes through verl's own code where verl's code runs on 
 
 Per cell: the composed config (verl's validators); both ends of SCOUT's weight sync; the steps
 verl's dataloader will run on the prepared data against the planned step count; for each vLLM
-engine, the KV cache its context needs against the GPU memory its node gives it; the rollout's
+engine, the KV cache its context needs against the GPU memory its node gives it; for SCOUT, its
+teacher trainer's state (full or LoRA) and activations against its pool's GPUs; the rollout's
 log-prob setting against the agent loop. Per model: the first prompt as verl's own agent loop
 renders it from the prepared data (thinking or not).
 """
@@ -97,6 +98,25 @@ def prefill_logits_fit(batched_tokens: int, vocab: int, gpu_gib: float, utilizat
     free = gpu_gib * GIB * (1 - utilization) - resident_bytes
     text = f"prefill logits {need / GIB:.1f} GiB for {batched_tokens} tokens, {max(free, 0) / GIB:.1f} GiB outside vLLM"
     return need <= free, text
+
+
+def teacher_trainer_fit(cfg, arch: dict, gpu_gib: float) -> tuple[bool, str]:
+    """Does SCOUT's teacher trainer (full or LoRA, ``scout.teacher_cost``) fit the GPUs of its pool:
+    its state sharded over them and one micro-batch's activations on each?"""
+    from scout import teacher_cost as tc
+    from scout.verl.trainer import teacher_lora
+
+    tt = cfg.scout.teacher_train
+    gpus = tt.nnodes * tt.n_gpus_per_node
+    params = weight_bytes(arch, "float32") / 4
+    lora = teacher_lora(cfg)
+    adapters = tc.lora_parameters(arch, lora["rank"], lora["target_modules"]) if lora else 0
+    state = tc.trainer_bytes(params, adapters)
+    act = tc.activation_bytes(arch, cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
+    kind = f"LoRA r{lora['rank']}" if lora else "full"
+    text = (f"{kind} teacher on {gpus} GPUs: state {state / max(gpus, 1) / GIB:.3g} + activations {act / GIB:.3g} GiB "
+            f"a GPU, {tc.USABLE * gpu_gib:.3g} usable")  # fmt: skip
+    return tc.fits(state, act, gpus, gpu_gib), text
 
 
 def steps_per_epoch(rows: int, batch: int) -> int:
@@ -203,6 +223,14 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
             resident = 16 * weight_bytes(arch, "float32") / 4 / e["actor_gpus"] if e["actor_gpus"] else 0.0
             fits, text = prefill_logits_fit(e["batched"] or 8192, arch["vocab_size"], gpu_gb, e["util"], resident)
             (row.ok if fits else row.fail)(f"{name} prefill", text)
+    if gpu_gb and "scout" in cfg and "teacher_train" in cfg.scout:
+        try:
+            arch = _model_config(config, setting["teacher"])
+        except (OSError, ValueError) as exc:
+            row.fail("teacher trainer", f"cannot read the teacher's config: {str(exc).splitlines()[0][:120]}")
+        else:
+            fits, text = teacher_trainer_fit(cfg, arch, gpu_gb)
+            (row.ok if fits else row.fail)("teacher trainer", text)
     data = grid.data_path(config, setting["train_data"])
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")
