@@ -46,10 +46,11 @@ pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 # all CI runs of it
 KINDS = ["scout", "relay_opd", "opd", "opd_teacher_grpo", "prune_opd", "optr", "grpo"]
 RESUME = "grpo-resume"
+LORA = "scout-lora-resume"  # SCOUT with a LoRA teacher, killed and resumed (experiment lora's variant)
 ALL = os.environ.get("SCOUT_VERL_CPU") == "all"
-# the order the lanes take them: the two three-node kinds apart, the runs balanced over the lanes
-RUN = ["scout", RESUME, "relay_opd", "opd_teacher_grpo", "prune_opd"] + (["opd", "optr", "grpo"] if ALL else [])
-THREE_NODES = {"scout", "opd_teacher_grpo"}
+# the order the lanes take them: the three-node kinds apart, the runs balanced over the lanes
+RUN = ["scout", RESUME, LORA, "relay_opd", "opd_teacher_grpo", "prune_opd"] + (["opd", "optr", "grpo"] if ALL else [])
+THREE_NODES = {"scout", "opd_teacher_grpo", LORA}
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
 ARCH = {"hidden_size": 64, "heads": 2, "kv_heads": 1, "intermediate_size": 128, "lr": 3e-3, "batch": 32}
 
@@ -142,7 +143,11 @@ def verl_runs(cpu_world) -> dict:
         with three_nodes if variant in THREE_NODES else nullcontext():
             t0 = time.perf_counter()
             if variant == RESUME:
-                done = _kill_and_resume(cpu_world)
+                done = _kill_and_resume(cpu_world, _spec(cpu_world["config"], "grpo", total_steps=4, epochs=2), RESUME)
+            elif variant == LORA:  # a teacher phase every step: three syncs to check, one across the resume
+                spec = _spec(cpu_world["config"], "scout-lora", total_steps=4, epochs=2)
+                spec["method_cfg"]["scout"].update(interval=1, k=8)  # K = 8: groups with mixed rewards
+                done = _kill_and_resume(cpu_world, spec, LORA)
             else:
                 done = _train(cpu_world, _spec(cpu_world["config"], variant), cpu_world["root"] / "runs" / variant)
             return done, time.perf_counter() - t0
@@ -202,19 +207,26 @@ def test_the_prefix0_teacher_changes_in_its_update_and_its_engine_serves_it(cpu_
     cfg = cpu_world["config"]
     initial = load_file(str(Path(grid.model_path(cfg, "toy-large")) / "model.safetensors"))
     trained = load_file(str(next((out / "model" / "final-teacher").glob("*.safetensors"))))
-    common = sorted(set(initial) & set(trained))
-    assert common and any(not __import__("torch").equal(initial[k], trained[k].to(initial[k].dtype)) for k in common)
+    assert _changed(initial, trained)
 
 
-def _kill_and_resume(world: dict) -> dict:
-    """A 4-step GRPO run killed after its step-2 checkpoint, then run again to the end. The kill
+def _changed(initial: dict, exported: dict) -> set[str]:
+    """Tensors of an export that differ from the initial model's, rounded as the export is (verl's
+    merger writes bf16: an untrained fp32 model differs from its own export by rounding alone)."""
+    import torch
+
+    assert set(initial) == set(exported)
+    return {k for k in initial if not torch.equal(initial[k].to(exported[k].dtype), exported[k])}
+
+
+def _kill_and_resume(world: dict, spec: dict, name: str) -> dict:
+    """A 4-step run killed after its step-2 checkpoint, then run again to the end. The kill
     takes the run's whole process group: Ray's head, raylet and workers and vLLM's engine are
     started by the driver without a new session, so nothing of that Ray survives, and no other
     run's Ray (another lane's) is touched."""
-    spec = _spec(world["config"], "grpo", total_steps=4, epochs=2)
-    out = world["root"] / "runs" / RESUME
+    out = world["root"] / "runs" / name
     cmd, env = _job(spec, out)
-    with open(world["root"] / "runs" / f"{RESUME}.killed.log", "w") as log:
+    with open(world["root"] / "runs" / f"{name}.killed.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=world["root"],
                                 start_new_session=True)  # fmt: skip
         deadline = time.time() + 900
@@ -268,3 +280,56 @@ def test_a_killed_verl_run_resumes_from_its_checkpoint(cpu_world, verl_runs):
     assert summary["resumed_from"] == 2 and summary["steps"] == 4
     assert _last(r"training/rollout_actor_probs_pearson_corr:([0-9.e-]+)", done.stdout + done.stderr) > 0.99
     _evaluation_reads(cpu_world["root"] / "runs" / RESUME / "model" / "final")
+
+
+def _lora_bytes(config: dict, rank: int) -> int:
+    """fp32 bytes of a rank-``rank`` adapter on the seven projections of the CPU world's teacher."""
+    from scout import teacher_cost as tc
+
+    arch = json.loads((Path(grid.model_path(config, "toy-large")) / "config.json").read_text())
+    return 4 * tc.lora_parameters(arch, rank)
+
+
+def test_scout_with_a_lora_teacher_syncs_its_adapter_alone_and_resumes(cpu_world, verl_runs):
+    """SCOUT with a LoRA teacher (verl's FSDP LoRA, scout.verl.lora_sync), a teacher phase every step,
+    killed after its step-2 checkpoint and resumed: each sync moves the adapter alone (its fp32
+    bytes, against the full teacher's every tensor), the engine then serves what the trainer holds
+    (its probabilities of its own samples against the trainer's), the teacher changes, and the
+    resumed run first pushes the checkpoint's adapter into the fresh engine."""
+    ran, _ = verl_runs[LORA]
+    assert ran["killed"] == {"checkpoint": "2", "finished": False, "survivors": False}
+    done = ran["resumed"]
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    out = cpu_world["root"] / "runs" / LORA
+    summary = json.loads((out / "train.json").read_text())
+    assert summary["resumed_from"] == 2 and summary["steps"] == 4
+    config = cpu_world["config"]
+    rank = summary["spec"]["method_cfg"]["scout"]["teacher_lora"]["rank"]
+    killed = (cpu_world["root"] / "runs" / f"{LORA}.killed.log").read_text()
+    sent = [int(m[1]) for m in re.findall(r"sent (\d+) tensors, (\d+) B", killed + log)]
+    assert sent and set(sent) == {_lora_bytes(config, rank)}, sent  # adapters only, every sync
+    # the resumed run syncs once more than it updates (steps 3 and 4): first, on start, the
+    # checkpoint's adapter into the fresh engine
+    assert len(re.findall(r"sent \d+ tensors", log)) == 3
+    full = verl_runs["scout"][0]
+    full_sent = {int(b) for b in re.findall(r"sent \d+ tensors, (\d+) B", full.stdout + full.stderr)}
+    # the full teacher's sync: every tensor (at the toy's width rank 8 is an eighth of it; a 4B
+    # teacher's rank-16 adapter is a 120th, scout plan --config config/paper.yaml)
+    assert len(full_sent) == 1 and next(iter(full_sent)) > 4 * _lora_bytes(config, rank)
+    print(f"bytes per teacher sync: LoRA r{rank} {sent[0]:,}, full teacher {next(iter(full_sent)):,}")
+    # after each sync (phases 2-4: the first follows none) the engine serves the trainer's weights
+    pearson = [float(x) for x in re.findall(r"scout/teacher_engine_trainer_pearson:([-+0-9.e]+)", killed + log)]
+    assert len(pearson) >= 3 and min(pearson) > 0.99, pearson
+    from safetensors.torch import load_file
+
+    initial = load_file(str(Path(grid.model_path(config, "toy-large")) / "model.safetensors"))
+    final = out / "model" / "final-teacher"
+    assert not (final / "lora_adapter").exists()  # folded into the weights: the evaluation's model
+    # the adapted projections changed, and nothing else (the base is frozen, the head untouched)
+    layers = json.loads((final / "config.json").read_text())["num_hidden_layers"]
+    where = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+             "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}  # fmt: skip
+    adapted = {f"model.layers.{i}.{where[t]}.{t}.weight" for i in range(layers) for t in grid.LORA_TARGETS}
+    assert _changed(initial, load_file(str(next(final.glob("*.safetensors"))))) == adapted
+    _evaluation_reads(final)

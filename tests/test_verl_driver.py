@@ -167,6 +167,41 @@ def scout_cfg(variant="scout", setting="q8b-q1.7b-math"):
     )
 
 
+def test_a_lora_export_is_folded_into_plain_weights(world, tmp_path):
+    """verl's merger leaves a LoRA checkpoint as the base plus ``lora_adapter/``: the export folds the
+    adapter in (the evaluation then reads the trained teacher), and refuses an alpha of 0."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "final-teacher"
+    shutil.copytree(world["teacher"], folder)
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    adapted = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"]))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    adapted.save_pretrained(folder / "lora_adapter")  # the layout verl's merger writes
+    ids = torch.tensor([[3, 4, 5, 6]])
+    with torch.no_grad():
+        want = adapted(input_ids=ids).logits
+        with adapted.disable_adapter():
+            initial = adapted(input_ids=ids).logits
+    bad = tmp_path / "alpha0"
+    shutil.copytree(folder, bad)
+    config = json.loads((bad / "lora_adapter" / "adapter_config.json").read_text())
+    (bad / "lora_adapter" / "adapter_config.json").write_text(json.dumps({**config, "lora_alpha": 0}))
+    with pytest.raises(RuntimeError, match="lora_alpha is 0"):
+        driver.fold_adapter(bad)
+    driver.fold_adapter(folder)
+    assert not (folder / "lora_adapter").exists()
+    with torch.no_grad():
+        got = AutoModelForCausalLM.from_pretrained(folder)(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, initial, atol=1e-3)
+    driver.fold_adapter(folder)  # a plain model: nothing to fold
+
+
 def test_the_teacher_trainer_config():
     from verl.utils.config import omega_conf_to_dataclass
 

@@ -868,6 +868,44 @@ def test_teacher_train_batch_refuses_mismatched_or_overlong_input():
         tp.teacher_train_batch(req, [[1], [1, 2, 3, 4, 5]], [0.0, 1.0], PAD, 6)
 
 
+def test_engine_agreement_by_hand():
+    """Probabilities of the continuation tokens only (after each row's prefix), engine vs trainer."""
+    lg = math.log
+    trainer = torch.tensor([[lg(0.5), lg(0.2), lg(0.9), 0.0], [lg(0.1), lg(0.4), 0.0, 0.0]])
+    same = [[lg(0.2), lg(0.9)], [lg(0.1), lg(0.4)]]
+    assert tp.engine_agreement(trainer, [1, 0], same) == pytest.approx(1.0)
+    # x = [.2, .9, .1, .4], y = [.9, .2, .1, .4]: both mean .4; cov -0.11, var 0.38 each
+    swapped = [[lg(0.9), lg(0.2)], [lg(0.1), lg(0.4)]]
+    assert tp.engine_agreement(trainer, [1, 0], swapped) == pytest.approx(-0.11 / 0.38)
+    assert math.isnan(tp.engine_agreement(trainer, [1, 0], [[lg(0.2)], []]))  # one token: no correlation
+
+
+def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
+    """A LoRA teacher's trainer: verl's LoRA keys on its model, unmerged (the adapter alone is
+    synced); the engine's peft config from the same keys."""
+    from scout.verl import lora_sync
+    from scout.verl.trainer import teacher_lora, teacher_worker_config
+    from tests.conftest import toy_config
+
+    config = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
+    cell = grid.find_cell(config, "toy-l-s-math", "scout-lora", 1)
+    spec = {**grid.run_spec(config, cell), "resources": resources.job_resources(config, "train", cell.setting,
+                                                                                  cell.method, cell.variant)}  # fmt: skip
+    composed = vc.build(spec, spec["resources"], "/tmp/x")
+    assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(grid.LORA_TARGETS)}
+    t = teacher_worker_config(composed)
+    assert (t.model.lora_rank, t.model.lora_alpha, t.model.lora.merge) == (8, 16, False)
+    assert list(t.model.target_modules) == list(grid.LORA_TARGETS)
+    peft = lora_sync.peft_config(t.model)
+    assert peft == {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
+                    "target_modules": list(grid.LORA_TARGETS), "bias": "none"}  # fmt: skip
+    full = grid.find_cell(config, "toy-l-s-math", "scout", 1)
+    spec = {**grid.run_spec(config, full), "resources": spec["resources"]}
+    composed = vc.build(spec, spec["resources"], "/tmp/x")
+    assert teacher_lora(composed) is None and teacher_worker_config(composed).model.lora_rank == 0
+    assert lora_sync.peft_config(teacher_worker_config(composed).model) is None
+
+
 @pytest.mark.parametrize(
     "env",
     [

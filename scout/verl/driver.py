@@ -53,8 +53,30 @@ def merge(src: Path, dst: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"model merger failed for {src} (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    fold_adapter(tmp)
     shutil.rmtree(dst, ignore_errors=True)
     tmp.rename(dst)
+
+
+def fold_adapter(folder: Path) -> None:
+    """A LoRA-trained model as the evaluation reads it: verl's merger saves the frozen base as the
+    model and the trained adapter beside it (``lora_adapter/``), which would evaluate the untrained
+    teacher; peft folds the adapter into the weights and the folder becomes a plain checkpoint."""
+    adapter = folder / "lora_adapter"
+    if not adapter.is_dir():
+        return
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    if not config.get("lora_alpha"):  # verl's merger falls back to 0 without its metadata: no update at all
+        raise RuntimeError(f"{adapter}: lora_alpha is {config.get('lora_alpha')!r}; folding it would drop the update")
+    base = AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype="auto")
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    shutil.rmtree(adapter)
+    for old in [*folder.glob("*.safetensors"), *folder.glob("*.safetensors.index.json")]:
+        old.unlink()  # the base's weights (one file or shards): the merged model replaces them
+    merged.save_pretrained(str(folder))
 
 
 def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=print) -> list[str]:

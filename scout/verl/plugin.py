@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from scout import algorithms as alg
+from scout.verl import lora_sync
 
 METHOD_CFG_ENV = "SCOUT_METHOD_CFG"
 # Prune-OPD's adaptive budget: the trainer passes L to the actor's loss under BUDGET_KEY and reads
@@ -236,4 +237,6 @@ def register() -> None:
         patch_on_import(SERVER_MODULE, "extract_prompt_logprobs", extract_prompt_logprobs_keeping_sampled)
 
 
+
 register()
+lora_sync.install()

@@ -161,3 +161,21 @@ def teacher_train_batch(requests, continuations: list[list[int]], rewards: list[
         non_tensors=non_tensor,
         meta_info=dict(requests.meta_info),
     )
+
+
+def engine_agreement(trainer_logp: torch.Tensor, prefix_lengths: list[int], engine_logp: list[list[float]]) -> float:
+    """Pearson correlation of the continuation tokens' probabilities under the teacher's engine
+    (returned with the samples) and under its trainer (``trainer_logp`` [N, width] over the
+    response = prefix + continuation): near 1 when the engine serves the weights the trainer
+    holds, that is, when the last weight sync delivered them (verl's rollout/actor check, for the
+    teacher). NaN without two tokens or without spread."""
+    a, b = [], []
+    for row, k, lps in zip(trainer_logp, prefix_lengths, engine_logp, strict=True):
+        a += row[k : k + len(lps)].tolist()
+        b += list(lps)
+    if len(a) < 2:
+        return float("nan")
+    x, y = np.exp(np.asarray(a, dtype=np.float64)), np.exp(np.asarray(b, dtype=np.float64))
+    if x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1])

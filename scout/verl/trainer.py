@@ -16,7 +16,9 @@ teacher phase:
    (``teacher_phase.teacher_train_batch``);
 5. old and reference log-probs, ``scout_grpo`` advantages, one update of the teacher worker group;
 6. push the new teacher weights into the inference engine (a ``CheckpointEngineManager`` over the
-   teacher's replicas, NCCL), so the next student steps are scored by the updated teacher.
+   teacher's replicas, NCCL), so the next student steps are scored by the updated teacher; a
+   LoRA teacher (``methods.scout.teacher_lora``) pushes its adapter alone (``scout.verl.lora_sync``)
+   and is its own reference (its base, adapter off), so it has no reference copy.
 
 Everything except the worker-group calls is a pure function tested on CPU; the class itself needs
 GPUs and is exercised only by the smoke test in docs/verl-backend.md.
@@ -71,7 +73,21 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
         receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
         t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
         t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
+        lora = teacher_lora(cfg)
+        if lora:  # verl's FSDP LoRA (peft), frozen base; the reference is the base, adapter off
+            t.model.lora_rank = int(lora["rank"])
+            t.model.lora_alpha = lora["alpha"]
+            t.model.target_modules = list(lora["target_modules"])
+            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync)
+            t.model.lora.merge = False
     return t
+
+
+def teacher_lora(cfg: DictConfig) -> dict | None:
+    """The teacher's LoRA settings (``methods.scout.teacher_lora`` resolved per cell), or None for a
+    full teacher."""
+    lora = cfg.scout.scout.get("teacher_lora")
+    return OmegaConf.to_container(lora, resolve=True) if lora and lora.get("rank", 0) > 0 else None
 
 
 def teacher_step_due(global_step: int, interval: int) -> bool:
@@ -264,19 +280,20 @@ class ScoutTrainer(RetainCheckpoints):
 
         tcfg = teacher_worker_config(self.config)
         worker = ray.remote(ActorRolloutRefWorker)
-        classes = {
-            "teacher_actor": RayClassWithInitArgs(cls=worker, config=tcfg, role="actor"),
-            "teacher_ref": RayClassWithInitArgs(cls=worker, config=tcfg, role="ref"),
-        }
+        classes = {"teacher_actor": RayClassWithInitArgs(cls=worker, config=tcfg, role="actor")}
+        self.teacher_lora = teacher_lora(self.config) is not None
+        if not self.teacher_lora:  # a LoRA teacher's reference is its own base (adapter off): no copy
+            classes["teacher_ref"] = RayClassWithInitArgs(cls=worker, config=tcfg, role="ref")
         pool = self.resource_pool_manager.get_resource_pool("scout_teacher")
         groups = RayWorkerGroup(
             resource_pool=pool,
             ray_cls_with_init=create_colocated_worker_cls(class_dict=classes),
             device_name=self.config.trainer.device,
         ).spawn(prefix_set=classes.keys())
-        self.teacher_wg, self.teacher_ref_wg = groups["teacher_actor"], groups["teacher_ref"]
-        self.teacher_wg.init_model()
-        self.teacher_ref_wg.init_model()
+        self.teacher_wg, self.teacher_ref_wg = groups["teacher_actor"], groups.get("teacher_ref")
+        for wg in (self.teacher_wg, self.teacher_ref_wg):
+            if wg is not None:
+                wg.init_model()
         replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
         _bind_teacher_servers(replicas)
         self.teacher_sync = CheckpointEngineManager(
@@ -322,7 +339,7 @@ class ScoutTrainer(RetainCheckpoints):
         sc, width = cfg.scout.scout, cfg.actor_rollout_ref.rollout.response_length
         ratio = teacher_ratio(cfg, self.global_steps)
         req = tp.continuation_requests(student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width)
-        conts = self._generate(req)
+        conts, engine_logp = self._generate(req)
         nt = req.non_tensor_batch
         texts = graded_texts(tok, nt[tp.PREFIX_IDS], conts)
         rewards = grade_batch(
@@ -332,8 +349,9 @@ class ScoutTrainer(RetainCheckpoints):
         temperature = cfg.actor_rollout_ref.rollout.temperature
         td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
         old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
-        ref = no_padding_2_padding(tu.get(self.teacher_ref_wg.compute_ref_log_prob(td), "log_probs"), td).float()
+        ref = no_padding_2_padding(tu.get(self._teacher_reference(batch, temperature), "log_probs"), td).float()
         batch.batch["old_log_probs"], batch.batch["ref_log_prob"] = old, ref
+        agreement = tp.engine_agreement(old, [len(p) for p in nt[tp.PREFIX_IDS]], engine_logp)
         batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
         size = len(batch)
         td = worker_batch(
@@ -348,21 +366,37 @@ class ScoutTrainer(RetainCheckpoints):
             "scout/teacher_prefix_ratio": ratio,
             "scout/teacher_reward": float(np.mean(rewards)),
             "scout/teacher_cont_length": float(np.mean([len(c) for c in conts])),
+            # the engine's probabilities of its own samples against the trainer's, before this
+            # update: near 1 when the previous sync delivered the trainer's weights
+            "scout/teacher_engine_trainer_pearson": agreement,
             **teacher_update_metrics(out),
         }
 
-    def _generate(self, req) -> list[list[int]]:
+    def _teacher_reference(self, batch, temperature: float):
+        """Log-probs under the initial teacher: its frozen copy, or a LoRA teacher's base (verl's own
+        reference path for LoRA actors: ``no_lora_adapter`` runs the engine with the adapter off)."""
+        if not self.teacher_lora:
+            td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
+            return self.teacher_ref_wg.compute_ref_log_prob(td)
+        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature,
+                          no_lora_adapter=True)  # fmt: skip
+        return self.teacher_wg.compute_log_prob(td)
+
+    def _generate(self, req) -> tuple[list[list[int]], list[list[float]]]:
+        """The engine's continuations and its log-probs of their tokens."""
         client = self.get_teacher_client()["default"]
         nt = req.non_tensor_batch
 
         async def all_requests():
             calls = [
-                client.generate(uuid4().hex, prompt_ids=list(p), sampling_params=sampling_params(self.config, m))
+                client.generate(uuid4().hex, prompt_ids=list(p),
+                                sampling_params={**sampling_params(self.config, m), "logprobs": True})  # fmt: skip
                 for p, m in zip(nt["raw_prompt_ids"], nt[tp.MAX_TOKENS], strict=True)
             ]
             return await asyncio.gather(*calls)
 
-        return [list(o.token_ids) for o in asyncio.run(all_requests())]
+        outs = asyncio.run(all_requests())
+        return [list(o.token_ids) for o in outs], [list(o.log_probs or []) for o in outs]
 
 
 class PruneTrainer(RetainCheckpoints):
