@@ -15,7 +15,7 @@ is one response), so nothing is sampled twice:
   checkpoints: the final one, and any intermediate ``analysis.checkpoints``; labelled
   ``student@step{N}`` and ``scout@step{N}``).
 
-Every teacher probed (initial, SCOUT-trained, the prefix-0 control's, LoRA ones) also gives its probability of a
+Every teacher probed (initial, SCOUT-trained, the prefix-0 control's; not the LoRA ones) also gives its probability of a
 reflection word after each step of the initial student's responses (``reflection.csv``,
 ``scout.behaviour``): does training teach it to reflect where the student went wrong, or everywhere?
 
@@ -247,8 +247,10 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             engine = make_generator(
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )
-            probe(engine, grader, r.get("label", "control"), r["seed"], "initial-student", initial_student)
-            reflection(engine, r.get("label", "control"), r["seed"])
+            label = r.get("label", "control")
+            probe(engine, grader, label, r["seed"], "initial-student", initial_student)
+            if label == "control":  # the behaviour figure sets the control's reflection beside SCOUT's
+                reflection(engine, label, r["seed"])
             del engine
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
