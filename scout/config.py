@@ -360,7 +360,7 @@ def select(config: dict) -> dict:
     if config.get("claims"):  # the config's own claims about what the selection still trains
         config["claims"] = [
             c for c in config["claims"]
-            if c.get("experiment", next(iter(kept))) in kept and {c["variant"], c.get("baseline", c["variant"])} <= left
+            if c.get("experiment") in (None, *kept) and {c["variant"], c.get("baseline", c["variant"])} <= left
         ]  # fmt: skip
     if str(sel.get("analysis", True)).lower() == "false":  # no teacher probes (nor the teachers they alone need)
         config.pop("analysis", None)

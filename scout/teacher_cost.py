@@ -32,16 +32,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scout.grid import LORA_TARGETS
+
 GIB = 1 << 30
 TRAINED_BYTES = 16  # fp32 weights, gradients, Adam's two moments
 FROZEN_BYTES = 4  # an fp32 copy that does not train (a full teacher's reference; a LoRA teacher's base)
 SYNC_BYTES = 4  # the trainer's fp32 tensors, as the checkpoint engine sends them
 USABLE = 0.9  # of a GPU's memory for the training state and activations
 WHAT_IF_RANK = 16  # the LoRA rank the plan costs where the config trains full teachers
-QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def lora_parameters(arch: dict, rank: int, targets: tuple[str, ...] | list[str] = QWEN_TARGETS) -> int:
+def lora_parameters(arch: dict, rank: int, targets: tuple[str, ...] | list[str] = LORA_TARGETS) -> int:
     """Adapter parameters of a Qwen-style decoder: rank x (fan-in + fan-out) per adapted projection
     per layer (A is rank x in, B is out x rank). ``arch``: Hugging Face config keys."""
     h, inter, heads = arch["hidden_size"], arch["intermediate_size"], arch["num_attention_heads"]
@@ -94,12 +95,9 @@ def _option(name: str, nodes: int, gpus_per_node: int, gpu_gib: float, params: f
             shared: bool, activations: float) -> Option:  # fmt: skip
     from scout.verl.config import placement
 
-    pools = placement("scout", {"nodes": nodes, "gpus_per_node": gpus_per_node})
-    if shared:  # the trainer on the engine's pool: the student's node and the engine's, as OPD
-        pools = placement("opd", {"nodes": nodes, "gpus_per_node": gpus_per_node})
-        trainer = pools["teacher_nodes"] * pools["teacher_gpus"]
-    else:
-        trainer = pools["train_nodes"] * pools["train_gpus"]
+    # shared: the trainer on the engine's pool, placed as OPD's teacher (the student's node and the engine's)
+    pools = placement("opd" if shared else "scout", {"nodes": nodes, "gpus_per_node": gpus_per_node})
+    trainer = pools["teacher_nodes"] * pools["teacher_gpus"] if shared else pools["train_nodes"] * pools["train_gpus"]
     state = trainer_bytes(params, adapters)
     return Option(name, nodes, nodes * gpus_per_node, trainer, state / max(trainer, 1) / GIB, activations / GIB,
                   sync_bytes(params, adapters) / (1 << 20), fits(state, activations, trainer, gpu_gib))  # fmt: skip
@@ -116,7 +114,7 @@ def fewest_nodes(name: str, gpus_per_node: int, gpu_gib: float, params: float, a
 
 
 def options(params_b: float, arch: dict, tokens: int, configured_nodes: int, gpus_per_node: int, gpu_gib: float,
-            rank: int = 0, targets: tuple[str, ...] | list[str] = QWEN_TARGETS) -> list[Option]:  # fmt: skip
+            rank: int = 0, targets: tuple[str, ...] | list[str] = LORA_TARGETS) -> list[Option]:  # fmt: skip
     """SCOUT's options for one teacher (``params_b`` billions, ``arch`` its config.json keys, ``tokens``
     a micro-batch): the configured placement with a full teacher, then the fewest nodes for a full
     teacher and a LoRA one (``rank``, or ``WHAT_IF_RANK`` where the config trains full teachers),

@@ -29,7 +29,7 @@ def wrap(model: torch.nn.Module, cfg: dict):
     # no task_type: CAUSAL_LM expects transformers' generation methods, which this Qwen3 lacks
     config = LoraConfig(
         r=int(cfg["rank"]),
-        lora_alpha=cfg.get("alpha", 16),
+        lora_alpha=cfg["alpha"],
         target_modules=list(cfg["target_modules"]),
         lora_dropout=0.0,
         bias="none",
@@ -57,10 +57,6 @@ def merged(peft_model) -> torch.nn.Module:
 def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The adapters' tensors: all a sync to an inference engine needs to send after an update."""
     return {k: v for k, v in model.state_dict().items() if "lora_" in k}
-
-
-def trainable_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def load_adapters(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:

@@ -349,7 +349,7 @@ class ScoutTrainer(RetainCheckpoints):
         temperature = cfg.actor_rollout_ref.rollout.temperature
         td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
         old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
-        ref = no_padding_2_padding(tu.get(self._teacher_reference(batch, temperature), "log_probs"), td).float()
+        ref = no_padding_2_padding(tu.get(self._teacher_reference(td), "log_probs"), td).float()
         batch.batch["old_log_probs"], batch.batch["ref_log_prob"] = old, ref
         agreement = tp.engine_agreement(old, [len(p) for p in nt[tp.PREFIX_IDS]], engine_logp)
         batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
@@ -372,14 +372,15 @@ class ScoutTrainer(RetainCheckpoints):
             **teacher_update_metrics(out),
         }
 
-    def _teacher_reference(self, batch, temperature: float):
-        """Log-probs under the initial teacher: its frozen copy, or a LoRA teacher's base (verl's own
-        reference path for LoRA actors: ``no_lora_adapter`` runs the engine with the adapter off)."""
+    def _teacher_reference(self, td):
+        """Log-probs of the batch ``td`` (the one the old log-probs were computed on) under the initial
+        teacher: its frozen copy, or a LoRA teacher's base (verl's own reference path for LoRA actors:
+        ``no_lora_adapter`` runs the engine with the adapter off)."""
         if not self.teacher_lora:
-            td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
             return self.teacher_ref_wg.compute_ref_log_prob(td)
-        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature,
-                          no_lora_adapter=True)  # fmt: skip
+        from verl.utils import tensordict_utils as tu
+
+        tu.assign_non_tensor(td, no_lora_adapter=True)
         return self.teacher_wg.compute_log_prob(td)
 
     def _generate(self, req) -> tuple[list[list[int]], list[list[float]]]:
