@@ -243,7 +243,7 @@ def _lr(x: float) -> str:
 
 def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
     """The tuning stage of a setting: validation accuracy against each learning rate searched (the
-    student LR on OPD, then the teacher LR on SCOUT), the chosen one marked."""
+    student LR on OPD, then the teacher LR on SCOUT, full and LoRA), the chosen one marked."""
     found = [json.loads(p.read_text()) for param in tuning.PARAMS
              if (p := results / "tuning" / setting / f"{param}.json").exists()]  # fmt: skip
     if not found:
@@ -262,9 +262,9 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
         ax.set_xscale("log")
         ax.set_xticks(lrs, [_lr(x) for x in lrs], fontsize=7, rotation=30)
         ax.minorticks_off()
-        name = "student LR (OPD)" if f["param"] == "student_lr" else "teacher LR (SCOUT)"
+        name = {"student_lr": "student LR (OPD)", "teacher_lr": "teacher LR (SCOUT)"}.get(f["param"], "LoRA teacher LR (SCOUT)")
         ax.set_xlabel(name)
-        if i == 0:  # both panels score the student on the same validation set: one axis
+        if i == 0:  # every panel scores the student on the same validation set: one axis
             ax.set_ylabel(f"student's validation accuracy,\n{f['validation']['data']} (%)")
         ax.legend(fontsize=7, frameon=False)
         fixed = ", ".join(f"{k.replace('_', ' ')} {_lr(v)}" for k, v in f.get("fixed", {}).items() if v != tuning.TUNED)

@@ -173,16 +173,19 @@ def cells(config: dict) -> list[Cell]:
 
 def search_cells(config: dict) -> list[Cell]:
     """The tuning stage's runs (``scout.tuning``): per tuned setting, one OPD run per student LR of
-    ``tuning.student_lr`` and one SCOUT run per teacher LR of ``tuning.teacher_lr``, per seed of
-    ``tuning.seeds``; experiment ``tuning``. They are not grid cells: the tables never list them."""
+    ``tuning.student_lr``, one SCOUT run per teacher LR of ``tuning.teacher_lr`` and, for a LoRA
+    teacher, one per LR of ``tuning.teacher_lora_lr`` at its rank, per seed of ``tuning.seeds``;
+    experiment ``tuning``. They are not grid cells: the tables never list them."""
     out = []
     t = config.get("tuning", {})
     for setting, params in tuning.tuned_settings(config).items():
         for param in params:
+            extra = (("teacher_lora_rank", tuning.lora_rank(config, setting)),) if param == "teacher_lora_lr" else ()
             for lr in tuning.search_grid(config, param):
+                over = tuple(sorted(((tuning.OVERRIDE[param], lr), *extra)))
                 for seed in t.get("seeds", [1]):
                     out.append(Cell(setting, tuning.variant_name(param, lr), tuning.SEARCH_METHOD[param], seed,
-                                    ((param, lr),), ("tuning",)))  # fmt: skip
+                                    over, ("tuning",)))  # fmt: skip
     return out
 
 
@@ -303,12 +306,18 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         rank = over.get("teacher_lora_rank", lora_cfg.get("rank", 0))
         if rank:
             sc["teacher_lora"] = {"alpha": 16, "target_modules": list(LORA_TARGETS), **lora_cfg, "rank": rank}
-        base_lr = tuning.lr(config, cell.setting, "teacher_lr")  # "tuned" until the search has chosen it
+        # "tuned" until the search has chosen it
+        base_lr = tuning.lr(config, cell.setting, teacher_lr_param(setting, rank))
         sc["teacher_lr"] = over.get(
             "teacher_lr",
             base_lr if base_lr == tuning.TUNED else scaled_teacher_lr(base_lr, sc["interval"], main_interval),
         )
     return spec
+
+
+def teacher_lr_param(setting: dict, rank: int) -> str:
+    """The setting's key for a teacher's LR: a LoRA teacher's own where the setting gives one."""
+    return "teacher_lora_lr" if rank and "teacher_lora_lr" in setting else "teacher_lr"
 
 
 def teacher_prep_spec(config: dict, model_id: str) -> dict:
@@ -447,9 +456,13 @@ def _search_exports(config: dict, cell: Cell, total: int) -> list[int]:
     """The steps a tuning run exports: those of every grid cell of its setting and method that could
     share or continue its run (no overrides but its length, evaluation interval and LRs)."""
     free = {"epochs", "eval_every", "student_lr", "teacher_lr"}
+
+    def fixed(c: Cell) -> set:  # a LoRA search run's rank
+        return {kv for kv in c.overrides if kv[0] not in free}
+
     steps: set[int] = set()
     for c in cells(config):
-        if (c.setting, c.method) == (cell.setting, cell.method) and {k for k, _ in c.overrides} <= free:
+        if (c.setting, c.method) == (cell.setting, cell.method) and fixed(c) == fixed(cell):
             steps |= set(checkpoint_steps(cell_spec(config, c)))
     return sorted(s for s in steps if 0 < s < total)
 
@@ -462,13 +475,14 @@ def choices_needed(config: dict, cell: Cell) -> list[tuple[str, str]]:
     own; none for a setting no choice can touch (``tuning.independent_settings``)."""
     tuned = tuning.tuned_settings(config)
     if is_search(cell):
-        order = tuned[cell.setting]
-        return [(cell.setting, p) for p in order[: order.index(cell.overrides[0][0])]]
+        return [(cell.setting, p) for p in tuning.before(tuned[cell.setting], tuning.param_of(cell.variant))]
     if cell.setting in tuning.independent_settings(config):
         return []
     spec = cell_spec(config, cell)
-    own = {"student_lr": spec["lr"], "teacher_lr": spec["method_cfg"].get("scout", {}).get("teacher_lr")}
-    return [(s, p) for s, params in tuned.items() for p in params if own[p] == tuning.TUNED]
+    sc = spec["method_cfg"].get("scout", {})
+    teacher = teacher_lr_param(config["settings"][cell.setting], sc.get("teacher_lora", {}).get("rank", 0))
+    own = {"student_lr": spec["lr"], teacher: sc.get("teacher_lr")}
+    return [(s, p) for s, params in tuned.items() for p in params if own.get(p) == tuning.TUNED]
 
 
 def serves(config: dict, cell: Cell) -> bool:

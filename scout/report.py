@@ -113,7 +113,7 @@ def caveats(config: dict, found: list) -> list[tuple[str, str]]:
 
 def tuning_note(config: dict, setting: str) -> str:
     """How a tuned setting's LRs were chosen, said on the claims page."""
-    params = tuning.tuned_params(config["settings"][setting])
+    params = tuning.tuned_settings(config).get(setting, [])
     lr = {p: tuning.lr(config, setting, p) for p in params}
     said = {p: (f"{lr[p]:g}" if lr[p] != tuning.TUNED else "not chosen yet") for p in params}
     parts = []
@@ -123,6 +123,9 @@ def tuning_note(config: dict, setting: str) -> str:
     if "teacher_lr" in params:
         parts.append(f"SCOUT's teacher LR over {len(tuning.search_grid(config, 'teacher_lr'))} values at that student LR "
                      f"({said['teacher_lr']})")  # fmt: skip
+    if "teacher_lora_lr" in params:
+        parts.append(f"the LoRA teacher's LR over {len(tuning.search_grid(config, 'teacher_lora_lr'))} values at that "
+                     f"student LR ({said['teacher_lora_lr']})")  # fmt: skip
     extra = (" So SCOUT had one more tuned hyperparameter than OPD, as in the paper." if "teacher_lr" in params
              else "")  # fmt: skip
     return ("its learning rates were chosen on a validation set held out from training and test (the "

@@ -10,6 +10,12 @@ every point's score. The grid's cells read the choice from there (:func:`resolve
 of the setting trains at the chosen student LR (GRPO keeps its own, as in the paper), and every
 method that trains a teacher (the prefix-0 control and OPTR+SCOUT too) at the chosen teacher LR.
 
+Beyond the paper: a LoRA teacher learns at another LR (about ten times a full teacher's for
+policy-gradient RL, "LoRA Without Regret"), so a setting may give its LoRA teachers their own,
+``teacher_lora_lr``. Said ``tuned``, it is searched on SCOUT with a LoRA teacher (at the rank its
+LoRA variants use) over ``tuning.teacher_lora_lr``, at the chosen student LR, beside the full
+teacher's search; only where a LoRA variant trains in the setting.
+
 A search run is an ordinary training cell (``grid.search_cells``): the one whose spec equals a grid
 cell's once the choice is made (the chosen point, seed 1) is that cell's run, never trained twice.
 """
@@ -22,18 +28,53 @@ import math
 from pathlib import Path
 
 TUNED = "tuned"
-PARAMS = ("student_lr", "teacher_lr")  # searched in this order: the teacher's search uses the chosen student LR
-SEARCH_METHOD = {"student_lr": "opd", "teacher_lr": "scout"}
-VARIANT_PREFIX = {"student_lr": "opd-lr", "teacher_lr": "scout-tlr"}
+PARAMS = ("student_lr", "teacher_lr", "teacher_lora_lr")
+AFTER = {"student_lr": (), "teacher_lr": ("student_lr",), "teacher_lora_lr": ("student_lr",)}  # trains at their choices
+SEARCH_METHOD = {"student_lr": "opd", "teacher_lr": "scout", "teacher_lora_lr": "scout"}
+VARIANT_PREFIX = {"student_lr": "opd-lr", "teacher_lr": "scout-tlr", "teacher_lora_lr": "scout-lora-tlr"}
+OVERRIDE = {"student_lr": "student_lr", "teacher_lr": "teacher_lr", "teacher_lora_lr": "teacher_lr"}  # a run's key
 
 
-# The paper's grids (appendix, "Hyperparameter Settings"): the default where a config gives none
-PAPER_GRIDS = {"student_lr": [1e-6, 3e-6, 5e-6, 7e-6], "teacher_lr": [1e-6, 2e-6, 3e-6, 4e-6, 5e-6]}
+# The paper's grids (appendix, "Hyperparameter Settings"): the default where a config gives none.
+# The paper trains no LoRA teacher: ten times its teacher grid, the ratio "LoRA Without Regret" found.
+PAPER_GRIDS = {"student_lr": [1e-6, 3e-6, 5e-6, 7e-6], "teacher_lr": [1e-6, 2e-6, 3e-6, 4e-6, 5e-6],
+               "teacher_lora_lr": [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]}  # fmt: skip
 
 
 def search_grid(config: dict, param: str) -> list[float]:
     """The learning rates searched for ``param``: ``tuning.<param>``, or the paper's."""
     return list(config.get("tuning", {}).get(param) or PAPER_GRIDS[param])
+
+
+def before(params: list[str], param: str) -> list[str]:
+    """The searches among ``params`` (a setting's tuned ones) whose choices ``param``'s search trains at."""
+    return [p for p in params if p in AFTER[param]]
+
+
+def lora_ranks(config: dict, setting: str) -> set[int]:
+    """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full)."""
+    from scout.methods import METHODS
+
+    default = config["methods"].get("scout", {}).get("teacher_lora", {}).get("rank", 0)
+    ranks = set()
+    for e in config["experiments"].values():
+        if setting in e["settings"]:
+            for m in e["methods"]:
+                entry = m if isinstance(m, dict) else {"method": m}
+                if entry["method"] in METHODS and METHODS[entry["method"]].trains_teacher:
+                    ranks.add(entry.get("teacher_lora_rank", default))
+    return ranks - {0}
+
+
+def lora_rank(config: dict, setting: str) -> int:
+    """The rank the LoRA teacher LR is searched at: the one every LoRA variant of the setting uses."""
+    ranks = lora_ranks(config, setting)
+    if len(ranks) != 1:
+        from scout.config import ConfigError
+
+        raise ConfigError(f"settings.{setting}.teacher_lora_lr: tuned, but its LoRA teachers have ranks "
+                          f"{sorted(ranks)}; the search runs at one rank")  # fmt: skip
+    return ranks.pop()
 
 
 class Pending(Exception):
@@ -46,9 +87,11 @@ def tuned_params(setting: dict) -> list[str]:
 
 
 def tuned_settings(config: dict) -> dict[str, list[str]]:
-    """setting -> its tuned parameters, for the settings the grid trains."""
+    """setting -> its tuned parameters, for the settings the grid trains (the LoRA teacher's LR only
+    where a LoRA teacher trains)."""
     used = {s for e in config["experiments"].values() for s in e["settings"]}
     out = {s: tuned_params(spec) for s, spec in config["settings"].items() if s in used}
+    out = {s: [x for x in p if x != "teacher_lora_lr" or lora_ranks(config, s)] for s, p in out.items()}
     return {s: p for s, p in out.items() if p}
 
 
@@ -67,7 +110,7 @@ def independent_settings(config: dict) -> list[str]:
 
 
 def variant_name(param: str, lr: float) -> str:
-    """The search run's variant: ``opd-lr3e-5``, ``scout-tlr1.5e-4``."""
+    """The search run's variant: ``opd-lr3e-5``, ``scout-tlr1.5e-4``, ``scout-lora-tlr1.2e-3``."""
     mantissa, exponent = f"{lr:.6e}".split("e")
     return f"{VARIANT_PREFIX[param]}{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
@@ -78,6 +121,14 @@ def choice_path(config: dict, setting: str, param: str) -> Path:
 
 def validation_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
     return f"{config.get('results', 'results')}/tuning/{setting}/{variant}/s{seed}"
+
+
+def param_of(variant: str) -> str | None:
+    """The parameter a search run's variant searches (None: not a search run's name)."""
+    for param, prefix in sorted(VARIANT_PREFIX.items(), key=lambda kv: -len(kv[1])):
+        if variant.startswith(prefix) and variant[len(prefix) : len(prefix) + 1].isdigit():
+            return param
+    return None
 
 
 def choose(points: list[dict]) -> dict:

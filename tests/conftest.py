@@ -52,10 +52,11 @@ def tex_available() -> bool:
 
 def toy_config(tuned: bool = False) -> dict:
     """config/config.yaml; unless ``tuned``, with toy-l-s-math's tuned LRs at a number (1.5e-4, the
-    middle of the grids the tuning stage searches), for tests of what follows a choice."""
+    middle of the grids the tuning stage searches; 1.2e-3 for a LoRA teacher), for tests of what
+    follows a choice."""
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     if not tuned:
-        cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)
+        cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4, teacher_lora_lr=1.2e-3)
     return cfg
 
 
@@ -64,6 +65,7 @@ def mini_config(results: str, tuned: bool = False) -> dict:
     ``tuned``, toy-l-s-math's LRs come from a tuning stage of two points each, otherwise they are
     the toy config's level (1.5e-4)."""
     cfg = toy_config(tuned)
+    cfg["settings"]["toy-l-s-math"].pop("teacher_lora_lr")  # the LoRA variant's LR is its own (below)
     cfg["results"] = results
     for s in cfg["toy"]["splits"].values():
         s["rows"] = 64

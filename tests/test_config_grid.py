@@ -112,8 +112,8 @@ def test_unreadable_and_non_yaml_files_are_reported(tmp_path):
 def test_paper_grid_cells(paper):
     cells = grid.cells(paper)
     per_exp = Counter(e for c in cells for e in c.experiments)
-    assert per_exp == {"main": 72, "prefix0": 9, "optr": 12, "interval": 10, "compute_matched": 2}
-    assert len(cells) == 105
+    assert per_exp == {"main": 72, "prefix0": 9, "optr": 12, "interval": 10, "compute_matched": 2, "lora": 3}
+    assert len(cells) == 108
     f1 = [c for c in cells if c.variant == "scout-f1"]
     assert [c.seed for c in f1] == [1]
 
@@ -192,12 +192,12 @@ def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # 105 cells; q8b's GRPO is q4b's (the same student, data and settings) and scout-cm s1 is scout s1
-    assert counts["train"] == 105 - 4
+    # 108 cells; q8b's GRPO is q4b's (the same student, data and settings) and scout-cm s1 is scout s1
+    assert counts["train"] == 108 - 4
     assert counts["prepare_teacher"] == 1
     # base rows, final checkpoints, the compute-matched runs' steps (scout-cm's under scout s1), the
     # probes' matched checkpoints (step 160; s1's is one of scout-cm's steps)
-    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 101 + 26 + 8 + 2
+    assert counts["evaluate_math"] + counts["evaluate_code"] == 8 + 104 + 26 + 8 + 2
     assert counts["prepare_data"] == 12
     assert counts["aggregate"] == 1
 

@@ -368,12 +368,13 @@ def test_paper_grid_report_renders_every_table(tmp_path):
     cfg["results"] = str(tmp_path / "results")
     fake_records(cfg)
     m = build(cfg, pdf=False, log=lambda msg: None)
-    # every result the tables show: 795 final checkpoints and the probed SCOUT runs' step 160 (3 x 6)...
-    assert m["expected_records"] == 795 + 18 and m["missing"] == []
-    # ... read from 783 evaluated records and 72 that cells sharing a run report (q8b's GRPO is q4b's;
+    # every result the tables show: 795 final checkpoints, the LoRA experiment's 18 (3 runs x 6
+    # benchmarks) and the probed SCOUT runs' step 160 (3 x 6)...
+    assert m["expected_records"] == 795 + 18 + 18 and m["missing"] == []
+    # ... read from 801 evaluated records and 72 that cells sharing a run report (q8b's GRPO is q4b's;
     # scout-cm s1 is scout s1); scout s1's own records at scout-cm's other 7 steps (42) stand for
     # scout-cm only, so the report counts each result it shows once
-    assert m["records"] == 783 + 72 - 42 == m["expected_records"]
+    assert m["records"] == 801 + 72 - 42 == m["expected_records"]
     assert len(m["tables"]) == 17  # 3 main, 4 per-run, 2 + 2 prefix-0 / OPTR per-run, 2 summaries, f-sweep, 3 config
     prefix0_math = (Path(cfg["results"]) / "report" / "tables" / "per_run_prefix0_math.tex").read_text()
     assert "Qwen3-4B-Instruct-2507 $\\rightarrow$ Qwen3-1.7B" in prefix0_math and "Qwen3-8B-DAPO" in prefix0_math

@@ -154,14 +154,15 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
     rows = {
         line.split()[0]: line.split()[1:]
         for line in text.splitlines()
-        if line and line.split()[0] in ("main", "prefix0", "interval", "total")
+        if line and line.split()[0] in ("main", "prefix0", "interval", "lora", "total")
     }
     # 4 settings x 6 methods x 3 seeds, trained and evaluated, less q8b's GRPO (q4b's runs), + scout s1's
     # evaluations at the compute-matched steps (scout-cm s1 is the same run) and the probed step 160 of s2, s3
     assert rows["main"][:2] == ["148", "148"]
     assert rows["prefix0"][:3] == ["18", "18", "4"]  # the q8b control places the 8B teacher on its own node
     assert rows["interval"][:2] == ["20", "20"]  # f=1 (1 seed) + f=5, 15, 20 (3 seeds), each + its evaluation
-    assert int(rows["total"][0]) == 248  # the teacher probes (analysis) and their step-160 evaluations too
+    assert rows["lora"][:3] == ["6", "6", "2"]  # the LoRA teacher's SCOUT on OPD's two nodes
+    assert int(rows["total"][0]) == 254  # the teacher probes (analysis) and their step-160 evaluations too
     assert "Shared runs: 4 cells share another cell's run" in text and "2,784 GPU-hours fewer" in text
     assert (tmp_path / "jobs.csv").read_text().startswith("experiment,rule,target,")
     # peak disk: a probed q4b SCOUT run keeps step 160 (student 1.72B + teacher 4.02B at 12 B/param)

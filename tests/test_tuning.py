@@ -223,3 +223,47 @@ def test_the_workflow_runs_the_searches_first_and_the_independent_settings_besid
     other = [j for j in jobs if "output: results/train/toy-l-s-code/" in j]
     assert search and all("priority: 3" in j for j in search)
     assert other and all("priority: 1" in j for j in other)
+
+
+def test_a_lora_teachers_lr_is_searched_at_its_rank_and_its_chosen_run_is_the_grids(tmp_path):
+    """Beyond the paper: ``teacher_lora_lr: tuned`` searches SCOUT with the LoRA variant's rank over
+    ``tuning.teacher_lora_lr`` at the chosen student LR, beside (not after) the full teacher's search;
+    the LoRA cells train at its choice and the chosen point's run is their seed-1 run."""
+    cfg = mini_config(str(tmp_path / "results"), tuned=True)
+    cfg["settings"]["toy-l-s-math"]["teacher_lora_lr"] = tuning.TUNED
+    cfg["tuning"]["teacher_lora_lr"] = [1e-3, 3e-3]
+    cfg["experiments"]["lora"]["methods"] = [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]
+    cfg = scout_config.validate(cfg)
+    assert tuning.tuned_settings(cfg)["toy-l-s-math"] == ["student_lr", "teacher_lr", "teacher_lora_lr"]
+    lora = [c for c in grid.search_cells(cfg) if tuning.param_of(c.variant) == "teacher_lora_lr"]
+    assert [(c.variant, c.method, c.overrides) for c in lora] == [
+        ("scout-lora-tlr1e-3", "scout", (("teacher_lora_rank", 4), ("teacher_lr", 1e-3))),
+        ("scout-lora-tlr3e-3", "scout", (("teacher_lora_rank", 4), ("teacher_lr", 3e-3))),
+    ]
+    student, lora_lr = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lora_lr")
+    assert grid.choices_needed(cfg, lora[0]) == [student]  # not the full teacher's choice
+    cell = grid.find_cell(cfg, "toy-l-s-math", "scout-lora", 1)
+    assert grid.choices_needed(cfg, cell) == [student, lora_lr]
+    _choose(cfg, "student_lr", 3e-4)
+    _choose(cfg, "teacher_lr", 1.5e-4)
+    _choose(cfg, "teacher_lora_lr", 3e-3)
+    done = tuning.resolve(cfg, strict=True)
+    spec = grid.cell_spec(done, cell)
+    assert spec["lr"] == 3e-4 and spec["method_cfg"]["scout"]["teacher_lr"] == 3e-3
+    assert spec["method_cfg"]["scout"]["teacher_lora"]["rank"] == 4
+    full = grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "scout", 1))
+    assert full["method_cfg"]["scout"]["teacher_lr"] == 1.5e-4 and "teacher_lora" not in full["method_cfg"]["scout"]
+    assert grid.run_plans(done)[cell].shares == lora[1]
+
+
+def test_the_lora_search_runs_only_where_a_lora_teacher_trains_and_at_one_rank():
+    assert tuning.param_of("scout-lora-tlr1.2e-3") == "teacher_lora_lr"
+    assert tuning.param_of("scout-tlr1.2e-4") == "teacher_lr" and tuning.param_of("opd-lr3e-5") == "student_lr"
+    assert tuning.param_of("scout-lora") is None and tuning.param_of("scout-f1") is None
+    cfg = mini_config("results", tuned=True)
+    cfg["settings"]["toy-l-s-math"]["teacher_lora_lr"] = tuning.TUNED
+    without = {**cfg, "experiments": {k: v for k, v in cfg["experiments"].items() if k != "lora"}}
+    assert tuning.tuned_settings(without)["toy-l-s-math"] == ["student_lr", "teacher_lr"]
+    cfg["experiments"]["lora"]["methods"].append({"name": "scout-lora16", "method": "scout", "teacher_lora_rank": 16})
+    with pytest.raises(scout_config.ConfigError, match=r"LoRA teachers have ranks \[4, 16\]"):
+        grid.search_cells(cfg)

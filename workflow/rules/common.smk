@@ -152,7 +152,7 @@ def run_choices(wc):
 
 
 def _search_runs(setting, param):
-    return [c for c in RUNS if grid.is_search(c) and c.setting == setting and c.overrides[0][0] == param]
+    return [c for c in RUNS if grid.is_search(c) and c.setting == setting and scout_tuning.param_of(c.variant) == param]
 
 
 def validate_spec(wc):
@@ -176,18 +176,17 @@ def choice_spec(wc):
     name, rows, repeats = grid.validation_data(config, s["domain"])
     points = {}
     for c in runs:
-        lr = dict(c.overrides)[wc.param]
+        lr = dict(c.overrides)[scout_tuning.OVERRIDE[wc.param]]
         p = points.setdefault(lr, {"lr": lr, "variant": c.variant, "seeds": [], "records": []})
         p["seeds"].append(c.seed)
         p["records"].append(grid.validation_record(config, c))
-    order = TUNED[wc.setting]
-    before = order[: order.index(wc.param)]  # chosen before this search, which trained at them
+    before = scout_tuning.before(TUNED[wc.setting], wc.param)  # chosen before this search, which trained at them
     spec = {
         "setting": wc.setting,
         "param": wc.param,
         "method": scout_tuning.SEARCH_METHOD[wc.param],
         "validation": {"data": name, "rows": rows, "repeats": repeats},
-        "fixed": {p: config["settings"][wc.setting][p] for p in scout_tuning.PARAMS if p != wc.param and p not in before},
+        "fixed": {p: s[p] for p in scout_tuning.PARAMS if p in s and p != wc.param and p not in before},
         "fixed_by": {p: str(scout_tuning.choice_path(config, wc.setting, p)) for p in before},
         "points": list(points.values()),
     }
