@@ -262,7 +262,8 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
         ax.set_xscale("log")
         ax.set_xticks(lrs, [_lr(x) for x in lrs], fontsize=7, rotation=30)
         ax.minorticks_off()
-        name = {"student_lr": "student LR (OPD)", "teacher_lr": "teacher LR (SCOUT)"}.get(f["param"], "LoRA teacher LR (SCOUT)")
+        name = {"student_lr": "student LR (OPD)", "teacher_lr": "teacher LR (SCOUT)",
+                "teacher_lora_lr": "LoRA teacher LR (SCOUT)"}[f["param"]]  # fmt: skip
         ax.set_xlabel(name)
         if i == 0:  # every panel scores the student on the same validation set: one axis
             ax.set_ylabel(f"student's validation accuracy,\n{f['validation']['data']} (%)")

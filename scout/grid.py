@@ -303,7 +303,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         # a full teacher's spec has no LoRA key at all (rank 0), so turning LoRA on for one variant
         # leaves every other run's spec, and its cached results, as they were
         lora_cfg = sc.pop("teacher_lora", None) or {}
-        rank = over.get("teacher_lora_rank", lora_cfg.get("rank", 0))
+        rank = teacher_lora_rank(config, cell)
         if rank:
             sc["teacher_lora"] = {"alpha": 16, "target_modules": list(LORA_TARGETS), **lora_cfg, "rank": rank}
         # "tuned" until the search has chosen it
@@ -313,6 +313,16 @@ def cell_spec(config: dict, cell: Cell) -> dict:
             base_lr if base_lr == tuning.TUNED else scaled_teacher_lr(base_lr, sc["interval"], main_interval),
         )
     return spec
+
+
+def teacher_lora_rank(config: dict, cell: Cell) -> int:
+    """A cell's LoRA teacher rank: its variant's ``teacher_lora_rank``, else the setting's
+    ``methods.scout.teacher_lora.rank``; 0 for a full teacher, or a method that trains none."""
+    if not METHODS[cell.method].trains_teacher:
+        return 0
+    setting = config["settings"][cell.setting]
+    sc = deep_merge(config["methods"].get("scout", {}), setting.get("overrides", {}).get("scout", {}))
+    return dict(cell.overrides).get("teacher_lora_rank", (sc.get("teacher_lora") or {}).get("rank", 0))
 
 
 def teacher_lr_param(setting: dict, rank: int) -> str:
@@ -479,9 +489,8 @@ def choices_needed(config: dict, cell: Cell) -> list[tuple[str, str]]:
     if cell.setting in tuning.independent_settings(config):
         return []
     spec = cell_spec(config, cell)
-    sc = spec["method_cfg"].get("scout", {})
-    teacher = teacher_lr_param(config["settings"][cell.setting], sc.get("teacher_lora", {}).get("rank", 0))
-    own = {"student_lr": spec["lr"], teacher: sc.get("teacher_lr")}
+    teacher = teacher_lr_param(config["settings"][cell.setting], teacher_lora_rank(config, cell))
+    own = {"student_lr": spec["lr"], teacher: spec["method_cfg"].get("scout", {}).get("teacher_lr")}
     return [(s, p) for s, params in tuned.items() for p in params if own.get(p) == tuning.TUNED]
 
 

@@ -53,17 +53,11 @@ def before(params: list[str], param: str) -> list[str]:
 
 def lora_ranks(config: dict, setting: str) -> set[int]:
     """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full)."""
+    from scout import grid
     from scout.methods import METHODS
 
-    default = config["methods"].get("scout", {}).get("teacher_lora", {}).get("rank", 0)
-    ranks = set()
-    for e in config["experiments"].values():
-        if setting in e["settings"]:
-            for m in e["methods"]:
-                entry = m if isinstance(m, dict) else {"method": m}
-                if entry["method"] in METHODS and METHODS[entry["method"]].trains_teacher:
-                    ranks.add(entry.get("teacher_lora_rank", default))
-    return ranks - {0}
+    cells = [c for c in grid.cells(config) if c.setting == setting and c.method in METHODS]
+    return {grid.teacher_lora_rank(config, c) for c in cells} - {0}
 
 
 def lora_rank(config: dict, setting: str) -> int:
