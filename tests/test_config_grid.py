@@ -118,6 +118,29 @@ def test_paper_grid_cells(paper):
     assert [c.seed for c in f1] == [1]
 
 
+def test_the_lora_teacher_is_a_target_of_its_own(toy):
+    """config/toy-lora.yaml adds the LoRA experiment, its LR search and its claims over the toy grid
+    and nothing else: every cell of the default grid trains to the same spec under it, so that
+    ``make toy-lora`` reuses ``make toy``'s runs (the default target leaves it out for the 30 minutes)."""
+    both = C.load([REPO / "config" / "config.yaml", REPO / "config" / "toy-lora.yaml"])
+    assert "lora" not in toy["experiments"] and not toy.get("claims")
+    assert [c["id"] for c in both["claims"]] == ["lora_teacher_student", "lora_teacher_continuation"]
+
+    def specs(cfg):
+        chosen = {"student_lr": 9e-5, "teacher_lr": 1.2e-4, "teacher_lora_lr": 2.4e-3}
+        cfg = {**cfg, "tuning": {**cfg["tuning"], "chosen": {"toy-l-s-math": chosen}}}
+        cells = [*grid.cells(cfg), *grid.search_cells(cfg)]
+        return {(c.setting, c.variant, c.seed): grid.cell_spec(cfg, c) for c in cells}
+
+    default, with_lora = specs(toy), specs(both)
+    added = sorted(k for k in with_lora if k not in default)
+    assert added == [("toy-l-s-math", "scout-lora", s) for s in (1, 2, 3)] + [
+        ("toy-l-s-math", f"scout-lora-tlr{lr}", 1) for lr in ("1.2e-3", "2.4e-3", "6e-4")
+    ]
+    assert all(with_lora[k] == spec for k, spec in default.items())
+    assert with_lora[("toy-l-s-math", "scout-lora", 2)]["method_cfg"]["scout"]["teacher_lora"]["rank"] == 8
+
+
 def test_paper_sweep_scales_teacher_lr(paper):
     lr = {}
     for c in grid.cells(paper):
