@@ -154,6 +154,7 @@ class Decoder:
         """Go on with these rows: a prefilled row copied for each of its repeats, or finished rows
         dropped. A row's logits then change only by float rounding (a smaller batch may take
         another matmul kernel), so sampling draws from the same distribution with less work."""
+        rows = rows.to(self.keys.device)  # the sampler keeps its row bookkeeping on the CPU
         if self.native:  # only the positions written so far are copied; the rest is filled as decoding goes
             self.cache = [(_rows_upto(k, rows, self.at), _rows_upto(v, rows, self.at)) for k, v in self.cache]
         else:

@@ -344,7 +344,7 @@ class Trainer:
         if not done:
             return False
         try:
-            state = torch.load(done[-1] / STATE_FILE, weights_only=False)
+            state = torch.load(done[-1] / STATE_FILE, weights_only=False, map_location="cpu")
         except Exception as exc:  # a truncated or corrupt file: train again rather than fail
             moved = runs.move_aside(self.out)
             runs.claim(self.out, self.spec, log)
@@ -385,7 +385,7 @@ class Trainer:
             raise runs.RunMismatch(f"{base} is not a shorter run of this spec; it cannot be continued")
         state_file = base / "checkpoints" / f"step_{step}" / STATE_FILE
         try:
-            state = torch.load(state_file, weights_only=False)
+            state = torch.load(state_file, weights_only=False, map_location="cpu")
         except FileNotFoundError as exc:
             raise DamagedInput(state_file, "missing (the shorter run keeps its last checkpoint)") from exc
         except Exception as exc:
