@@ -117,6 +117,29 @@ def test_rerun_of_one_eval_record_runs_exactly_one_job(finished_grid):
     assert total and total[0].split()[1] == "1"
 
 
+def test_a_new_search_retrains_nothing_the_grid_has(finished_grid):
+    """Adding a search (the LoRA teacher's LR, as config/toy-lora.yaml does) runs that search and
+    nothing else: the other choices' specs name only what their searches train at, and a choice
+    written again does not retrain the runs that read it (their spec holds the LR, not the file's
+    time)."""
+    over = {
+        "settings": {"toy-l-s-math": {"teacher_lora_lr": "tuned"}},
+        "tuning": {"teacher_lora_lr": [1e-3, 3e-3]},
+        "experiments": {
+            "lora": {
+                "settings": ["toy-l-s-math"],
+                "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}],
+                "seeds": [1],
+            }
+        },
+    }
+    (finished_grid / "lora-lr.yaml").write_text(yaml.safe_dump(over))
+    both = ["--configfile", str(finished_grid / "mini.yaml"), str(finished_grid / "lora-lr.yaml")]
+    plan = job_counts(snakemake(finished_grid, *both, "-n"))
+    assert plan.get("choose_lr") == 1 and plan.get("validate") == 2, plan
+    assert plan.get("train") == 2, plan  # scout-lora-tlr1e-3 and 3e-3; the chosen one is scout-lora s1
+
+
 def test_rerun_of_one_training_cell(finished_grid):
     target = "results/train/toy-l-s-code/opd_teacher_grpo/s1/train.json"
     out = snakemake(finished_grid, target, "--forcerun", target)

@@ -147,8 +147,10 @@ def train_priority(wc):
 
 
 def run_choices(wc):
-    """The choice files a run's job reads, as inputs (a changed choice reruns it)."""
-    return choice_files(_run_choices(wc) or [])
+    """The choice files a run's job reads, as inputs. A changed choice reruns it through its spec,
+    which holds the chosen LR; the file's time does not (ancient): a search that writes its choice
+    again, the same LR, retrains nothing."""
+    return [ancient(f) for f in choice_files(_run_choices(wc) or [])]
 
 
 def _search_runs(setting, param):
@@ -186,7 +188,7 @@ def choice_spec(wc):
         "param": wc.param,
         "method": scout_tuning.SEARCH_METHOD[wc.param],
         "validation": {"data": name, "rows": rows, "repeats": repeats},
-        "fixed": {p: s[p] for p in scout_tuning.PARAMS if p in s and p != wc.param and p not in before},
+        "fixed": {p: s[p] for p in scout_tuning.AFTER[wc.param] if p in s and p not in before},
         "fixed_by": {p: str(scout_tuning.choice_path(config, wc.setting, p)) for p in before},
         "points": list(points.values()),
     }
