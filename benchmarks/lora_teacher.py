@@ -14,10 +14,11 @@ trainer's own ``teacher_step``), timed one by one. Printed per variant:
   synchronised around each timed phase;
 - the bytes a weight sync to an inference engine would move (every tensor, or the adapters).
 
-    python -m benchmarks.lora_teacher [--config config/config.yaml] [--setting toy-l-s-math] [--updates 8]
+    python -m benchmarks.lora_teacher [--config config/config.yaml config/toy-lora.yaml] [--setting toy-l-s-math] [--updates 8]
                                       [--device cpu|cuda]
 
-The toy world's models must exist, and a tuned setting's choices (``snakemake --cores 2`` first).
+The toy world's models must exist, and a tuned setting's choices (``make toy-lora`` first: the LoRA
+variant and the search of its LR are config/toy-lora.yaml's).
 The paper grid's numbers (GPUs, GPU-hours, bytes per sync) are ``scout plan --config config/paper.yaml``.
 """
 
@@ -36,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def measure(config_path: str, setting: str, variant: str, updates: int, device: str = "cpu") -> dict:
+def measure(config_path: list[str], setting: str, variant: str, updates: int, device: str = "cpu") -> dict:
     """One variant's teacher phases, in this process."""
     import torch
 
@@ -94,7 +95,8 @@ def measure(config_path: str, setting: str, variant: str, updates: int, device: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(REPO / "config" / "config.yaml"))
+    p.add_argument("--config", nargs="+", default=[str(REPO / "config" / f) for f in ("config.yaml", "toy-lora.yaml")],
+                   help="config files, merged in order")  # fmt: skip
     p.add_argument("--setting", default="toy-l-s-math")
     p.add_argument("--variants", default="scout,scout-lora")
     p.add_argument("--updates", type=int, default=8, help="teacher phases timed per variant")
@@ -106,7 +108,7 @@ def main() -> None:
         return
     found = []
     for variant in args.variants.split(","):
-        cmd = [sys.executable, "-m", "benchmarks.lora_teacher", "--config", args.config, "--setting", args.setting,
+        cmd = [sys.executable, "-m", "benchmarks.lora_teacher", "--config", *args.config, "--setting", args.setting,
                "--updates", str(args.updates), "--device", args.device, "--one", variant]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path.cwd())
         if done.returncode:
