@@ -13,6 +13,8 @@ become two draws of the same experiment), and the final Avg here and there.
 DIR holds the CPU grid's ``results/`` (its toy models, specs, runs and evaluations, e.g. a fresh
 clone after ``make toy``); the GPU's runs go to ``--work``'s ``results/``. Seed 2 is the default
 because seed 1 of a tuned setting is a tuning run (its spec is under ``results/specs/tuning``).
+Without a GPU the cells run on this CPU and must reproduce the grid's digits exactly: a self-check.
+Avg is the mean over the benchmarks, ± the largest benchmark's standard error.
 """
 
 from __future__ import annotations
