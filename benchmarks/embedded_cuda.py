@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scout.io import read_jsonl
+
 CELLS = (
     "toy-l-s-math/grpo,toy-l-s-math/opd,toy-l-s-math/esr,toy-l-s-math/prune_opd,toy-l-s-math/relay_opd,"
     "toy-l-s-math/scout,toy-l-s-math/opd_teacher_grpo,toy-l-s-math/optr,toy-l-s-math/optr_scout,"
@@ -64,10 +66,15 @@ def run_all(jobs: dict[str, list[str]], work: Path, timeout: float) -> dict[str,
 
 def rewards(run: Path) -> dict[int, float]:
     path = run / "metrics.jsonl"
-    if not path.exists():
-        return {}
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    return {m["step"]: m["reward"] for m in lines if "reward" in m}
+    return {m["step"]: m["reward"] for m in read_jsonl(path) if "reward" in m} if path.exists() else {}
+
+
+def seconds_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def avg_text(a: tuple[float, float] | None) -> str:
+    return "-" if a is None else f"{a[0]:.1f} ± {a[1]:.2f}"
 
 
 def final_avg(folder: Path) -> tuple[float, float] | None:
@@ -114,12 +121,12 @@ def main() -> None:
     }  # fmt: skip
     print("trainings, all at once:", flush=True)
     trained = run_all(trains, work, args.timeout)
+    eval_specs = {c: recorded_spec(specs / "eval" / c / f"s{args.seed}", "final") for c in cells}
     evals = {
-        c: [*scout, "evaluate", "--spec", recorded_spec(specs / "eval" / c / f"s{args.seed}", "final"),
-            "--out", f"results/eval/{c}/s{args.seed}/final"]
+        c: [*scout, "evaluate", "--spec", eval_specs[c], "--out", f"results/eval/{c}/s{args.seed}/final"]
         for c in cells
         if (work / "results" / "train" / c / f"s{args.seed}" / "model" / "final" / "model.safetensors").exists()
-    }  # fmt: skip
+    }
     print("final evaluations, all at once:", flush=True)
     evaluated = run_all({f"{c}:eval": cmd for c, cmd in evals.items()}, work, args.timeout)
 
@@ -130,15 +137,13 @@ def main() -> None:
         mine, theirs = rewards(work / "results" / run), rewards(grid / "results" / run)
         parts = next((s for s in sorted(mine) if abs(mine[s] - theirs.get(s, -1.0)) > 1e-12), None)
         parts_text = "-" if not mine else str(parts) if parts else f"never (to {max(mine)})"
-        fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         ev = evaluated.get(f"{c}:eval")
         a_cpu = final_avg(grid / "results" / "eval" / c / f"s{args.seed}" / "final")
         a_here = final_avg(work / "results" / "eval" / c / f"s{args.seed}" / "final")
-        avg = lambda a: "-" if a is None else f"{a[0]:.1f} ± {a[1]:.2f}"  # noqa: E731
-        domain = json.loads(recorded_spec(specs / "eval" / c / f"s{args.seed}", "final"))["domain"]
-        print(f"| {c} | {fmt(cpu_seconds(grid, 'train', c, args.seed))} / {fmt(trained[c][1])} "
-              f"| {fmt(cpu_seconds(grid, 'evaluate_' + domain, c, args.seed, 'final'))} / "
-              f"{fmt(ev[1] if ev else None)} | {parts_text} | {avg(a_cpu)} | {avg(a_here)} |")  # fmt: skip
+        eval_rule = "evaluate_" + json.loads(eval_specs[c])["domain"]
+        print(f"| {c} | {seconds_text(cpu_seconds(grid, 'train', c, args.seed))} / {seconds_text(trained[c][1])} "
+              f"| {seconds_text(cpu_seconds(grid, eval_rule, c, args.seed, 'final'))} / "
+              f"{seconds_text(ev[1] if ev else None)} | {parts_text} | {avg_text(a_cpu)} | {avg_text(a_here)} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def measure(config_path: list[str], setting: str, variant: str, updates: int, de
         tr = Trainer(spec, tmp, device=device)
         m = tr.models
         cuda = tr.device.type == "cuda"
-        sync = torch.cuda.synchronize if cuda else (lambda: None)
+        settle = torch.cuda.synchronize if cuda else (lambda: None)  # queued kernels count in the phase
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         seconds = []
@@ -64,10 +64,10 @@ def measure(config_path: list[str], setting: str, variant: str, updates: int, de
             rows = tr.batch_rows(step)
             prompts = [tr.prompt_ids(r) for r in rows]
             responses, _ = tr._rollout(step, prompts)
-            sync()
+            settle()
             t0 = time.perf_counter()
             tr.teacher_step(step, rows, prompts, responses)
-            sync()
+            settle()
             seconds.append(time.perf_counter() - t0)
         peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
         trained = [p for p in m.teacher.parameters() if p.requires_grad]
