@@ -14,9 +14,10 @@ trainer holds per parameter of the teacher, sharded over its GPUs by FSDP:
 And two placements:
 
 - own pool (the paper's): the trainer on GPUs of its own;
-- shared: the trainer on the engine's GPUs; the engine sleeps while the teacher trains (verl's
-  hybrid engine: weights to host memory, KV cache freed) and the trainer's state waits in host
-  memory while the engine serves. The student's pool is OPD's, so SCOUT takes OPD's nodes.
+- shared (``resources: {teacher_trainer: shared}``): the trainer on the engine's GPUs; the engine
+  sleeps while the teacher trains (vLLM's level-1 sleep: weights to host memory, KV cache freed)
+  and the trainer's state waits in host memory while the engine serves (FSDP offload). The pools
+  are OPD's, so SCOUT takes OPD's nodes.
 
 Beside its share of the state, each GPU holds one micro-batch's activations (verl's dynamic batch:
 ``ppo_max_token_len_per_gpu`` tokens, prompt + response): the logits (bf16, and fp32 log-softmax:
@@ -96,8 +97,9 @@ def _option(name: str, nodes: int, gpus_per_node: int, gpu_gib: float, params: f
     from scout.verl.config import placement
 
     # shared: the trainer on the engine's pool, placed as OPD's teacher (the student's node and the engine's)
-    pools = placement("opd" if shared else "scout", {"nodes": nodes, "gpus_per_node": gpus_per_node})
-    trainer = pools["teacher_nodes"] * pools["teacher_gpus"] if shared else pools["train_nodes"] * pools["train_gpus"]
+    res = {"nodes": nodes, "gpus_per_node": gpus_per_node, "teacher_trainer": "shared" if shared else "own"}
+    pools = placement("scout", res)
+    trainer = pools["train_nodes"] * pools["train_gpus"]
     state = trainer_bytes(params, adapters)
     return Option(name, nodes, nodes * gpus_per_node, trainer, state / max(trainer, 1) / GIB, activations / GIB,
                   sync_bytes(params, adapters) / (1 << 20), fits(state, activations, trainer, gpu_gib))  # fmt: skip

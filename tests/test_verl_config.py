@@ -147,6 +147,45 @@ def test_placement(method, nodes, gpus, expected):
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    "method, nodes, gpus, expected",
+    [
+        # the engine's pool is OPD's; the trainer's is the engine's
+        ("scout", 2, 8, ((1, 8), (1, 8), (1, 8), True)),
+        ("scout", 1, 8, ((1, 4), (1, 4), (1, 4), True)),
+        ("opd_teacher_grpo", 3, 4, ((1, 4), (2, 4), (2, 4), True)),
+        ("opd", 2, 8, ((1, 8), (1, 8), (0, 0), False)),  # no teacher to train: nothing to share
+        ("grpo", 1, 8, ((1, 8), (0, 0), (0, 0), False)),
+    ],
+)
+def test_a_shared_teacher_trainer_sits_on_the_engines_pool(method, nodes, gpus, expected):
+    p = vc.placement(method, {"nodes": nodes, "gpus_per_node": gpus, "teacher_trainer": "shared"})
+    got = tuple((p[f"{k}_nodes"], p[f"{k}_gpus"]) for k in ("student", "teacher", "train"))
+    assert got + (p["train_shared"],) == expected
+
+
+def test_a_shared_teacher_sleeps_its_engine_offloads_its_state_and_syncs_through_host_memory():
+    """The paper config's LoRA teacher trains on its engine's GPUs: OPD's two nodes, the engine
+    with sleep mode, the trainer's weights and optimizer state offloaded between uses, the sync over
+    gloo; SCOUT's full teacher keeps its own pool and none of that."""
+    from scout.verl.trainer import teacher_worker_config
+
+    lora = build("q4b-q1.7b-math", "scout-lora")
+    assert dict(lora.scout.teacher_train) == {"nnodes": 1, "n_gpus_per_node": 8, "shared": True}
+    assert (lora.trainer.nnodes, lora.distillation.nnodes, lora.distillation.n_gpus_per_node) == (1, 1, 8)
+    inference = _teacher_inference(lora)
+    assert inference.free_cache_engine and inference.enable_sleep_mode
+    t = teacher_worker_config(lora)
+    assert t.actor.fsdp_config.param_offload and t.actor.fsdp_config.optimizer_offload
+    assert t.ref.fsdp_config.param_offload and t.rollout.checkpoint_engine.backend == "gloo"
+    full = build("q4b-q1.7b-math", "scout")
+    assert not full.scout.teacher_train.shared and full.scout.teacher_train.nnodes == 1
+    assert full.trainer.nnodes + full.distillation.nnodes + full.scout.teacher_train.nnodes == 3
+    f = teacher_worker_config(full)
+    assert not f.actor.fsdp_config.param_offload and not f.actor.fsdp_config.optimizer_offload
+    assert f.rollout.checkpoint_engine.backend == "nccl"
+
+
 def test_scout_on_too_few_gpus_is_refused():
     with pytest.raises(vc.VerlConfigError, match="at least 4 GPUs"):
         vc.placement("scout", {"nodes": 1, "gpus_per_node": 2})
@@ -175,9 +214,11 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     cfg = build(setting, variant)
     sender = teacher_worker_config(cfg).rollout.checkpoint_engine
     receiver = _teacher_inference(cfg).checkpoint_engine
-    assert sender.backend == receiver.backend == "nccl"
+    # NCCL between pools; gloo through host memory for a trainer on the engine's GPUs
+    backend, bucket = (vc.SHARED_WEIGHT_SYNC if cfg.scout.teacher_train.shared else vc.WEIGHT_SYNC)["cuda"]
+    assert sender.backend == receiver.backend == backend
     # the receiver cuts its buffer to the sender's length: the bucket sizes must agree
-    assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == vc.WEIGHT_SYNC["cuda"][1]
+    assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == bucket
     with pytest.raises(NotImplementedError):  # what the old default receiver does
         CheckpointEngineRegistry.new("naive", bucket_size=1).prepare()
 

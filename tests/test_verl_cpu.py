@@ -9,12 +9,13 @@ cannot show: multi-node placement, NCCL, CUDA graphs, memory at scale (docs/verl
 
 Slow: 1.5-3 minutes a cell kind on 2 cores, almost all of it Ray, worker and vLLM start-up, which
 waits more than it computes; so the runs go two at a time (``SCOUT_VERL_CPU_LANES``), each in its
-own local Ray, with at most one of the three-node kinds (SCOUT, the control; ~10 GB each) at once,
-which makes those kinds the schedule's critical path. CI runs each verl path once: the teacher
+own local Ray, with at most one of the kinds that train a teacher (SCOUT, the control; ~10 GB each)
+at once, which makes those kinds the schedule's critical path. CI runs each verl path once: the teacher
 phase with a full teacher through the prefix-0 control (three nodes; its bare-prompt groups are the
-informative ones, so its teacher must change), SCOUT's prefix continuations with a LoRA teacher in
-the kill-and-resume (4 steps, killed after the step-2 checkpoint with its whole process group, Ray's
-processes included, then resumed), Relay-OPD and Prune-OPD (their agent loops; Prune-OPD's loss is
+informative ones, so its teacher must change), SCOUT's prefix continuations with a LoRA teacher on
+its engine's GPU (``teacher_trainer: shared``: two nodes, the engine asleep while the teacher
+trains) in the kill-and-resume (4 steps, killed after the step-2 checkpoint with its whole process
+group, Ray's processes included, then resumed), Relay-OPD and Prune-OPD (their agent loops; Prune-OPD's loss is
 OPD's) and GRPO (the student's rewards, no teacher) for two steps. ``SCOUT_VERL_CPU=all`` adds
 two-step SCOUT with a full teacher, OPD, OPTR (OPD with its registered loss, which
 tests/test_verl_pieces.py runs through verl by hand) and GRPO's own kill-and-resume: runs a 30-minute
@@ -48,11 +49,11 @@ pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 # every cell kind of the paper grid
 KINDS = ["scout", "relay_opd", "opd", "opd_teacher_grpo", "prune_opd", "optr", "grpo"]
 RESUME = "grpo-resume"
-LORA = "scout-lora-resume"  # SCOUT with a LoRA teacher, killed and resumed (experiment lora's variant)
+LORA = "scout-lora-resume"  # SCOUT with a shared LoRA teacher, killed and resumed (experiment lora's variant)
 ALL = os.environ.get("SCOUT_VERL_CPU") == "all"
-# the order the lanes take them: the three-node kinds apart, the runs balanced over the lanes
+# the order the lanes take them: the kinds with a teacher trainer apart, the runs balanced over the lanes
 RUN = [LORA, "relay_opd", "prune_opd", "opd_teacher_grpo", "grpo"] + (["scout", RESUME, "opd", "optr"] if ALL else [])
-THREE_NODES = {"scout", "opd_teacher_grpo", LORA}
+TEACHER_TRAINERS = {"scout", "opd_teacher_grpo", LORA}
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
 ARCH = {"hidden_size": 64, "heads": 2, "kv_heads": 1, "intermediate_size": 128, "lr": 3e-3, "batch": 32}
 
@@ -141,14 +142,14 @@ def _last(pattern: str, text: str) -> float | None:
 def verl_runs(cpu_world) -> dict:
     """Two verl steps of every kind and the kill-and-resume, ``LANES`` at a time: kind -> (what
     it returned, seconds)."""
-    three_nodes = threading.Lock()
+    one_teacher_trainer = threading.Lock()
 
     def run(variant: str):
         asked = time.perf_counter()
-        with three_nodes if variant in THREE_NODES else nullcontext():
+        with one_teacher_trainer if variant in TEACHER_TRAINERS else nullcontext():
             t0 = time.perf_counter()
             print(
-                f"{variant}: starts at {t0 - start:.0f} s (waited {t0 - asked:.0f} s for a three-node slot)", flush=True
+                f"{variant}: starts at {t0 - start:.0f} s (waited {t0 - asked:.0f} s for the teacher-trainer slot)", flush=True
             )
             if variant == RESUME:
                 done = _kill_and_resume(cpu_world, _spec(cpu_world["config"], "grpo", total_steps=4, epochs=2), RESUME)
@@ -199,7 +200,7 @@ def test_two_verl_steps_of_every_cell_kind(cpu_world, verl_runs, variant):
     else:
         # after the weight sync into the rollout engine, the rollout's and the actor's log-probs agree
         assert _last(r"training/rollout_actor_probs_pearson_corr:([0-9.e-]+)", log) > 0.99
-    if variant in THREE_NODES:
+    if variant in TEACHER_TRAINERS:
         # the teacher phase ran, and the engine received exactly what the teacher's trainer sent
         assert "scout/teacher_update:1" in log and "scout/teacher_pg_loss" in log
         sent = re.findall(r"sent \d+ tensors, \d+ B to \d+ receivers in [0-9.]+ s, checksum (-?[0-9.]+)", log)
@@ -305,12 +306,15 @@ def _lora_bytes(config: dict, rank: int) -> int:
     return 4 * tc.lora_parameters(arch, rank)
 
 
-def test_scout_with_a_lora_teacher_syncs_its_adapter_alone_and_resumes(cpu_world, verl_runs):
-    """SCOUT with a LoRA teacher (verl's FSDP LoRA, scout.verl.lora_sync), a teacher phase every step,
-    killed after its step-2 checkpoint and resumed: each sync moves the adapter alone (its fp32
-    bytes, against the full teacher's every tensor), the engine then serves what the trainer holds
-    (its probabilities of its own samples against the trainer's), the teacher changes, and the
-    resumed run first pushes the checkpoint's adapter into the fresh engine."""
+def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cpu_world, verl_runs):
+    """SCOUT with a LoRA teacher (verl's FSDP LoRA, scout.verl.lora_sync) that trains on its engine's
+    GPU, a teacher phase every step, killed after its step-2 checkpoint and resumed: the trainer has
+    no pool of its own (two fake GPUs, OPD's: a third pool could never be placed), the engine sleeps
+    through every update and wakes for the sync (on CPU vLLM's sleep frees nothing; its pause and
+    resume run), each sync moves the adapter alone (its fp32 bytes, against the full teacher's every
+    tensor), the engine then serves what the trainer holds (its probabilities of its own samples
+    against the trainer's), the teacher changes, and the resumed run first pushes the checkpoint's
+    adapter into the fresh engine."""
     ran, _ = verl_runs[LORA]
     assert ran["killed"] == {"checkpoint": "2", "finished": False, "survivors": False}
     done = ran["resumed"]
@@ -321,7 +325,12 @@ def test_scout_with_a_lora_teacher_syncs_its_adapter_alone_and_resumes(cpu_world
     assert summary["resumed_from"] == 2 and summary["steps"] == 4
     config = cpu_world["config"]
     rank = summary["spec"]["method_cfg"]["scout"]["teacher_lora"]["rank"]
+    res = summary["spec"]["resources"]
+    assert res["teacher_trainer"] == "shared" and res["nodes"] * res["gpus_per_node"] == 2
     killed = (cpu_world["root"] / "runs" / f"{LORA}.killed.log").read_text()
+    # every teacher phase (steps 1-4) slept the engine through its update and woke it for the sync
+    assert len(re.findall(r"scout/teacher_engine_asleep_s:[0-9.e+-]+", killed + log)) >= 4
+    assert len(re.findall(r"scout/teacher_engine_asleep_s", log)) == 2  # steps 3 and 4
     sent = [int(m[1]) for m in re.findall(r"sent (\d+) tensors, (\d+) B", killed + log)]
     assert sent and set(sent) == {_lora_bytes(config, rank)}, sent  # adapters only, every sync
     # the resumed run syncs once more than it updates (steps 3 and 4): first, on start, the

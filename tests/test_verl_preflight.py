@@ -89,8 +89,9 @@ def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
     cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
                                   "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
     full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora"))
-    assert full.checks["teacher trainer"].startswith("full teacher on 1 GPUs: state")
-    assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on 1 GPUs: state")
+    assert full.checks["teacher trainer"].startswith("full teacher on its own 1 GPUs: state")
+    assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on its own 1 GPUs: state")
+    assert "teacher host memory" not in full.checks  # its own pool: nothing waits in host memory
     state = {r: float(r_.checks["teacher trainer"].split("state ")[1].split(" ")[0]) for r, r_ in (("f", full), ("l", lora))}
     assert state["l"] < state["f"]
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-9
@@ -109,3 +110,21 @@ def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):
     assert __import__("os").environ["HF_HUB_OFFLINE"] == "1" and "hub.invalid cannot be reached" in said[0]
     said.clear()
     assert offline_unless_hub_reachable(log=said.append) and said == []  # already offline: nothing to say
+
+
+def test_a_shared_teacher_trainer_is_checked_on_the_engines_gpus_and_in_host_memory(verl_toy):
+    """The trainer on the engine's GPUs (half the 4-GPU node, OPD's placement): its state and
+    activations against the GPU, and its offloaded state beside the sleeping engine's weights
+    against the node's memory; too little host memory fails, naming the check."""
+    cfg = copy.deepcopy(verl_toy)
+    cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
+                                  "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
+    cfg["resources"]["train"] = {"methods": {"scout-lora": {"teacher_trainer": "shared"}}}
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    assert row.problems == []
+    assert row.checks["teacher trainer"].startswith("LoRA r4 teacher on the engine's 2 GPUs: state")
+    assert row.checks["teacher host memory"].startswith("LoRA r4 teacher state")
+    assert row.checks["weight sync"] == "gloo -> gloo"
+    cfg["resources"]["train"]["methods"]["scout-lora"]["mem_mb"] = 1e-6
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    assert [p.split(":")[0] for p in row.problems] == ["teacher host memory"]

@@ -2,7 +2,8 @@
 with verl's validators, so a cell that verl would refuse fails before it reaches a GPU node.
 
 Placement (SPEC section 3): the student (actor, rollout and reference) and the teacher each get a
-resource pool of their own (``placement``); SCOUT's teacher trains on its pool beside its engine. SCOUT's settings that
+resource pool of their own (``placement``); SCOUT's teacher trains on a pool beside its engine's, or
+on the engine's own GPUs (``teacher_trainer: shared``). SCOUT's settings that
 verl has no key for (prefix schedule, K, update interval, teacher LR) travel in a ``scout`` section
 added beside verl's.
 """
@@ -44,14 +45,18 @@ LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no r
 TEACHER_GPU_MEMORY = 0.7
 TEACHER_BATCHED_TOKENS = 4096
 RELAY_STUDENT_BATCHED_TOKENS = 4096  # Relay-OPD's student engine serves top-k prefills the same way
-# SCOUT's teacher trainer -> teacher engine (separate pools: never naive): NCCL on GPUs, scout's
+# SCOUT's teacher trainer -> teacher engine (separate processes: never naive): NCCL on GPUs, scout's
 # gloo engine (scout/verl/gloo_sync.py) on CPU; the weight-sync buffers, the same size at both ends
 WEIGHT_SYNC = {"cuda": ("nccl", 512), "cpu": ("gloo", 64)}
+# a trainer on the engine's GPUs: NCCL refuses two ranks of one group on one GPU ("Duplicate GPU
+# detected"), so the sync goes through host memory (gloo), as on CPU
+SHARED_WEIGHT_SYNC = {"cuda": ("gloo", 512), "cpu": ("gloo", 64)}
 
 
-def weight_sync(spec: dict) -> tuple[str, int]:
-    """(checkpoint-engine backend, bucket MB) of SCOUT's teacher sync on the cell's device."""
-    return WEIGHT_SYNC[spec.get("device", "cuda")]
+def weight_sync(spec: dict, shared: bool = False) -> tuple[str, int]:
+    """(checkpoint-engine backend, bucket MB) of SCOUT's teacher sync on the cell's device, with the
+    trainer on a pool of its own or on the engine's GPUs (``shared``)."""
+    return (SHARED_WEIGHT_SYNC if shared else WEIGHT_SYNC)[spec.get("device", "cuda")]
 
 
 def agent_loop(method_id: str) -> str | None:
@@ -83,13 +88,19 @@ def placement(method_id: str, res: dict) -> dict:
     """Nodes and GPUs per node of the three pools: the student (actor, rollout, reference), the
     teacher's inference engine (scores the student; SCOUT also samples continuations from it) and,
     for SCOUT, the teacher's trainer. With enough nodes each pool has whole nodes (the student
-    one, the engine one, the trainer the rest); otherwise they split a node's GPUs."""
+    one, the engine one, the trainer the rest); otherwise they split a node's GPUs.
+
+    ``res["teacher_trainer"] == "shared"``: the teacher's trainer sits on the engine's pool (the
+    engine sleeps while it trains), the pools are OPD's and ``train_shared`` is set."""
     nodes, gpus = res["nodes"], res["gpus_per_node"]
     m = METHODS[method_id]
     out = {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
-    out |= {"train_nodes": 0, "train_gpus": 0}
+    out |= {"train_nodes": 0, "train_gpus": 0, "train_shared": False}
     if not m.needs_teacher:
         return out
+    if m.trains_teacher and res.get("teacher_trainer", "own") == "shared":
+        opd = placement("opd", res)
+        return opd | {"train_nodes": opd["teacher_nodes"], "train_gpus": opd["teacher_gpus"], "train_shared": True}
     if not m.trains_teacher:
         if nodes == 1:
             return out | {
@@ -212,7 +223,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
             "distillation.distillation_loss.clip_ratio_low": spec["clip"],
             "distillation.distillation_loss.clip_ratio_high": spec["clip"],
             # the engine serves prompt + response tokens, not the model's full context (262k for
-            # Qwen3-4B-Instruct-2507), and has its GPUs to itself (placement never shares them)
+            # Qwen3-4B-Instruct-2507), and has its GPUs to itself but while a shared teacher trains
             f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
             f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
             f"{TEACHER_INFERENCE}.max_num_batched_tokens": TEACHER_BATCHED_TOKENS,
@@ -243,11 +254,15 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         o["actor_rollout_ref.rollout.max_num_batched_tokens"] = RELAY_STUDENT_BATCHED_TOKENS
     if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
-        backend, bucket_mb = weight_sync(spec)
+        backend, bucket_mb = weight_sync(spec, pools["train_shared"])
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = backend
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = bucket_mb
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
         extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
+        extra["+scout.teacher_train.shared"] = pools["train_shared"]
+        if pools["train_shared"]:  # the engine sleeps while its GPUs train (verl's defaults, stated)
+            o[f"{TEACHER_INFERENCE}.free_cache_engine"] = True
+            extra[f"+{TEACHER_INFERENCE}.enable_sleep_mode"] = True  # a dataclass default, not in the yaml
     kept = grid.checkpoint_steps(spec)
     extra["+scout.keep_steps"] = kept  # evaluated intermediate checkpoints: kept, the rest deleted
     if kept:

@@ -100,23 +100,48 @@ def prefill_logits_fit(batched_tokens: int, vocab: int, gpu_gib: float, utilizat
     return need <= free, text
 
 
-def teacher_trainer_fit(cfg, arch: dict, gpu_gib: float) -> tuple[bool, str]:
-    """Does SCOUT's teacher trainer (full or LoRA, ``scout.teacher_cost``) fit the GPUs of its pool:
-    its state sharded over them and one micro-batch's activations on each?"""
+def _teacher_state(cfg, arch: dict) -> tuple[float, str]:
+    """The teacher trainer's state in bytes (``scout.teacher_cost``) and what kind of teacher it is."""
     from scout import teacher_cost as tc
     from scout.verl.trainer import teacher_lora
 
-    tt = cfg.scout.teacher_train
-    gpus = tt.nnodes * tt.n_gpus_per_node
-    params = weight_bytes(arch, "float32") / 4
     lora = teacher_lora(cfg)
     adapters = tc.lora_parameters(arch, lora["rank"], lora["target_modules"]) if lora else 0
-    state = tc.trainer_bytes(params, adapters)
+    return tc.trainer_bytes(weight_bytes(arch, "float32") / 4, adapters), f"LoRA r{lora['rank']}" if lora else "full"
+
+
+def teacher_trainer_fit(cfg, arch: dict, gpu_gib: float) -> tuple[bool, str]:
+    """Does SCOUT's teacher trainer (full or LoRA, ``scout.teacher_cost``) fit the GPUs of its pool:
+    its state sharded over them and one micro-batch's activations on each? A shared trainer has
+    the engine's GPUs to itself while it trains (the engine asleep), so the same check holds."""
+    from scout import teacher_cost as tc
+    from scout.verl.trainer import shared_trainer
+
+    tt = cfg.scout.teacher_train
+    gpus = tt.nnodes * tt.n_gpus_per_node
+    state, kind = _teacher_state(cfg, arch)
     act = tc.activation_bytes(arch, cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
-    kind = f"LoRA r{lora['rank']}" if lora else "full"
-    text = (f"{kind} teacher on {gpus} GPUs: state {state / max(gpus, 1) / GIB:.3g} + activations {act / GIB:.3g} GiB "
-            f"a GPU, {tc.USABLE * gpu_gib:.3g} usable")  # fmt: skip
+    where = "the engine's" if shared_trainer(cfg) else "its own"
+    text = (f"{kind} teacher on {where} {gpus} GPUs: state {state / max(gpus, 1) / GIB:.3g} + activations "
+            f"{act / GIB:.3g} GiB a GPU, {tc.USABLE * gpu_gib:.3g} usable")  # fmt: skip
     return tc.fits(state, act, gpus, gpu_gib), text
+
+
+def shared_host_fit(cfg, arch: dict, mem_mb: float) -> tuple[bool, str]:
+    """A shared trainer's state waits in host memory while the engine serves, and the engine's
+    weights while it trains (vLLM's level-1 sleep): do both fit a node's memory at once? Each
+    node holds its share of the FSDP state and one weight copy per engine replica on it."""
+    from scout import teacher_cost as tc
+
+    tt = cfg.scout.teacher_train
+    inference = cfg.distillation.teacher_models.teacher_model.inference
+    state, kind = _teacher_state(cfg, arch)
+    replicas = tt.n_gpus_per_node // max(inference.tensor_model_parallel_size, 1)
+    engine = replicas * weight_bytes(arch, str(inference.dtype))
+    need, have = state / max(tt.nnodes, 1) + engine, tc.USABLE * mem_mb * (1 << 20)
+    text = (f"{kind} teacher state {state / max(tt.nnodes, 1) / GIB:.3g} + {replicas} sleeping engine copies "
+            f"{engine / GIB:.3g} GiB a node, {have / GIB:.3g} usable of its host memory")  # fmt: skip
+    return need <= have, text
 
 
 def steps_per_epoch(rows: int, batch: int) -> int:
@@ -197,6 +222,8 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
             )
             if sender != receiver or receiver == "naive":
                 row.fail("weight sync", f"trainer sends with {sender}, the teacher engine receives with {receiver}")
+            elif sender == "nccl" and cfg.scout.teacher_train.get("shared"):
+                row.fail("weight sync", "a trainer on the engine's GPUs cannot sync over NCCL (two ranks on one GPU)")
             else:
                 row.ok("weight sync", f"{sender} -> {receiver}")
     loop = vc.agent_loop(spec["method"])
@@ -231,6 +258,9 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
         else:
             fits, text = teacher_trainer_fit(cfg, arch, gpu_gb)
             (row.ok if fits else row.fail)("teacher trainer", text)
+            if cfg.scout.teacher_train.get("shared"):
+                fits, text = shared_host_fit(cfg, arch, res["mem_mb"])
+                (row.ok if fits else row.fail)("teacher host memory", text)
     data = grid.data_path(config, setting["train_data"])
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")

@@ -4,9 +4,9 @@ task runner that builds them: ``ScoutTrainer`` for the methods that train the te
 
 The student side is verl's own OPD (``distillation.*``: K1 advantage in policy-gradient mode,
 scored by the teacher's inference engine on its own pool). ``ScoutTrainer`` adds the teacher's
-trainer, a second FSDP worker group on a pool of its own (``scout.teacher_train``), with a frozen
-reference copy for the KL to its initial weights. Every ``interval`` student steps it runs the
-teacher phase:
+trainer, a second FSDP worker group on a pool of its own (``scout.teacher_train``) or on the
+engine's (``teacher_trainer: shared``), with a frozen reference copy for the KL to its initial
+weights. Every ``interval`` student steps it runs the teacher phase:
 
 1. read the step's student batch back from TransferQueue (``batch_from_tq``);
 2. build the continuation requests (``teacher_phase.continuation_requests``);
@@ -15,10 +15,13 @@ teacher phase:
    reward manager calls, in parallel worker pools) and build the update batch
    (``teacher_phase.teacher_train_batch``);
 5. old and reference log-probs, ``scout_grpo`` advantages, one update of the teacher worker group;
+   a shared trainer does this while the engine sleeps (vLLM's level 1: weights to host memory, KV
+   cache freed), its own state in host memory at all other times (FSDP offload);
 6. push the new teacher weights into the inference engine (a ``CheckpointEngineManager`` over the
-   teacher's replicas, NCCL), so the next student steps are scored by the updated teacher; a
-   LoRA teacher (``methods.scout.teacher_lora``) pushes its adapter alone (``scout.verl.lora_sync``)
-   and is its own reference (its base, adapter off), so it has no reference copy.
+   teacher's replicas, NCCL; gloo through host memory for a shared trainer), so the next student
+   steps are scored by the updated teacher; a LoRA teacher (``methods.scout.teacher_lora``) pushes
+   its adapter alone (``scout.verl.lora_sync``) and is its own reference (its base, adapter off), so
+   it has no reference copy.
 
 Everything except the worker-group calls is a pure function tested on CPU; the class itself needs
 GPUs and is exercised only by the smoke test in docs/verl-backend.md.
@@ -31,6 +34,8 @@ import copy
 import dataclasses
 import logging
 import shutil
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from uuid import uuid4
 
@@ -58,7 +63,9 @@ BUDGET_FILE = "scout_budget.json"  # Prune-OPD's budget state, beside verl's dat
 def teacher_worker_config(cfg: DictConfig) -> DictConfig:
     """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
     teacher's model, its own LR, KL 0.001 to its initial weights, and the weight sync its inference
-    engine receives with (NCCL on GPUs, gloo on CPU; a separate pool, so never naive)."""
+    engine receives with (``scout.verl.config.weight_sync``; separate processes, so never naive). A
+    trainer on the engine's GPUs keeps its weights and optimizer state in host memory between uses
+    (verl's FSDP offload), leaving the GPUs to the engine."""
     sc = cfg.scout.scout
     t = copy.deepcopy(cfg.actor_rollout_ref)
     with open_dict(t):
@@ -80,7 +87,16 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
             t.model.target_modules = list(lora["target_modules"])
             # unmerged: each sync sends the adapter alone (scout.verl.lora_sync)
             t.model.lora.merge = False
+        if shared_trainer(cfg):
+            t.actor.fsdp_config.param_offload = True
+            t.actor.fsdp_config.optimizer_offload = True
+            t.ref.fsdp_config.param_offload = True
     return t
+
+
+def shared_trainer(cfg: DictConfig) -> bool:
+    """Does the teacher's trainer sit on its engine's GPUs (``teacher_trainer: shared``)?"""
+    return bool(cfg.scout.teacher_train.get("shared", False))
 
 
 def teacher_lora(cfg: DictConfig) -> dict | None:
@@ -259,9 +275,14 @@ class ScoutTrainer(RetainCheckpoints):
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
-        tt = self.config.scout.teacher_train
-        self.resource_pool_manager.resource_pool_spec[TEACHER_POOL] = [tt.n_gpus_per_node] * tt.nnodes
-        self.resource_pool_manager.mapping["scout_teacher"] = TEACHER_POOL
+        mgr, tt = self.resource_pool_manager, self.config.scout.teacher_train
+        if shared_trainer(self.config):  # one worker group more on each of the engine's bundles
+            from verl.trainer.ppo.utils import Role
+
+            mgr.mapping["scout_teacher"] = mgr.mapping[Role.TeacherModel]
+        else:
+            mgr.resource_pool_spec[TEACHER_POOL] = [tt.n_gpus_per_node] * tt.nnodes
+            mgr.mapping["scout_teacher"] = TEACHER_POOL
 
     def _load_checkpoint(self):
         # verl's _setup ends with _load_checkpoint: the teacher's workers must exist by then
@@ -348,20 +369,22 @@ class ScoutTrainer(RetainCheckpoints):
         batch = tp.teacher_train_batch(req, conts, rewards, tok.pad_token_id, width)
         temperature = cfg.actor_rollout_ref.rollout.temperature
         td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
-        old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
-        ref = no_padding_2_padding(tu.get(self._teacher_reference(td), "log_probs"), td).float()
-        batch.batch["old_log_probs"], batch.batch["ref_log_prob"] = old, ref
-        agreement = tp.engine_agreement(old, [len(p) for p in nt[tp.PREFIX_IDS]], engine_logp)
-        batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
-        size = len(batch)
-        td = worker_batch(
-            batch, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
-            global_batch_size=size, mini_batch_size=size, epochs=1, seed=cfg.actor_rollout_ref.actor.data_loader_seed,
-            dataloader_kwargs={"shuffle": False}, compute_loss=True, temperature=temperature,
-        )  # fmt: skip
-        out = tu.get(self.teacher_wg.update_actor(td), "metrics")
+        with self._engine_asleep() as slept:
+            old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
+            ref = no_padding_2_padding(tu.get(self._teacher_reference(td), "log_probs"), td).float()
+            batch.batch["old_log_probs"], batch.batch["ref_log_prob"] = old, ref
+            agreement = tp.engine_agreement(old, [len(p) for p in nt[tp.PREFIX_IDS]], engine_logp)
+            batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
+            size = len(batch)
+            td = worker_batch(
+                batch, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
+                global_batch_size=size, mini_batch_size=size, epochs=1, seed=cfg.actor_rollout_ref.actor.data_loader_seed,
+                dataloader_kwargs={"shuffle": False}, compute_loss=True, temperature=temperature,
+            )  # fmt: skip
+            out = tu.get(self.teacher_wg.update_actor(td), "metrics")
         self.teacher_sync.update_weights(self.global_steps)
         return {
+            **slept,
             "scout/teacher_update": 1,
             "scout/teacher_prefix_ratio": ratio,
             "scout/teacher_reward": float(np.mean(rewards)),
@@ -371,6 +394,33 @@ class ScoutTrainer(RetainCheckpoints):
             "scout/teacher_engine_trainer_pearson": agreement,
             **teacher_update_metrics(out),
         }
+
+    @contextmanager
+    def _engine_asleep(self):
+        """A shared trainer's GPUs: the teacher's engine sleeps while the trainer computes and wakes
+        before the sync (verl's colocated replicas: ``engine.sleep(level=1)``, then ``wake_up``).
+        Yields the metrics it fills in: the seconds asleep and the seconds sleep and wake-up took."""
+        slept: dict = {}
+        if not shared_trainer(self.config):
+            yield slept
+            return
+        replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
+
+        def each(call: str) -> float:
+            async def run():
+                await asyncio.gather(*[getattr(r, call)() for r in replicas])
+
+            t0 = time.perf_counter()
+            asyncio.run(run())
+            return time.perf_counter() - t0
+
+        slept["scout/teacher_engine_sleep_s"] = each("sleep")
+        t0 = time.perf_counter()
+        try:
+            yield slept
+        finally:
+            slept["scout/teacher_engine_asleep_s"] = time.perf_counter() - t0
+            slept["scout/teacher_engine_wake_s"] = each("wake_up")
 
     def _teacher_reference(self, td):
         """Log-probs of the batch ``td`` (the one the old log-probs were computed on) under the initial
