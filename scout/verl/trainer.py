@@ -419,6 +419,9 @@ class ScoutTrainer(RetainCheckpoints):
         try:
             yield slept
         finally:
+            # verl offloads the optimizer's state without emptying the allocator's cache
+            # (verl/utils/fsdp_utils.py:241-249): hand those blocks back before vLLM asks for its own
+            ray.get([w.__ray_call__.remote(_release_cached_memory) for w in self.teacher_wg.workers])
             slept["scout/teacher_engine_asleep_s"] = time.perf_counter() - t0
             slept["scout/teacher_engine_wake_s"] = each("wake_up")
 
@@ -482,6 +485,15 @@ class PruneTrainer(RetainCheckpoints):
         self.budget, log = prune_budget_step(self.budget, metrics, self.prune_cfg)
         metrics.update(log)
         return batch
+
+
+def _release_cached_memory(_worker) -> None:
+    """In a trainer worker: finish pending copies and return the caching allocator's free blocks."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def _bind_teacher_servers(replicas) -> None:
