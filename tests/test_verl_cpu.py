@@ -50,10 +50,12 @@ pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 KINDS = ["scout", "relay_opd", "opd", "opd_teacher_grpo", "prune_opd", "optr", "grpo"]
 RESUME = "grpo-resume"
 LORA = "scout-lora-resume"  # SCOUT with a shared LoRA teacher, killed and resumed (experiment lora's variant)
+LORA_OWN = "scout-lora-own-pool"  # the same teacher on a pool of its own (three nodes), two steps
 ALL = os.environ.get("SCOUT_VERL_CPU") == "all"
 # the order the lanes take them: the kinds with a teacher trainer apart, the runs balanced over the lanes
-RUN = [LORA, "relay_opd", "prune_opd", "opd_teacher_grpo", "grpo"] + (["scout", RESUME, "opd", "optr"] if ALL else [])
-TEACHER_TRAINERS = {"scout", "opd_teacher_grpo", LORA}
+RUN = [LORA, "relay_opd", "prune_opd", "opd_teacher_grpo", "grpo"]
+RUN += ["scout", RESUME, "opd", "optr", LORA_OWN] if ALL else []
+TEACHER_TRAINERS = {"scout", "opd_teacher_grpo", LORA, LORA_OWN}
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
 ARCH = {"hidden_size": 64, "heads": 2, "kv_heads": 1, "intermediate_size": 128, "lr": 3e-3, "batch": 32}
 
@@ -107,6 +109,15 @@ def _spec(cfg: dict, variant: str, **over) -> dict:
     return spec
 
 
+def _lora_spec(cfg: dict, **over) -> dict:
+    """SCOUT with a LoRA teacher and a teacher phase every step: short prefixes and K = 16, so that
+    some group has mixed rewards (the toy teacher finishes long student prefixes the same way every
+    time: no update at K = 8 once)."""
+    spec = _spec(cfg, "scout-lora", **over)
+    spec["method_cfg"]["scout"].update(interval=1, k=16, prefix_ratio=[0.1, 0.1])
+    return spec
+
+
 def _job(spec: dict, out: Path) -> tuple[list[str], dict]:
     """A training job's command, as the workflow runs it (the spec in a file beside the run
     folder), and its environment (this interpreter's folder first on PATH, for ``scout``)."""
@@ -148,17 +159,15 @@ def verl_runs(cpu_world) -> dict:
         asked = time.perf_counter()
         with one_teacher_trainer if variant in TEACHER_TRAINERS else nullcontext():
             t0 = time.perf_counter()
-            print(
-                f"{variant}: starts at {t0 - start:.0f} s (waited {t0 - asked:.0f} s for the teacher-trainer slot)", flush=True
-            )
+            print(f"{variant}: starts at {t0 - start:.0f} s (waited {t0 - asked:.0f} s for its slot)", flush=True)
             if variant == RESUME:
                 done = _kill_and_resume(cpu_world, _spec(cpu_world["config"], "grpo", total_steps=4, epochs=2), RESUME)
             elif variant == LORA:  # a teacher phase every step: three syncs to check, one across the resume
-                spec = _spec(cpu_world["config"], "scout-lora", total_steps=4, epochs=2)
-                # short prefixes and K = 16, so that some group has mixed rewards (the toy teacher
-                # finishes long student prefixes the same way every time: no update at K = 8 once)
-                spec["method_cfg"]["scout"].update(interval=1, k=16, prefix_ratio=[0.1, 0.1])
-                done = _kill_and_resume(cpu_world, spec, LORA)
+                done = _kill_and_resume(cpu_world, _lora_spec(cpu_world["config"], total_steps=4, epochs=2), LORA)
+            elif variant == LORA_OWN:
+                spec = _lora_spec(cpu_world["config"])
+                spec["resources"] |= {"nodes": 3, "teacher_trainer": "own"}
+                done = _train(cpu_world, spec, cpu_world["root"] / "runs" / variant)
             else:
                 done = _train(cpu_world, _spec(cpu_world["config"], variant), cpu_world["root"] / "runs" / variant)
             print(f"{variant}: done in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -360,3 +369,18 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
         f"teacher grad norms {norms}"
     )
     _evaluation_reads(final)
+
+
+@pytest.mark.skipif(not ALL, reason="SCOUT_VERL_CPU=all (CI: the LoRA teacher runs shared)")
+def test_a_lora_teacher_on_a_pool_of_its_own_syncs_its_adapter_without_sleeping_the_engine(cpu_world, verl_runs):
+    """The placement the shared run leaves out: three pools, the engine never asleep, the same
+    adapter-only sync and the engine serving what the trainer holds."""
+    done, _ = verl_runs[LORA_OWN]
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    rank = _lora_spec(cpu_world["config"])["method_cfg"]["scout"]["teacher_lora"]["rank"]
+    sent = [int(m[1]) for m in re.findall(r"sent (\d+) tensors, (\d+) B", log)]
+    assert sent and set(sent) == {_lora_bytes(cpu_world["config"], rank)}, sent
+    pearson = [float(x) for x in re.findall(r"scout/teacher_engine_trainer_pearson:([-+0-9.e]+)", log)]
+    assert pearson and min(pearson) > 0.99, pearson
+    assert "scout/teacher_engine_asleep_s" not in log
