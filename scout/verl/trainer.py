@@ -23,8 +23,8 @@ weights. Every ``interval`` student steps it runs the teacher phase:
    its adapter alone (``scout.verl.lora_sync``) and is its own reference (its base, adapter off), so
    it has no reference copy.
 
-Everything except the worker-group calls is a pure function tested on CPU; the class itself needs
-GPUs and is exercised only by the smoke test in docs/verl-backend.md.
+Everything except the worker-group calls is a pure function tested on CPU; the classes run in CI
+on verl's CPU path (tests/test_verl_cpu.py), where vLLM's sleep frees nothing.
 """
 
 from __future__ import annotations
