@@ -202,7 +202,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
     """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
     from scout import grid
     from scout.resources import job_resources
-    from scout.verl.trainer import teacher_worker_config
+    from scout.verl.trainer import shared_trainer, teacher_worker_config
 
     spec = grid.cell_spec(config, cell)
     row = Row(cell.key)
@@ -222,7 +222,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
             )
             if sender != receiver or receiver == "naive":
                 row.fail("weight sync", f"trainer sends with {sender}, the teacher engine receives with {receiver}")
-            elif sender == "nccl" and cfg.scout.teacher_train.get("shared"):
+            elif sender == "nccl" and shared_trainer(cfg):
                 row.fail("weight sync", "a trainer on the engine's GPUs cannot sync over NCCL (two ranks on one GPU)")
             else:
                 row.ok("weight sync", f"{sender} -> {receiver}")
@@ -258,7 +258,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
         else:
             fits, text = teacher_trainer_fit(cfg, arch, gpu_gb)
             (row.ok if fits else row.fail)("teacher trainer", text)
-            if cfg.scout.teacher_train.get("shared"):
+            if shared_trainer(cfg):
                 fits, text = shared_host_fit(cfg, arch, res["mem_mb"])
                 (row.ok if fits else row.fail)("teacher host memory", text)
     data = grid.data_path(config, setting["train_data"])

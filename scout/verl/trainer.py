@@ -315,15 +315,15 @@ class ScoutTrainer(RetainCheckpoints):
         for wg in (self.teacher_wg, self.teacher_ref_wg):
             if wg is not None:
                 wg.init_model()
-        replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
-        _bind_teacher_servers(replicas)
+        self.teacher_replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
+        _bind_teacher_servers(self.teacher_replicas)
         self.teacher_sync = CheckpointEngineManager(
             config=CheckpointEngineConfig(
                 backend=tcfg.rollout.checkpoint_engine.backend,
                 update_weights_bucket_megabytes=tcfg.rollout.checkpoint_engine.update_weights_bucket_megabytes,
             ),
             actor_wg=self.teacher_wg,
-            replicas=replicas,
+            replicas=self.teacher_replicas,
         )
 
     def on_init_end(self):
@@ -404,11 +404,10 @@ class ScoutTrainer(RetainCheckpoints):
         if not shared_trainer(self.config):
             yield slept
             return
-        replicas = self.teacher_model_manager.teacher_model_managers["default"].rollout_replicas
 
         def each(call: str) -> float:
             async def run():
-                await asyncio.gather(*[getattr(r, call)() for r in replicas])
+                await asyncio.gather(*[getattr(r, call)() for r in self.teacher_replicas])
 
             t0 = time.perf_counter()
             asyncio.run(run())
@@ -488,7 +487,9 @@ class PruneTrainer(RetainCheckpoints):
 
 
 def _release_cached_memory(_worker) -> None:
-    """In a trainer worker: finish pending copies and return the caching allocator's free blocks."""
+    """In a trainer worker: finish pending copies and return the caching allocator's free blocks.
+    Not verl's ``aggressive_empty_cache`` (verl/utils/memory_utils.py:32): it empties the cache
+    before it synchronises, so blocks the offload's non-blocking copies still read stay reserved."""
     import torch
 
     if torch.cuda.is_available():
