@@ -9,18 +9,19 @@ cannot show: multi-node placement, NCCL, CUDA graphs, memory at scale (docs/verl
 
 Slow: 1.5-3 minutes a cell kind on 2 cores, almost all of it Ray, worker and vLLM start-up, which
 waits more than it computes; so the runs go two at a time (``SCOUT_VERL_CPU_LANES``), each in its
-own local Ray, with at most one of the kinds that train a teacher (SCOUT, the control; ~10 GB each)
-at once, which makes those kinds the schedule's critical path. CI runs each verl path once: the teacher
-phase with a full teacher through the prefix-0 control (three nodes; its bare-prompt groups are the
-informative ones, so its teacher must change), SCOUT's prefix continuations with a LoRA teacher on
-its engine's GPU (``teacher_trainer: shared``: two nodes, the engine asleep while the teacher
-trains) in the kill-and-resume (4 steps, killed after the step-2 checkpoint with its whole process
-group, Ray's processes included, then resumed), Relay-OPD and Prune-OPD (their agent loops; Prune-OPD's loss is
-OPD's) and GRPO (the student's rewards, no teacher) for two steps. ``SCOUT_VERL_CPU=all`` adds
-two-step SCOUT with a full teacher, OPD, OPTR (OPD with its registered loss, which
-tests/test_verl_pieces.py runs through verl by hand) and GRPO's own kill-and-resume: runs a 30-minute
-CI cannot hold (three lanes ran out of memory on 24 GB). Each run's output is kept beside its run
-folder (``runs/<kind>.log``). ``-m "not verl_cpu"`` leaves the file out.
+own local Ray, with at most one of the kinds that train a teacher (SCOUT, the control; ~10 GB
+each) at once, which makes those kinds the schedule's critical path. CI runs each verl path once:
+the teacher phase with a full teacher through the prefix-0 control (three nodes; its bare-prompt
+groups are the informative ones, so its teacher must change), SCOUT's prefix continuations with a
+LoRA teacher on its engine's GPU (``teacher_trainer: shared``: two nodes, the engine asleep while
+the teacher trains) in the kill-and-resume (4 steps, killed after the step-2 checkpoint with its
+whole process group, Ray's processes included, then resumed), Relay-OPD and Prune-OPD (their
+agent loops; Prune-OPD's loss is OPD's) and GRPO (the student's rewards, no teacher) for two
+steps. ``SCOUT_VERL_CPU=all`` adds two-step SCOUT with a full teacher, OPD, OPTR (OPD with its
+registered loss, which tests/test_verl_pieces.py runs through verl by hand), the LoRA teacher on a
+pool of its own and GRPO's own kill-and-resume: runs a 30-minute CI cannot hold (three lanes ran
+out of memory on 24 GB). Each run's output is kept beside its run folder (``runs/<kind>.log``).
+``-m "not verl_cpu"`` leaves the file out.
 """
 
 from __future__ import annotations

@@ -82,12 +82,18 @@ def test_prefill_logits_arithmetic_by_hand():
     assert not preflight.prefill_logits_fit(4096, 151_936, 40, 0.9, resident_bytes=2**30)[0]  # beside 1 GiB more
 
 
+def _with_lora(cfg: dict) -> dict:
+    """A copy with experiment lora: SCOUT with a rank-4 LoRA teacher on toy-l-s-math, one seed."""
+    cfg = copy.deepcopy(cfg)
+    cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
+                                  "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
+    return cfg
+
+
 def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
     """SCOUT's teacher trainer on its pool (a quarter of the 4-GPU node): a full teacher's state and
     a LoRA one's, each with a micro-batch's activations, against the GPU; too small a GPU fails."""
-    cfg = copy.deepcopy(verl_toy)
-    cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
-                                  "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
+    cfg = _with_lora(verl_toy)
     full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora"))
     assert full.checks["teacher trainer"].startswith("full teacher on its own 1 GPUs: state")
     assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on its own 1 GPUs: state")
@@ -116,9 +122,7 @@ def test_a_shared_teacher_trainer_is_checked_on_the_engines_gpus_and_in_host_mem
     """The trainer on the engine's GPUs (half the 4-GPU node, OPD's placement): its state and
     activations against the GPU, and its offloaded state beside the sleeping engine's weights
     against the node's memory; too little host memory fails, naming the check."""
-    cfg = copy.deepcopy(verl_toy)
-    cfg["experiments"]["lora"] = {"settings": ["toy-l-s-math"], "seeds": [1],
-                                  "methods": [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]}  # fmt: skip
+    cfg = _with_lora(verl_toy)
     cfg["resources"]["train"] = {"methods": {"scout-lora": {"teacher_trainer": "shared"}}}
     row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
     assert row.problems == []
