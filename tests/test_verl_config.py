@@ -215,7 +215,8 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     sender = teacher_worker_config(cfg).rollout.checkpoint_engine
     receiver = _teacher_inference(cfg).checkpoint_engine
     # NCCL between pools; gloo through host memory for a trainer on the engine's GPUs
-    backend, bucket = (vc.SHARED_WEIGHT_SYNC if cfg.scout.teacher_train.shared else vc.WEIGHT_SYNC)["cuda"]
+    backend, bucket = vc.weight_sync({"device": "cuda"}, shared=cfg.scout.teacher_train.shared)
+    assert backend == ("gloo" if cfg.scout.teacher_train.shared else "nccl")
     assert sender.backend == receiver.backend == backend
     # the receiver cuts its buffer to the sender's length: the bucket sizes must agree
     assert sender.update_weights_bucket_megabytes == receiver.update_weights_bucket_megabytes == bucket
