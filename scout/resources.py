@@ -284,7 +284,7 @@ def teacher_options(config: dict) -> pd.DataFrame:
         rows.append({"setting": setting, "option": "OPD", "nodes": opd["nodes"], "gpus": gpus,
                      "gpu_hours": tc.gpu_hours(gpus, opd["runtime"])})  # fmt: skip
         found = tc.options(params, arch, tokens, sc["nodes"], sc["gpus_per_node"], sc["gpu_mem_gb"],
-                           lora.get("rank", 0), lora.get("target_modules") or grid.LORA_TARGETS)  # fmt: skip
+                           lora.get("rank", 0), lora.get("target_modules") or grid.LORA_TARGETS, opd["nodes"])  # fmt: skip
         for o in found:
             rows.append({"setting": setting, "option": o.name, "nodes": o.nodes, "gpus": o.gpus,
                          "gpu_hours": tc.gpu_hours(o.gpus, sc["runtime"]), "trainer_gpus": o.trainer_gpus,

@@ -106,31 +106,36 @@ def _option(name: str, nodes: int, gpus_per_node: int, gpu_gib: float, params: f
 
 
 def fewest_nodes(name: str, gpus_per_node: int, gpu_gib: float, params: float, adapters: float, shared: bool,
-                 activations: float, most: int = 16) -> Option:  # fmt: skip
-    """The smallest placement (from OPD's two nodes up) whose teacher trainer fits its GPUs."""
-    for nodes in range(2, most + 1):
-        opt = _option(name, nodes, gpus_per_node, gpu_gib, params, adapters, shared, activations)
+                 activations: float, least: int = 2, most: int = 16) -> Option:  # fmt: skip
+    """The smallest placement (from OPD's nodes, ``least``, up) whose teacher trainer fits its GPUs."""
+    from scout.verl.config import VerlConfigError
+
+    for nodes in range(least, max(least, most) + 1):
+        try:
+            opt = _option(name, nodes, gpus_per_node, gpu_gib, params, adapters, shared, activations)
+        except VerlConfigError:  # too few GPUs on one node for three pools
+            continue
         if opt.fits:
             return opt
     return opt
 
 
 def options(params_b: float, arch: dict, tokens: int, configured_nodes: int, gpus_per_node: int, gpu_gib: float,
-            rank: int = 0, targets: tuple[str, ...] | list[str] = LORA_TARGETS) -> list[Option]:  # fmt: skip
+            rank: int = 0, targets: tuple[str, ...] | list[str] = LORA_TARGETS, opd_nodes: int = 2) -> list[Option]:  # fmt: skip
     """SCOUT's options for one teacher (``params_b`` billions, ``arch`` its config.json keys, ``tokens``
-    a micro-batch): the configured placement with a full teacher, then the fewest nodes for a full
-    teacher and a LoRA one (``rank``, or ``WHAT_IF_RANK`` where the config trains full teachers),
-    each on a pool of its own and on the engine's GPUs."""
+    a micro-batch): the configured placement with a full teacher, then the fewest nodes, from OPD's
+    (``opd_nodes``) up, for a full teacher and a LoRA one (``rank``, or ``WHAT_IF_RANK`` where the
+    config trains full teachers), each on a pool of its own and on the engine's GPUs."""
     p, act = params_b * 1e9, activation_bytes(arch, tokens)
     r = rank or WHAT_IF_RANK
     a = lora_parameters(arch, r, targets)
     g, m = gpus_per_node, gpu_gib
     return [
         _option("full teacher, own pool (configured)", configured_nodes, g, m, p, 0, False, act),
-        fewest_nodes("full teacher, own pool", g, m, p, 0, False, act),
-        fewest_nodes("full teacher, shared", g, m, p, 0, True, act),
-        fewest_nodes(f"LoRA r{r} teacher, own pool", g, m, p, a, False, act),
-        fewest_nodes(f"LoRA r{r} teacher, shared", g, m, p, a, True, act),
+        fewest_nodes("full teacher, own pool", g, m, p, 0, False, act, opd_nodes),
+        fewest_nodes("full teacher, shared", g, m, p, 0, True, act, opd_nodes),
+        fewest_nodes(f"LoRA r{r} teacher, own pool", g, m, p, a, False, act, opd_nodes),
+        fewest_nodes(f"LoRA r{r} teacher, shared", g, m, p, a, True, act, opd_nodes),
     ]
 
 

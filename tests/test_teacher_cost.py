@@ -51,6 +51,21 @@ def test_the_fewest_nodes_by_hand():
     assert opts["LoRA r16 teacher, shared"].sync_mib == pytest.approx(33_030_144 * 4 / 2**20)
 
 
+def test_where_opd_runs_on_one_node_the_search_starts_there():
+    """OPD on one node of 8 (README's one-node overlay): a rank-16 LoRA teacher fits it, on its own
+    quarter (16.6 GB over 2 GPUs: 7.7 GiB + 19.0) or on the engine's half (3.9 GiB + 19.0 a GPU);
+    a full teacher shared over 4 GPUs is 18.7 + 19.0 > 36 GiB, so it takes OPD's two nodes again, and
+    on a pool of its own three."""
+    opts = {o.name: o for o in tc.options(4.02, QWEN3_4B, 17_408, 1, 8, 40, opd_nodes=1)}
+    assert (opts["LoRA r16 teacher, shared"].nodes, opts["LoRA r16 teacher, shared"].trainer_gpus) == (1, 4)
+    assert (opts["LoRA r16 teacher, own pool"].nodes, opts["LoRA r16 teacher, own pool"].trainer_gpus) == (1, 2)
+    assert opts["full teacher, shared"].nodes == 2 and opts["full teacher, own pool"].nodes == 3
+    # nodes of 2 GPUs: one cannot hold three pools (skipped, not an error); the full teacher's 80.4 GB
+    # then needs 4 trainer GPUs (18.7 GiB each), the trainer's two whole nodes of 4
+    small = tc.fewest_nodes("x", 2, 40, 4.02e9, 0, False, 0.0, least=1)
+    assert (small.nodes, small.trainer_gpus) == (4, 4)
+
+
 def test_scout_plan_costs_the_paper_grids_teachers():
     cfg = validate(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()))
     table = resources.teacher_options(cfg)
