@@ -208,17 +208,37 @@ def cmd_fingerprints(args) -> int:
         rep.write_record(args.section, got, args.record)
         _log(f"recorded {sum(h is not None for h in got.values())} fingerprints as '{args.section}' in {rep.RECORD}")
         return 0
-    rows = rep.compare(rep.recorded(args.section), got)
+    record = rep.read_record(args.section)
+    here = rep.probe()
+    same = not record.numerics or record.numerics == here
+    rows = rep.compare(record.files, got, same)
     width = max(len(r[0]) for r in rows)
     for f, want, have, verdict in rows:
         print(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
     n = rep.tally(rows)
     print(f"{n['same']} of {len(rows)} files have the recorded digits ('{args.section}' in {rep.RECORD}); "
-          f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded.")  # fmt: skip
+          f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded, "
+          f"{n['other numerics']} made with other numerics.")  # fmt: skip
+    lock, pinned, off = rep.install_state()
+    made = f" on {record.machine}" if record.machine else ""
+    print(f"numerics: this machine's probe {here}, the record's {record.numerics or '(not recorded)'}{made}")
+    if off:
+        shown = ", ".join(f"{name} {have or 'missing'} (locked {want})" for name, want, have in off[:5])
+        print(f"install: {len(off)} of the {pinned} packages of {lock.name} differ: {shown}{' ...' if len(off) > 5 else ''}")
+    else:
+        print(f"install: the locked one (all {pinned} packages of {lock.name} at their versions)")
+    if not same:
+        print("This machine's arithmetic takes other code paths than the record's machine (another probe), so its "
+              "models and runs are another draw of the same experiment and are not compared; the data and the "
+              "tokenizer must match everywhere. Machines share the record's digits where `scout fingerprints` "
+              "prints the record's probe (docs/toy-world.md, 'What reproduces where').")  # fmt: skip
     if n["differs"]:
-        print("This machine or these packages computed other digits than the record: expected off x86-64 with "
-              "AVX2 or outside the locked install (docs/toy-world.md, 'What reproduces where'); the claims' statistics "
-              "must hold anyway.")  # fmt: skip
+        if off:
+            print("Other digits than the record: the packages above differ from the lock (make install installs "
+                  "the lock); the claims' statistics must hold anyway.")  # fmt: skip
+        else:
+            print("Other digits than the record, with the record's numerics and the locked install: a change of "
+                  "code computed them. If that was meant, record them (--record NOTE) and say why in the commit.")  # fmt: skip
     return 1 if (args.strict and (n["differs"] or n["missing"])) else 0
 
 

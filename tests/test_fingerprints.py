@@ -4,8 +4,10 @@ comparison that says which file parted."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -40,6 +42,67 @@ def test_compare_says_which_file_parted():
     assert [r[3] for r in rows] == ["same", "differs", "missing", "not recorded"]
 
 
+def test_other_numerics_compare_the_data_and_the_tokenizer_only():
+    """On a machine whose arithmetic is not the record's, a model's other digits are another draw,
+    not an error; the data and the tokenizer (no floating point) must match everywhere."""
+    want = {"toy/data/a.jsonl": "111", "toy/tokenizer/tokenizer.json": "222", "toy/models/m/model.safetensors": "333",
+            "eval/x/s0/final/b.generations.jsonl": "444", "train/x/s1/model/final/model.safetensors": "555"}  # fmt: skip
+    got = {"toy/data/a.jsonl": "111", "toy/tokenizer/tokenizer.json": "999", "toy/models/m/model.safetensors": "abc",
+           "eval/x/s0/final/b.generations.jsonl": "444", "train/x/s1/model/final/model.safetensors": None}  # fmt: skip
+    verdicts = [r[3] for r in rep.compare(want, got, same_numerics=False)]
+    assert verdicts == ["same", "differs", "other numerics", "other numerics", "missing"]
+    assert [r[3] for r in rep.compare(want, got)][2:4] == ["differs", "same"]
+
+
+def test_the_probe_is_repeatable_and_sees_the_code_paths():
+    """Two probes in one process agree; a process on the machine's own paths computes another."""
+    assert rep.probe() == rep.probe()
+    env = {**os.environ, rep.NATIVE: "1", "ATEN_CPU_CAPABILITY": "default"}
+    code = "from scout.reproducibility import probe; print(probe())"
+    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert len(other.stdout.strip()) == 12 and other.stdout.strip() != rep.probe()
+
+
+def test_the_install_is_checked_against_the_lock(tmp_path):
+    """A package at another version or missing is named; one the install removes on purpose is not."""
+    lock = tmp_path / "some.lock"
+    lock.write_text(f"# a comment\npyyaml=={metadata.version('pyyaml')}\npandas==0.0.1\nno-such-package==1.0\n"
+                    "torchvision==0.1\n")  # fmt: skip
+    pinned, off = rep.lock_mismatches(lock)
+    assert pinned == 4
+    assert off == [("pandas", "0.0.1", metadata.version("pandas")), ("no-such-package", "1.0", None)]
+    assert rep.install_state((lock,))[2] == off
+
+
+def test_a_record_from_other_numerics_is_not_blamed_on_this_machine(tmp_path, monkeypatch, capsys):
+    """The record's probe is not this machine's: `scout fingerprints --strict` compares the data,
+    passes, and says why the models were not compared and whether the install is the locked one."""
+    from scout import cli
+
+    cfg = toy_config()
+    cfg["results"] = str(tmp_path / "results")
+    build_data(cfg, tmp_path / "results" / "toy" / "data")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    got = rep.measure(cfg)
+    got["toy/models/toy-large/model.safetensors"] = "000000000000"
+    record = tmp_path / "fingerprints.yaml"
+    rep.write_record("toy", {f: h for f, h in got.items() if f.startswith("toy/")}, "made elsewhere", record)
+    data = yaml.safe_load(record.read_text())
+    assert data["toy"]["numerics"] == rep.probe() and data["toy"]["machine"]
+    data["toy"]["numerics"] = "ffffffffffff"
+    record.write_text(yaml.safe_dump(data))
+    (tmp_path / "results" / "toy" / "models" / "toy-large").mkdir(parents=True)
+    (tmp_path / "results" / "toy" / "models" / "toy-large" / "model.safetensors").write_bytes(b"other digits")
+    monkeypatch.setattr(rep, "RECORD", record)
+    code = cli.main(["fingerprints", "--config", str(tmp_path / "cfg.yaml"), "--strict"])
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split(maxsplit=3)[-1] for line in out.splitlines() if line.startswith("toy/")}
+    assert lines["toy/models/toy-large/model.safetensors"] == "other numerics"
+    assert lines["toy/data/tm-hard.jsonl"] == "same"
+    assert f"the record's ffffffffffff on {rep.machine()}" in out and "not compared" in out
+    assert "install: " in out and code == 0
+
+
 def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
     cfg = toy_config()
     cfg["results"] = "results"
@@ -55,6 +118,6 @@ def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     lines = {line.split()[0]: line.split()[-1] for line in out.stdout.splitlines() if line.startswith("toy/")}
     assert lines["toy/data/tm-hard.jsonl"] == "differs" and lines["toy/data/tm-easy.jsonl"] == "same"
-    assert out.returncode == 1 and "computed other digits" in out.stdout
+    assert out.returncode == 1 and "Other digits than the record" in out.stdout
     assert str(REPO / "config" / "fingerprints.yaml") in out.stdout
     assert Path(rep.RECORD) == REPO / "config" / "fingerprints.yaml"

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from scout.methods import METHODS
+from scout.reproducibility import fingerprint
 from tests.conftest import REPO, mini_config, tex_available
 
 pytestmark = pytest.mark.e2e
@@ -141,11 +142,18 @@ def test_a_new_search_retrains_nothing_the_grid_has(finished_grid):
 
 
 def test_rerun_of_one_training_cell(finished_grid):
+    """A forced rerun trains the cell again from scratch, and on one machine a second run computes
+    the first's digits bit for bit, the student's and the trained teacher's (what must hold on a
+    machine of any numerics, where the record's models are not compared)."""
     target = "results/train/toy-l-s-code/opd_teacher_grpo/s1/train.json"
     out = snakemake(finished_grid, target, "--forcerun", target)
     assert "1 of 1 steps (100%) done" in out.stderr
     assert json.loads((finished_grid / target).read_text())["resumed_from"] is None  # trained again, not resumed
-    assert len(list((finished_grid / target).parent.parent.glob("s1.superseded-*"))) == 1
+    old = list((finished_grid / target).parent.parent.glob("s1.superseded-*"))
+    assert len(old) == 1
+    new = (finished_grid / target).parent
+    for model in ("model/final/model.safetensors", "model/final-teacher/model.safetensors"):
+        assert fingerprint(new / model) == fingerprint(old[0] / model), model
 
 
 def test_a_changed_hyperparameter_retrains_exactly_its_cells(finished_grid):
