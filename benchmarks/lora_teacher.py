@@ -34,6 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from scout.reproducibility import pin_numerics
+
+pin_numerics()  # before torch is imported (in this process or a child): the grid's code paths
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -44,9 +48,6 @@ def measure(config_path: list[str], setting: str, variant: str, updates: int, de
     from scout import config, grid, tuning
     from scout.embedded import lora
     from scout.embedded.trainer import Trainer
-    from scout.reproducibility import pin_numerics
-
-    pin_numerics()
     torch.set_num_threads(1)
     cfg = tuning.resolve(config.load(config_path))
     spec = grid.cell_spec(cfg, grid.find_cell(cfg, setting, variant, 1))

@@ -8,17 +8,18 @@ code paths, and prints the fingerprint of what each job writes and its time:
   phases), student and teacher the model just pretrained;
 - ``evaluate``: that model on tm-hard, 4 samples of every question.
 
-The combinations: the machine's own paths (``SCOUT_NATIVE_NUMERICS=1``), each setting alone, MKL's
-AVX2 branch with ATen's AVX2 kernels (the pinning before MKL's compatible branch: reproducible
-across Intel CPUs only, since MKL honours branches other than AUTO and COMPATIBLE on Intel CPUs
-alone), the pinned pair that every ``scout`` command uses (``scout.reproducibility.PINNED``), and
-the pair with oneDNN's ISA capped as well. Equal fingerprints mean the same digits; run it on two
-machines to compare them.
+The combinations: the machine's own paths (``SCOUT_NATIVE_NUMERICS=1``); ATen's AVX2 kernels with
+MKL's compatible branch (the pin before issue 45: the same digits on every AMD CPU, other digits on
+Intel's); ATen's AVX2 kernels with MKL's AVX2 branch without the vendor shim (honoured on Intel
+CPUs only; an AMD CPU takes MKL's automatic dispatch); and the pin every ``scout`` command uses
+(``scout.reproducibility``: the same with the shim, preloaded here, so that MKL honours the branch
+on AMD CPUs too). Equal fingerprints mean the same digits; run it on two machines to compare them.
 
 ``--emulate-intel`` runs every job under ``valgrind --tool=none``, whose virtual CPU reports itself
 as an Intel CPU with AVX2 and without AVX-512, whatever the host: on an AMD host, the pinned
-fingerprints must equal the native run's (the same digits on both vendors), and MKL's AVX2 branch
-shows what it computes on Intel. About 50 times slower: give it fewer ``--steps``.
+fingerprints must equal the native run's. (Valgrind's CPU matched a real Intel Xeon on MKL's AVX2
+branch but not on its compatible branch: a cross-check, not a stand-in for Intel hardware.) About
+50 times slower: give it fewer ``--steps``.
 
     python -m benchmarks.numerics [--workdir DIR] [--steps N] [--emulate-intel] [--only NAME ...]
 """
@@ -37,18 +38,16 @@ from pathlib import Path
 
 import yaml
 
-from scout.reproducibility import NATIVE, PINNED, fingerprint
+from scout.reproducibility import NATIVE, PINNED, build_shim, fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 SCOUT = str(Path(sys.executable).parent / "scout")
+PRELOAD = "LD_PRELOAD"  # the shim, as the pinned jobs load it (before torch)
 COMBINATIONS = {
     "native (nothing pinned)": {},
-    "MKL_CBWR=AVX2 alone": {"MKL_CBWR": "AVX2"},
-    "MKL_CBWR=COMPATIBLE alone": {"MKL_CBWR": "COMPATIBLE"},
-    "ATEN_CPU_CAPABILITY=avx2 alone": {"ATEN_CPU_CAPABILITY": "avx2"},
-    "ATen avx2 + MKL AVX2 (Intel only)": {**PINNED, "MKL_CBWR": "AVX2"},
-    "pinned (what scout uses)": dict(PINNED),
-    "pinned + ONEDNN_MAX_CPU_ISA=AVX2": {**PINNED, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "ATen avx2 + MKL COMPATIBLE (the pin before)": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
+    "ATen avx2 + MKL AVX2, no shim": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
+    "pinned (what scout uses)": {**PINNED, PRELOAD: "shim"},
 }
 EMULATED_INTEL = ["valgrind", "--tool=none", "-q"]
 
@@ -82,12 +81,13 @@ def main() -> None:
     cfg["results"] = str(work / "results")
     _world(work, cfg)
     arch = {**cfg["models"]["toy-small"]["toy"], "steps": args.steps}
-    base = {k: v for k, v in os.environ.items() if k not in PINNED and k != "ONEDNN_MAX_CPU_ISA"}
-    print(f"{'combination':<34} {'pretrain':>22} {'train (SCOUT)':>22} {'evaluate':>22}")
+    base = {k: v for k, v in os.environ.items() if k not in PINNED and k != PRELOAD}
+    shim = str(build_shim())
+    print(f"{'combination':<44} {'pretrain':>22} {'train (SCOUT)':>22} {'evaluate':>22}")
     for name, settings in COMBINATIONS.items():
         if args.only and not any(o in name for o in args.only):
             continue
-        env = {**base, NATIVE: "1", **settings}
+        env = {**base, NATIVE: "1", **{k: shim if k == PRELOAD else v for k, v in settings.items()}}
         out = work / f"combination-{list(COMBINATIONS).index(name)}"
         out.mkdir(exist_ok=True)
         model = out / "model"
@@ -113,7 +113,7 @@ def main() -> None:
             f"{fingerprint(out / 'run' / 'model' / 'final' / 'model.safetensors')} {t_train:5.1f} s",
             f"{fingerprint(out / 'eval' / 'tm-hard.generations.jsonl')} {t_eval:5.1f} s",
         )
-        print(f"{name:<34} " + " ".join(f"{x:>22}" for x in figures), flush=True)
+        print(f"{name:<44} " + " ".join(f"{x:>22}" for x in figures), flush=True)
     print(f"(jobs in {work}; times include each job's start-up)")
 
 

@@ -27,9 +27,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import torch
+from scout.reproducibility import pin_numerics
 
-from scout.toy.tasks import RESTART
+pin_numerics()  # before torch is imported: the grid's code paths, so that the pilot computes the grid's digits
+
+import torch  # noqa: E402
+
+from scout.toy.tasks import RESTART  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,9 +83,6 @@ def main() -> None:
     from scout.embedded import lm
     from scout.embedded.trainer import Trainer
     from scout.prepare import load_rows
-    from scout.reproducibility import pin_numerics
-
-    pin_numerics()  # the grid's code paths, so that the pilot computes the grid's digits
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(REPO / "config" / "config.yaml"))
     p.add_argument("--setting", default="toy-l-s-math")

@@ -203,30 +203,27 @@ def cmd_fingerprints(args) -> int:
     cfg = _config(args)
     if cfg["world"] != "toy":
         raise SystemExit("scout fingerprints: only toy grids are fingerprinted (the paper grid's digits follow its GPUs)")
-    got = rep.measure(cfg)
     if args.record:
+        got = rep.measure(cfg)
         rep.write_record(args.section, got, args.record)
         _log(f"recorded {sum(h is not None for h in got.values())} fingerprints as '{args.section}' in {rep.RECORD}")
         return 0
-    record = rep.read_record(args.section)
-    here = rep.probe()
-    same = not record.numerics or record.numerics == here
-    rows = rep.compare(record.files, got, same)
+    c = rep.check(cfg, args.section)
+    rows, n, record, same = c.rows, c.counts, c.record, c.same_numerics
     width = max(len(r[0]) for r in rows)
     for f, want, have, verdict in rows:
         print(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
-    n = rep.tally(rows)
     print(f"{n['same']} of {len(rows)} files have the recorded digits ('{args.section}' in {rep.RECORD}); "
           f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded, "
           f"{n['other numerics']} made with other numerics.")  # fmt: skip
-    lock, pinned, off = rep.install_state()
     made = f" on {record.machine}" if record.machine else ""
-    print(f"numerics: this machine's probe {here}, the record's {record.numerics or '(not recorded)'}{made}")
+    print(f"numerics: this machine's probe {c.probe}, the record's {record.numerics or '(not recorded)'}{made}")
+    off = c.off
     if off:
         shown = ", ".join(f"{name} {have or 'missing'} (locked {want})" for name, want, have in off[:5])
-        print(f"install: {len(off)} of the {pinned} packages of {lock.name} differ: {shown}{' ...' if len(off) > 5 else ''}")
+        print(f"install: {len(off)} of the {c.pinned} packages of {c.lock.name} differ: {shown}{' ...' if len(off) > 5 else ''}")
     else:
-        print(f"install: the locked one (all {pinned} packages of {lock.name} at their versions)")
+        print(f"install: the locked one (all {c.pinned} packages of {c.lock.name} at their versions)")
     if not same:
         print("This machine's arithmetic takes other code paths than the record's machine (another probe), so its "
               "models and runs are another draw of the same experiment and are not compared; the data and the "

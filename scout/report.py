@@ -236,14 +236,18 @@ def digits(config: dict) -> str:
         return "not fingerprinted (the paper grid's digits follow its GPUs)"
     from scout import reproducibility as rep
 
-    rows = rep.compare(rep.recorded("toy"), rep.measure(config))
-    n = rep.tally(rows)
-    recorded = n["same"] + n["differs"] + n["missing"]
+    c = rep.check(config)
+    n = c.counts
+    recorded = n["same"] + n["differs"] + n["missing"] + n["other numerics"]
     if not recorded:
         return "no record to compare with"
     text = f"{n['same']} of {recorded} recorded files have the recorded digits"
+    if n["other numerics"]:
+        text += (f"; {n['other numerics']} made by models on other numerical code paths than the record's machine "
+                 f"(probe {c.probe}, the record's {c.record.numerics}): another draw, not compared")  # fmt: skip
     if n["differs"]:
-        text += f"; {n['differs']} differ (another machine's code paths or other packages: another draw)"
+        why = "packages other than the lock's" if c.off else "a change of code"
+        text += f"; {n['differs']} differ ({why})"
     return text + (f"; {n['missing']} not made" if n["missing"] else "")
 
 

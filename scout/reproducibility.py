@@ -1,24 +1,27 @@
-"""The same digits on every x86-64 machine with AVX2: pinned numerical code paths and fingerprints.
+"""The same digits on Intel and AMD x86-64 machines with AVX2: pinned code paths and fingerprints.
 
 Two machines with the same packages part ways where their math libraries pick code paths by CPU:
 ATen's vectorised kernels (softmax, norms, the optimizer's updates) pick theirs by instruction set,
 and MKL's matrix products by instruction set and by vendor. Every ``scout`` command pins both
-before torch computes anything, so the workflow's jobs compute the same digits whatever the machine
-has, and a user sets nothing:
+before torch is imported, so the workflow's jobs compute the same digits whatever the machine has,
+and a user sets nothing:
 
 - ``ATEN_CPU_CAPABILITY=avx2``: ATen's AVX2 kernels, on machines with AVX-512 too. Their arithmetic
   is exact IEEE code, so every CPU with AVX2 computes the same digits with them.
-- ``MKL_CBWR=COMPATIBLE``: MKL's reproducible branch for "Intel and Intel compatible" CPUs (SSE2
-  code, without the approximate ``rcpps``/``rsqrtps`` whose results differ between vendors). MKL
-  honours its other branches (``AVX2``, ...) on Intel CPUs only and silently takes its automatic
-  dispatch elsewhere: with ``MKL_CBWR=AVX2`` an AMD machine computed other digits than an Intel
-  one. ``python -m benchmarks.numerics --emulate-intel`` shows it on one machine: valgrind's virtual
-  CPU is an Intel one. The compatible branch costs time: about twice as long a matrix product.
+- ``MKL_CBWR=AVX2``: MKL's reproducible AVX2 branch. MKL honours a branch only on CPUs it
+  recognises as Intel's (it asks its own ``mkl_serv_intel_cpu_true``); elsewhere it silently
+  takes its automatic dispatch. A one-line library that answers that question first
+  (:data:`SHIM_C`, compiled once with the system's C compiler and loaded before torch) makes it
+  honour the branch on AMD CPUs too. The branch's code is plain AVX2 and FMA, which every such CPU
+  runs. Measured with ``../shared/tools/isa_probe.py``: an AMD EPYC computes ``ac1d2744c46c`` with
+  the pin, the value a real Intel Xeon computed on the same branch (issue 45); without the shim it
+  computed ``4975f0310b5d``, and MKL's compatible branch (the previous pin) gave ``a3523a561862``
+  on the AMD and ``fd8c869a01d3`` on the Intel. The AVX2 branch is also the fast one: a toy
+  model's matrix products take about a third of the compatible branch's time.
 
 ``python -m benchmarks.numerics`` measures each setting's effect; capping oneDNN's ISA changes
-nothing, so it is not set. ``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own paths (faster;
-other digits). Jobs run single-threaded (``training.threads``), which MKL's reproducibility also
-requires.
+nothing, so it is not set. ``SCOUT_NATIVE_NUMERICS=1`` keeps the machine's own paths (other
+digits). Jobs run single-threaded (``training.threads``), which MKL's reproducibility also requires.
 
 Fingerprints (the first 12 hex digits of a file's SHA-256) of the toy data, the tokenizer, the
 pretrained models and trained runs are recorded in ``config/fingerprints.yaml``; ``scout
@@ -34,16 +37,25 @@ so, and whether the packages are the locked ones, instead of calling the digits 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 NATIVE = "SCOUT_NATIVE_NUMERICS"
+# MKL asks this function of its own whether the CPU is Intel's before it honours MKL_CBWR's branch;
+# defined in a library loaded before torch, it is the one MKL finds (torch exports MKL's symbols
+# without binding them to itself, so the first definition in the process wins)
+SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 RECORD = Path(__file__).resolve().parent.parent / "config" / "fingerprints.yaml"
 LOCKS = tuple(Path(__file__).resolve().parent.parent / "constraints" / f for f in ("cpu.lock", "vllm-cpu.lock"))
 # Locked, then uninstalled on purpose (the Makefile's install-vllm: CUDA builds that break imports)
@@ -58,24 +70,76 @@ PROBE_MODEL = {"model_type": "qwen3", "vocab_size": 64, "hidden_size": 32, "num_
                "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": True}  # fmt: skip
 
 
-def pin_numerics(env: dict | None = None) -> dict[str, str]:
-    """Pin the code paths (unless ``SCOUT_NATIVE_NUMERICS=1``); returns the settings in force. It
-    must run before torch computes anything: ATen and MKL read these once, at their first use."""
-    env = os.environ if env is None else env
-    if env.get(NATIVE) == "1":
+def pin_numerics() -> dict[str, str]:
+    """Pin the code paths in this process (unless ``SCOUT_NATIVE_NUMERICS=1``); returns the settings
+    in force. It must run before torch is imported: the shim must be in the process before torch's
+    library, whose own definition of MKL's vendor check would otherwise be found first, and ATen
+    and MKL read the variables once."""
+    if os.environ.get(NATIVE) == "1":
         return {}
-    env.update(PINNED)
+    os.environ.update(PINNED)
+    load_shim()
     return dict(PINNED)
+
+
+_shim_state: dict[str, str] = {}
+
+
+def load_shim() -> None:
+    """Load the vendor shim (x86-64 Linux), once; a failure is said once and leaves MKL's own dispatch."""
+    if _shim_state or not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+        return
+    if "torch" in sys.modules:
+        _shim_state["state"] = "not loaded: torch was imported before the numerics were pinned"
+    else:
+        try:
+            ctypes.CDLL(str(build_shim()), mode=os.RTLD_GLOBAL)
+            _shim_state["state"] = "loaded"
+            return
+        except (OSError, RuntimeError) as exc:
+            _shim_state["state"] = f"not loaded: {exc}"
+    print(f"scout: MKL's vendor shim {_shim_state['state']}; on a CPU MKL does not take for Intel's it ignores "
+          "MKL_CBWR and this process computes other digits than the record's", file=sys.stderr)  # fmt: skip
+
+
+def shim_path() -> Path:
+    """Where the compiled shim lives: ``SCOUT_CACHE`` or the user's cache folder, named by its source."""
+    root = os.environ.get("SCOUT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "scout")
+    return Path(root) / f"mkl-intel-cpu-{hashlib.sha256(SHIM_C.encode()).hexdigest()[:12]}.so"
+
+
+def build_shim(out: Path | None = None) -> Path:
+    """Compile :data:`SHIM_C` with the system's C compiler (``CC``, else cc or gcc) unless it is
+    built; jobs that start together each write their own copy and move it into place."""
+    out = out or shim_path()
+    if out.exists():
+        return out
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("no C compiler (cc, gcc or $CC) to build it; install gcc")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src, lib = Path(tmp) / "shim.c", Path(tmp) / "shim.so"
+        src.write_text(SHIM_C)
+        try:
+            done = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)], capture_output=True, text=True)
+        except OSError as exc:
+            raise RuntimeError(f"the C compiler {cc} did not run: {exc}") from exc
+        if done.returncode:
+            raise RuntimeError(f"{cc} could not build it: {done.stderr.strip()[-300:]}")
+        os.replace(lib, out)
+    return out
 
 
 def numerics() -> dict:
     """What this process computes with, for provenance: the ATen kernels' instruction set, MKL's
-    reproducibility branch and the thread count."""
+    reproducibility branch and whether its vendor shim is in, and the thread count."""
     import torch
 
     return {
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "mkl_cbwr": os.environ.get("MKL_CBWR", "(unset: MKL picks by CPU)"),
+        "mkl_vendor_shim": _shim_state.get("state", "not loaded"),
         "threads": torch.get_num_threads(),
         "pinned": os.environ.get(NATIVE) != "1" and all(os.environ.get(k) == v for k, v in PINNED.items()),
     }
@@ -245,6 +309,35 @@ def compare(want: dict[str, str], got: dict[str, str | None], same_numerics: boo
             verdict = "same" if w == g else "differs"
         rows.append((f, w or "-", g or "-", verdict))
     return rows
+
+
+@dataclass
+class Check:
+    """A results folder against a record: each file's verdict (:func:`compare`), this process's
+    probe against the record's, and how the install stands against the lock."""
+
+    rows: list[tuple[str, str, str, str]]
+    record: Record
+    probe: str
+    lock: Path
+    pinned: int
+    off: list[tuple[str, str, str | None]]
+
+    @property
+    def same_numerics(self) -> bool:
+        return not self.record.numerics or self.record.numerics == self.probe
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return tally(self.rows)
+
+
+def check(config: dict, section: str = "toy") -> Check:
+    """Compare a toy grid's files with the record's section, models only where the probe agrees."""
+    record = read_record(section)
+    here = probe()
+    rows = compare(record.files, measure(config), not record.numerics or record.numerics == here)
+    return Check(rows, record, here, *install_state())
 
 
 def write_record(section: str, got: dict[str, str | None], note: str, record: Path | None = None) -> None:

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-import copy
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-import torch
-import yaml
-
+# The code paths every scout command computes on, pinned before torch is imported (MKL's vendor
+# shim must come first), so that a run trained in the test process and one trained by a job have
+# the same digits
 from scout.reproducibility import pin_numerics
-from scout.toy.world import build_data, build_model, build_tokenizer_files
+
+pin_numerics()
+
+import copy  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from scout.toy.world import build_data, build_model, build_tokenizer_files  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-# The code paths every scout command computes on (before torch computes anything), so that a run
-# trained in the test process and one trained by a job have the same digits
-pin_numerics()
 
 
 def dry_run(workdir, configfile, *args) -> subprocess.CompletedProcess:

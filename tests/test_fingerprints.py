@@ -5,11 +5,13 @@ comparison that says which file parted."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import yaml
 
 from scout import reproducibility as rep
@@ -101,6 +103,11 @@ def test_a_record_from_other_numerics_is_not_blamed_on_this_machine(tmp_path, mo
     assert lines["toy/data/tm-hard.jsonl"] == "same"
     assert f"the record's ffffffffffff on {rep.machine()}" in out and "not compared" in out
     assert "install: " in out and code == 0
+    from scout import report
+
+    summary = report.digits(cfg)  # the report's provenance line says the same
+    assert summary.startswith(f"{len(cfg['toy']['splits']) + len(cfg['benchmarks']) + len(cfg['toy']['validation'])} of ")
+    assert "1 made by models on other numerical code paths" in summary and "ffffffffffff" in summary
 
 
 def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
@@ -121,3 +128,74 @@ def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
     assert out.returncode == 1 and "Other digits than the record" in out.stdout
     assert str(REPO / "config" / "fingerprints.yaml") in out.stdout
     assert Path(rep.RECORD) == REPO / "config" / "fingerprints.yaml"
+
+
+# The shared probe of ../shared/tools/isa_probe.py (a small MLP, 300 AdamW steps, one thread) and the
+# value a real Intel Xeon computed on MKL's AVX2 branch with ATen's AVX2 kernels (issue 45): what
+# a pinned process must compute on every x86-64 machine with AVX2, Intel or AMD
+ISA_PROBE = """
+import hashlib, torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.SiLU(), torch.nn.Linear(128, 64))
+opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+x = torch.randn(32, 40, 64)
+for _ in range(300):
+    y = m(x).softmax(-1)
+    loss = (y * (y + 1e-9).log()).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in m.parameters())).hexdigest()[:12])
+"""
+INTEL_AVX2 = "ac1d2744c46c"
+
+
+def _avx2() -> bool:
+    try:
+        return " avx2 " in f" {Path('/proc/cpuinfo').read_text().replace(chr(10), ' ')} "
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _avx2(), reason="the pin is for x86-64 machines with AVX2")
+def test_a_pinned_process_computes_the_intel_machines_digits():
+    """The pinned code paths, with MKL's vendor shim, compute what an Intel Xeon computed on MKL's
+    AVX2 branch: on an AMD CPU as on Intel's (without the shim an AMD one computes other digits)."""
+    code = f"from scout.reproducibility import pin_numerics\npin_numerics()\n{ISA_PROBE}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == INTEL_AVX2, out.stderr
+
+
+def test_the_test_process_computes_on_the_pinned_paths():
+    import torch
+
+    now = rep.numerics()
+    assert now["pinned"] and now["cpu_capability"] == "AVX2" and now["threads"] >= 1
+    if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+        assert now["mkl_vendor_shim"] == "loaded", now
+    assert torch.backends.cpu.get_cpu_capability() == "AVX2"
+
+
+def test_the_shim_is_built_once_and_answers_for_intel(tmp_path, monkeypatch):
+    import ctypes
+
+    monkeypatch.setenv("SCOUT_CACHE", str(tmp_path / "cache"))
+    path = rep.shim_path()
+    assert path.parent == tmp_path / "cache"
+    assert rep.build_shim() == path and path.exists()
+    stamp = path.stat().st_mtime_ns
+    assert rep.build_shim() == path and path.stat().st_mtime_ns == stamp  # built once
+    assert ctypes.CDLL(str(path)).mkl_serv_intel_cpu_true() == 1
+
+
+def test_a_shim_that_cannot_be_built_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(RuntimeError, match="no-such-cc did not run"):
+        rep.build_shim(tmp_path / "x.so")
+    (tmp_path / "bad-cc").write_text("#!/bin/sh\necho 'bad-cc: cannot compile' >&2\nexit 1\n")
+    (tmp_path / "bad-cc").chmod(0o755)
+    monkeypatch.setenv("CC", str(tmp_path / "bad-cc"))
+    with pytest.raises(RuntimeError, match="could not build it: bad-cc: cannot compile"):
+        rep.build_shim(tmp_path / "x.so")
+    assert not (tmp_path / "x.so").exists()

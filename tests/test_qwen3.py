@@ -69,11 +69,11 @@ def test_incremental_decoding_matches_a_full_forward(saved):
 
 def _under_strict_mkl(check: str, *args) -> None:
     """Run ``check(*args)`` of this module in a process whose MKL runs in its strict reproducible
-    mode (``MKL_CBWR=AVX2,STRICT``), where a row's product does not depend on the rows and columns
-    computed beside it: a check that two computations are the same dot products. The pipeline's
-    jobs take the compatible branch (``scout.reproducibility``), which has no strict mode and sums a
-    matrix product in an order that depends on its shape: there the same dot products agree to
-    rounding."""
+    mode (``MKL_CBWR=AVX2,STRICT``, with the vendor shim that has MKL honour it on AMD CPUs too),
+    where a row's product does not depend on the rows and columns computed beside it: a check that
+    two computations are the same dot products. The pipeline's jobs take the standard AVX2 branch
+    (``scout.reproducibility``), which sums a matrix product in an order that may depend on its
+    shape: there the same dot products agree to rounding."""
     import os
     import subprocess
     import sys
@@ -81,7 +81,8 @@ def _under_strict_mkl(check: str, *args) -> None:
     from tests.conftest import REPO
 
     env = {**os.environ, "SCOUT_NATIVE_NUMERICS": "1", "MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
-    code = f"import tests.test_qwen3 as t; t.{check}(*{[str(a) if not isinstance(a, bool) else a for a in args]!r})"
+    code = ("from scout.reproducibility import load_shim; load_shim(); import tests.test_qwen3 as t; "
+            f"t.{check}(*{[str(a) if not isinstance(a, bool) else a for a in args]!r})")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
 
