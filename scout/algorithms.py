@@ -245,9 +245,10 @@ def relay_trigger(
     return is_reflection[teacher_argmax] & (teacher_argmax != student_token) & ~in_topk
 
 
-def relay_leg_done(paragraphs: int, leg_tokens: int, max_paragraphs: int = 3, max_tokens: int = 256) -> bool:
-    """A teacher leg ends after ``max_paragraphs`` blank-line breaks or ``max_tokens`` tokens."""
-    return paragraphs >= max_paragraphs or leg_tokens >= max_tokens
+def relay_leg_done(paragraphs, leg_tokens, max_paragraphs: int = 3, max_tokens: int = 256):
+    """A teacher leg ends after ``max_paragraphs`` blank-line breaks or ``max_tokens`` tokens (ints,
+    or tensors of them: one flag per row)."""
+    return (paragraphs >= max_paragraphs) | (leg_tokens >= max_tokens)
 
 
 # --------------------------------------------------------------------------------------------

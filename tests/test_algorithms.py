@@ -183,6 +183,9 @@ def test_relay_leg_done():
     assert not alg.relay_leg_done(2, 100)
     assert alg.relay_leg_done(3, 10)
     assert alg.relay_leg_done(0, 256)
+    # per row, as the rollout asks it: paragraphs and leg tokens of four rows
+    rows = alg.relay_leg_done(torch.tensor([2, 3, 0, 1]), torch.tensor([100, 10, 256, 5]), 3, 256)
+    assert rows.tolist() == [False, True, True, False]
 
 
 def test_reflection_variants_include_case_and_space():

@@ -7,6 +7,13 @@ import math
 import torch
 
 from scout.embedded import lm
+from scout.embedded.qwen3 import Qwen3
+
+# a tiny Qwen3 with wide initial weights, so that its greedy choices are clear (no near ties that
+# float rounding between a batch and a single row could flip)
+CFG = {"model_type": "qwen3", "vocab_size": 24, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+       "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 32, "rms_norm_eps": 1e-6,
+       "tie_word_embeddings": True, "initializer_range": 1.0}  # fmt: skip
 
 
 def _logits(probs: list[float]) -> torch.Tensor:
@@ -81,3 +88,35 @@ def test_the_nucleus_from_the_first_tokens_equals_the_nucleus_from_a_full_sort()
         u = torch.rand(300, generator=torch.Generator().manual_seed(9))
         got = lm.sample_from_logits(logits, 0.6, 0.95, torch.Generator().manual_seed(9))
         assert got.tolist() == _reference(logits, 0.6, 0.95, u).tolist()
+
+
+def test_rows_are_padded_in_one_tensor_right_or_left():
+    rows = [[5, 6], [7], [], [8, 9, 4]]
+    ids, mask = lm.padded(rows, 3, 0)
+    assert ids.tolist() == [[5, 6, 0], [7, 0, 0], [0, 0, 0], [8, 9, 4]]
+    assert mask.tolist() == [[True, True, False], [True, False, False], [False] * 3, [True] * 3]
+    ids, mask = lm.padded(rows, 4, 1, left=True)
+    assert ids.tolist() == [[1, 1, 5, 6], [1, 1, 1, 7], [1, 1, 1, 1], [1, 8, 9, 4]]
+    assert mask.sum(1).tolist() == [2, 1, 0, 3]
+
+
+def test_budgets_and_eos_end_each_row_where_the_loop_did():
+    """Sampling's bookkeeping is tensor ops: a row ends at EOS (kept) or at its own budget, a zero
+    budget gives nothing, and the tokens are those a greedy decoder picks (checked step by step)."""
+    torch.manual_seed(0)
+    model = Qwen3(CFG).init_weights(3).eval()
+    prompts = [[3, 4, 5], [6, 7], [8], [9, 10, 11, 12]]
+    greedy = lm.Sampling(max_new_tokens=6, temperature=0.0)
+    g = torch.Generator().manual_seed(0)
+    full = lm.sample(model, prompts, greedy, eos_id=-1, pad_id=0, generator=g, max_new_tokens=[6, 6, 0, 2])
+    assert [len(r) for r in full] == [6, 6, 0, 2]
+    with torch.no_grad():  # each row's greedy continuation, one row at a time
+        for p, r in zip(prompts, full, strict=True):
+            seq = list(p)
+            for t in r:
+                nxt = lm.score(model, torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long))[0, -1].argmax()
+                assert int(nxt) == t
+                seq.append(t)
+    eos = full[0][2]  # the token row 0 emits third ends it there when it is the EOS
+    cut = lm.sample(model, prompts, greedy, eos_id=eos, pad_id=0, generator=g)
+    assert cut[0] == full[0][: full[0].index(eos) + 1]

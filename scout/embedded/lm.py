@@ -11,6 +11,7 @@ transformers' ``AutoModelForCausalLM`` behind the same two calls, :func:`score` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import torch
@@ -78,14 +79,21 @@ def score(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor) ->
     return model(input_ids=ids, attention_mask=attention).logits.float()
 
 
+def padded(rows: list[list[int]], width: int, fill: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows as one [B, width] tensor (``fill`` elsewhere), right- or left-aligned, and its
+    boolean mask, on the CPU: one tensor from the concatenated rows, not one per row (the caller
+    moves both to its device in one copy each)."""
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    cols = torch.arange(width)
+    mask = cols >= (width - lengths)[:, None] if left else cols < lengths[:, None]
+    ids = torch.full((len(rows), width), fill, dtype=torch.long)
+    ids[mask] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
+    return ids, mask
+
+
 def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    return ids.to(device), mask.to(device)
+    ids, mask = padded(prompts, max(len(p) for p in prompts), pad_id, left=True)
+    return ids.to(device), mask.long().to(device)
 
 
 class Decoder:
@@ -244,29 +252,33 @@ def sample(
     ``compact`` drops finished rows from the batch as they accumulate: less work, and the same
     responses up to float rounding of the logits (the random draws are per prompt)."""
     n = len(prompts)
-    budgets = max_new_tokens or [sampling.max_new_tokens] * n
-    out: list[list[int]] = [[] for _ in prompts]
-    done = [b <= 0 for b in budgets]
-    if all(done):
-        return out
-    dec = Decoder(model, prompts, pad_id, max(budgets))
+    budgets = torch.tensor(max_new_tokens or [sampling.max_new_tokens] * n, dtype=torch.long)
+    most = int(budgets.max()) if n else 0
+    done = budgets <= 0  # per prompt, on the CPU: the bookkeeping is a few tensor ops a step, not a loop over rows
+    length = torch.zeros(n, dtype=torch.long)
+    out = torch.zeros((n, max(most, 1)), dtype=torch.long)
+    if bool(done.all()):
+        return [[] for _ in prompts]
+    dec = Decoder(model, prompts, pad_id, most)
     rows = torch.arange(n)  # the prompt each row of the decoder holds
-    for _ in range(max(budgets)):
+    for _ in range(most):
         tok = sample_from_logits(dec.logits, sampling.temperature, sampling.top_p, generator, rows, n)
-        for i, t in zip(rows.tolist(), tok.tolist(), strict=True):
-            if not done[i]:
-                out[i].append(t)
-                done[i] = t == eos_id or len(out[i]) >= budgets[i]
-        if all(done):
+        drawn = tok.cpu()
+        live = ~done[rows]  # rows whose prompt still takes tokens
+        at, t = rows[live], drawn[live]
+        out[at, length[at]] = t
+        length[at] += 1
+        done[at] = (t == eos_id) | (length[at] >= budgets[at])
+        if bool(done.all()):
             break
-        finished = torch.tensor([done[i] for i in rows.tolist()])
+        finished = done[rows]
         alive = (~finished).nonzero().squeeze(1)
         if compact and dec.compactable and len(alive) <= 0.75 * len(rows):
             keep = alive if len(alive) >= 2 else torch.cat([alive, finished.nonzero().squeeze(1)[:1]])
             dec.keep(keep)
             rows, tok, finished = rows[keep], tok[keep.to(tok.device)], finished[keep]
         dec.step(torch.where(finished.to(tok.device), torch.full_like(tok, pad_id), tok))
-    return out
+    return [row[:k] for row, k in zip(out.tolist(), length.tolist(), strict=True)]
 
 
 @dataclass
@@ -301,50 +313,47 @@ def relay_sample(
     pad_id: int,
     generator: torch.Generator,
 ) -> RelayResult:
-    """Student rollout in which the teacher takes over at reflection points (Relay-OPD)."""
+    """Student rollout in which the teacher takes over at reflection points (Relay-OPD). Each row's
+    state (in a teacher leg or not, legs so far, the leg's tokens and paragraphs) is a tensor, so a
+    step is a few tensor ops whatever the batch."""
     n = len(prompts)
     sdec = Decoder(student, prompts, pad_id, sampling.max_new_tokens)
     tdec = Decoder(teacher, prompts, pad_id, sampling.max_new_tokens)
-    res = RelayResult([[] for _ in range(n)], [[] for _ in range(n)])
-    done = [False] * n
-    teacher_mode, legs, leg_tokens, paragraphs = [False] * n, [0] * n, [0] * n, [0] * n
+    zeros = torch.zeros(n, dtype=torch.long)
+    done, mode = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+    legs, leg_tokens, paragraphs, length = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
+    out = torch.zeros((n, max(sampling.max_new_tokens, 1)), dtype=torch.long)
+    owner = torch.zeros_like(out)
+    triggers = 0
     for _ in range(sampling.max_new_tokens):
         s_tok = sample_from_logits(sdec.logits, sampling.temperature, sampling.top_p, generator).cpu()
         t_tok = sample_from_logits(tdec.logits, sampling.temperature, sampling.top_p, generator).cpu()
         t_arg = tdec.logits.argmax(-1).cpu()
         s_top = sdec.logits.topk(min(cfg.student_topk, sdec.logits.shape[-1]), dim=-1).indices.cpu()
         fire = alg.relay_trigger(t_arg, s_tok, s_top, reflect)
-        emitted = []
-        for i in range(n):
-            if done[i]:
-                emitted.append(pad_id)
-                continue
-            if teacher_mode[i]:
-                tok, owned = int(t_tok[i]), 1
-            elif bool(fire[i]) and legs[i] < cfg.max_legs:
-                tok, owned = int(t_arg[i]), 1
-                teacher_mode[i], leg_tokens[i], paragraphs[i] = True, 0, 0
-                res.triggers += 1
-            else:
-                tok, owned = int(s_tok[i]), 0
-            res.responses[i].append(tok)
-            res.teacher_owned[i].append(owned)
-            if teacher_mode[i]:
-                leg_tokens[i] += 1
-                paragraphs[i] += int(blank[tok])
-                if alg.relay_leg_done(paragraphs[i], leg_tokens[i], cfg.max_paragraphs, cfg.max_leg_tokens):
-                    teacher_mode[i] = False
-                    legs[i] += 1
-                    if legs[i] >= cfg.max_legs:
-                        done[i] = True
-            if tok == eos_id:
-                done[i] = True
-            emitted.append(tok)
-        if all(done):
+        live = ~done
+        start = live & ~mode & fire & (legs < cfg.max_legs)  # the teacher takes over with its argmax
+        tok = torch.where(mode, t_tok, torch.where(start, t_arg, s_tok))
+        triggers += int(start.sum())
+        mode = mode | start
+        leg_tokens, paragraphs = leg_tokens.masked_fill(start, 0), paragraphs.masked_fill(start, 0)
+        at = live.nonzero().squeeze(1)
+        out[at, length[at]] = tok[at]
+        owner[at, length[at]] = (mode & live)[at].long()
+        length[at] += 1
+        leg = live & mode
+        leg_tokens, paragraphs = leg_tokens + leg.long(), paragraphs + (leg & blank[tok]).long()
+        ended = leg & alg.relay_leg_done(paragraphs, leg_tokens, cfg.max_paragraphs, cfg.max_leg_tokens)
+        mode, legs = mode & ~ended, legs + ended.long()
+        done = done | (ended & (legs >= cfg.max_legs)) | (live & (tok == eos_id))
+        if bool(done.all()):
             break
-        step = torch.tensor(emitted, device=sdec.logits.device)
+        step = torch.where(live, tok, torch.full_like(tok, pad_id)).to(sdec.logits.device)
         sdec.step(step)
         tdec.step(step)
+    k = length.tolist()
+    res = RelayResult([r[:m] for r, m in zip(out.tolist(), k, strict=True)],
+                      [r[:m] for r, m in zip(owner.tolist(), k, strict=True)], triggers)  # fmt: skip
     return res
 
 
@@ -353,17 +362,11 @@ def pad_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Right-padded prompt+response ids, attention mask, response mask [B, T] and the response
     offset: response token j of row i sits at input position len(prompt_i) + j."""
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
+    seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
     t_max = max(1, max(len(r) for r in responses))
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    rmask = torch.zeros((len(prompts), t_max))
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        seq = p + r
-        ids[i, : len(seq)] = torch.tensor(seq)
-        att[i, : len(seq)] = 1
-        rmask[i, : len(r)] = 1
-    return ids.to(device), att.to(device), rmask.to(device), t_max
+    ids, att = padded(seqs, max(len(q) for q in seqs), pad_id)
+    rmask = (torch.arange(t_max) < torch.tensor([len(r) for r in responses])[:, None]).float()
+    return ids.to(device), att.long().to(device), rmask.to(device), t_max
 
 
 def response_logits(
@@ -380,14 +383,10 @@ def response_logits(
     device = next(model.parameters()).device
     ids, att, rmask, t_max = pad_batch(prompts, responses, pad_id, device)
     logits = score(model, ids, att)
-    idx = torch.stack(
-        [torch.arange(len(p) - 1, len(p) - 1 + t_max, device=device).clamp(max=ids.shape[1] - 1) for p in prompts]
-    )
+    starts = torch.tensor([len(p) - 1 for p in prompts])[:, None]  # the position predicting response token 0
+    idx = (starts + torch.arange(t_max)).clamp(max=ids.shape[1] - 1).to(device)
     gathered = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-    tokens = torch.zeros((len(prompts), t_max), dtype=torch.long, device=device)
-    for i, r in enumerate(responses):
-        if r:
-            tokens[i, : len(r)] = torch.tensor(r, device=device)
+    tokens = padded(responses, t_max, 0)[0].to(device)
     return gathered, tokens, rmask
 
 
@@ -458,9 +457,7 @@ def continuation_logp(
     device = next(model.parameters()).device
     packed = None if torch.is_grad_enabled() else model.packed()
     lens = torch.tensor([len(p) for p in prefixes], device=device)
-    ids = torch.full((len(prefixes), int(lens.max())), pad_id, dtype=torch.long)
-    for i, p in enumerate(prefixes):
-        ids[i, : len(p)] = torch.tensor(p)
+    ids = padded(prefixes, int(lens.max()), pad_id)[0]
     cache = model.new_cache(*ids.shape)
     positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
     logits = model(ids.to(device), positions, None, cache, 0, packed)  # right-padded: causal attention
@@ -487,12 +484,8 @@ def _continuations_of(model: Qwen3, cache, owner, lens, last, continuations, pad
     device, n = lens.device, len(continuations)
     reach = int(lens.max())  # prefix positions any row of the chunk can see
     width = max(1, max(map(len, continuations)))
-    tokens = torch.full((n, width), pad_id, dtype=torch.long)
-    valid = torch.zeros((n, width))
-    for i, c in enumerate(continuations):
-        tokens[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-        valid[i, : len(c)] = 1
-    tokens, valid = tokens.to(device), valid.to(device)
+    tokens, valid = padded(continuations, width, pad_id)
+    tokens, valid = tokens.to(device), valid.float().to(device)
     seen = (torch.arange(reach, device=device) < lens[:, None])[:, None, :].expand(-1, width, -1)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril().expand(n, -1, -1)
     mask = torch.cat([seen, causal], dim=-1)[:, None]

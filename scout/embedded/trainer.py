@@ -267,9 +267,8 @@ class Trainer:
         # every prefix computed once for its K continuations
         prefixes = cont_prompts[::k_cont]
         logp = lm.continuation_logp(models.teacher, prefixes, conts, k_cont, self.pad)
-        mask = torch.zeros_like(logp)
-        for i, c in enumerate(conts):
-            mask[i, : len(c)] = 1.0
+        lengths = torch.tensor([len(c) for c in conts], device=logp.device)
+        mask = (torch.arange(logp.shape[1], device=logp.device) < lengths[:, None]).to(logp.dtype)
         adv_t = adv.unsqueeze(1).expand_as(logp)
         loss, _ = alg.clipped_pg_loss(logp, logp.detach(), adv_t, mask, self.spec["clip"])
         with torch.no_grad(), self._teacher_reference() as ref:

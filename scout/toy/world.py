@@ -104,8 +104,10 @@ def pretrain(
         logits, tokens, mask = lm.response_logits(
             model, [b[0] for b in batch], [b[1] for b in batch], tok.pad_token_id, chunk=CHUNK
         )
-        for i, b in enumerate(batch):  # context-only tokens (a late-caught slip) are not targets
-            mask[i, : len(b[2])] *= torch.tensor(b[2])
+        # context-only tokens (a late-caught slip) are not targets: each row's 0/1 weights over its tokens
+        learned = [b[2] for b in batch]
+        rows = torch.arange(mask.shape[1]) < torch.tensor([len(w) for w in learned])[:, None]
+        mask[rows] *= torch.tensor([w for ws in learned for w in ws])
         loss = -(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
