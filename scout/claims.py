@@ -4,21 +4,25 @@ report's first page.
 Claims are data (``paper_claims.yaml``, plus a config's own ``claims:``): each names its comparison
 and its kind; the kind fixes the unit and the test.
 
-- Method comparisons (``beats``, ``on_par``, the f-sweep): the unit is the training seed. The effect
-  is the difference of run-level Avg means, with Welch's standard error and Welch-Satterthwaite df.
-  Against the untrained student or teacher (one evaluation, no training seed) it is a t over the
-  method's seeds with the evaluation's standard error added. One run on a trained side is *not
-  measured*: a test on evaluation noise alone would ignore the spread between seeds.
+- Method comparisons (``beats``, ``on_par``, the f-sweep): the unit is the training seed. Runs of
+  two variants with the same seed number see the same prompts in the same order and draw the same
+  random numbers, so the design pairs them: where both sides have the same seeds, the effect is the
+  mean of the per-seed differences of run-level Avg, with a paired t (n - 1 df); the paper's Welch
+  test (difference of means, Welch-Satterthwaite df) is computed beside it, and decides where the
+  seeds do not pair. Against the untrained student or teacher (one evaluation, no training seed) it
+  is a t over the method's seeds with the evaluation's standard error added. One run on a trained
+  side is *not measured*: a test on evaluation noise alone would ignore the spread between seeds.
 - Probe claims (continuation, entropy, the trained teachers): the unit is the question, with its
   responses and their continuations nested in it; the standard error comes from a bootstrap over
   questions (and over seeds where several trained teachers are compared), so both teachers'
   sampling errors count.
 
-The page counts its own tests. It makes one test per measured row; to keep the chance of *any*
-wrong verdict on the page at most the report's alpha (Bonferroni), every row is tested at
-alpha / m, and its bounds are one-sided at 1 - alpha / m on each side. A row's verdict can then be
-wrong only on the side where the truth lies, so the page's family-wise error is at most alpha for
-every verdict it states:
+The page counts its own tests, in two families. The *primary* family holds the paper's headline
+comparisons on the settings that can test them (config ``report.primary``: claim ids and settings);
+every other row is *secondary*. Within each family, so that the chance of *any* wrong verdict in it
+is at most the report's alpha (Bonferroni), every row is tested at alpha / m (m measured rows of its
+family), and its bounds are one-sided at 1 - alpha / m on each side. A row's verdict can then be
+wrong only on the side where the truth lies:
 
 - *holds*: the lower bound is above 0;
 - *below the paper's effect*: the upper bound is below the paper's effect but above 0: the run
@@ -45,13 +49,15 @@ import yaml
 from scipy import stats as sps
 
 from scout import grid, stats
+from scout.config import PAPER_CLAIMS
 from scout.tables import Cache, interval_variants
 
 HOLDS, BELOW, FAILS = "holds", "below the paper's effect", "does not hold"
 INCONCLUSIVE, UNMEASURED = "inconclusive", "not measured"
 VERDICTS = (HOLDS, BELOW, FAILS, INCONCLUSIVE, UNMEASURED)
-PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")
 SEEDS_UNIT = "training seed"
+PRIMARY, SECONDARY = "primary", "secondary"
+PAIRED, WELCH = "paired t over seeds", "Welch t on run-level Avg"
 QUESTION_UNIT = "question (responses, continuations nested)"
 BOOTSTRAP = 2000
 POWER = 0.8  # the power at which a row's detectable effect is given
@@ -79,6 +85,12 @@ class Claim:
     level: float = math.nan  # the one-sided level each bound is at: the page's alpha over its tests
     p: float = math.nan  # one-sided p-value in the paper's direction (before the page's correction)
     detectable: float = math.nan  # the smallest effect the test finds with POWER at its level
+    family: str = SECONDARY  # primary: the paper's headline comparisons (config report.primary)
+    welch_se: float = math.nan  # a paired row's Welch test, shown beside it (the paper's test)
+    welch_df: float = math.nan
+    welch_low: float = math.nan
+    welch_high: float = math.nan
+    welch_p: float = math.nan
 
     @property
     def measured(self) -> bool:
@@ -173,31 +185,59 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
     return INCONCLUSIVE
 
 
+def paired(x, y) -> tuple[float, float, float]:
+    """mean(x - y) over pairs, its standard error sd(x - y) / sqrt(n) and n - 1 df; NaN below two
+    pairs, (difference, 0, inf) when every pair differs by the same amount."""
+    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    if d.size < 2:
+        return math.nan, math.nan, math.nan
+    sd = float(d.std(ddof=1))
+    if sd == 0:
+        return float(d.mean()), 0.0, math.inf
+    return float(d.mean()), sd / math.sqrt(d.size), float(d.size - 1)
+
+
 def family(found: list[Claim], alpha: float) -> list[Claim]:
-    """The page's verdicts: every measured row tested at alpha / m (m measured rows), with its
-    bounds, p-value and detectable effect at that level."""
-    m = sum(c.measured for c in found)
-    if not m:
-        return found
-    level = alpha / m
+    """The page's verdicts: within each family, every measured row tested at alpha / m (m measured
+    rows of the family), with its bounds, p-value and detectable effect at that level (and a paired
+    row's Welch bounds and p at the same level)."""
+    m = {f: sum(c.measured and c.family == f for c in found) for f in (PRIMARY, SECONDARY)}
     out = []
     for c in found:
         if not c.measured:
             out.append(replace(c, verdict=UNMEASURED))
             continue
+        level = alpha / m[c.family]
         low, high = bounds(c.effect, c.se, c.df, level)
+        extra = {}
+        if not math.isnan(c.welch_se):
+            w_low, w_high = bounds(c.effect, c.welch_se, c.welch_df, level)
+            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=p_value(c.effect, c.welch_se, c.welch_df))
         out.append(replace(c, low=low, high=high, level=level, p=p_value(c.effect, c.se, c.df),
                            detectable=detectable(c.se, c.df, level),
-                           verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin)))  # fmt: skip
+                           verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin), **extra))  # fmt: skip
     return out
 
 
 def page_summary(found: list[Claim], alpha: float) -> dict:
-    """What the page says about itself: how many tests, at which family-wise and per-test level,
-    and how many rows cannot resolve the paper's effect."""
+    """What the page says about itself: how many tests, per family at which per-test level, and
+    how many rows cannot resolve the paper's effect."""
     measured = [c for c in found if c.measured]
-    return {"tests": len(measured), "alpha": alpha, "level": alpha / len(measured) if measured else None,
+    families = []
+    for name in (PRIMARY, SECONDARY):
+        rows = [c for c in measured if c.family == name]
+        if rows:
+            families.append({"name": name, "tests": len(rows), "level": alpha / len(rows),
+                             "unresolvable": sum(not c.resolvable for c in rows)})  # fmt: skip
+    return {"tests": len(measured), "alpha": alpha, "families": families,
+            "level": alpha / len(measured) if measured and len(families) == 1 else None,
             "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
+
+
+def primary(config: dict, claim_id: str, setting: str) -> bool:
+    """Whether a row belongs to the primary family (``report.primary``: its claims on its settings)."""
+    p = (config.get("report") or {}).get("primary") or {}
+    return claim_id in p.get("claims", []) and setting in p.get("settings", [])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -222,9 +262,24 @@ def _settings(config: dict, spec: dict) -> list[str]:
 
 
 def _runs(cache: Cache, setting: str, variant: str) -> tuple[list[float], list[str]]:
-    row = cache.row(setting, variant)
-    avg = row.run_avg.dropna()
+    avg = _avg(cache, setting, variant)
     return list(avg), [f"{setting}/{variant}/s{s}" for s in avg.index]
+
+
+def _trained_here(cache: Cache, setting: str, variants: tuple[str, ...]) -> bool:
+    """Whether every final record of these variants comes from this pipeline's own runs, whose
+    seeds pair runs by design (imported numbers say nothing of how their runs were seeded)."""
+    d = cache.final
+    if not len(d) or "source" not in d.columns:
+        return False
+    rows = d.reset_index()
+    rows = rows[(rows.setting == setting) & rows.variant.isin(variants)]
+    return bool(len(rows)) and not (rows.source == "imported").any()
+
+
+def _avg(cache: Cache, setting: str, variant: str) -> pd.Series:
+    """Run-level Avg by seed (runs missing a benchmark left out)."""
+    return cache.row(setting, variant).run_avg.dropna()
 
 
 def _unmeasured(base: dict, why: str, test: str = "", used: list | None = None) -> Claim:
@@ -238,7 +293,7 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
     margin = _on_par_margin(cache.config, setting) if kind == "on_par" else None
     base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
-                margin=margin)  # fmt: skip
+                margin=margin, family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
         return _unmeasured(base, f"{variant} or {baseline} is not in this grid on {setting}")
     x, used_x = _runs(cache, setting, variant)
@@ -247,6 +302,7 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     absent = [name for name, runs in ((cache.label(variant), x), (label, y)) if not runs]
     if absent:
         return _unmeasured(base, f"no results of {' or '.join(absent)} on {setting} yet")
+    stat = ""
     if baseline in grid.BASE_VARIANTS:
         test = "t over seeds against one evaluation (its error added)"
         sem = _evaluation_sem(cache, setting, baseline)
@@ -255,13 +311,21 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
             return _unmeasured(base, why, test, used_x + used_y)
         effect, se, df = against_one_evaluation(x, y[0], sem)
     else:
-        test = "Welch t on run-level Avg"
         if len(x) < 2 or len(y) < 2:
             why = (f"{len(x)} run(s) of {cache.label(variant)} and {len(y)} of {label}: the seed is the unit, "
                    "two or more a side are needed")  # fmt: skip
-            return _unmeasured(base, why, test, used_x + used_y)
+            return _unmeasured(base, why, WELCH, used_x + used_y)
         effect, se, df = welch(x, y)
-    stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
+        ax, ay = _avg(cache, setting, variant), _avg(cache, setting, baseline)
+        if list(ax.index) == list(ay.index) and _trained_here(cache, setting, (variant, baseline)):
+            base.update(welch_se=se * 100, welch_df=df)
+            effect, se, df = paired(ax.to_numpy(), ay.to_numpy())
+            test = f"{PAIRED} ({len(ax)} pairs)"
+            stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} seeds, paired"
+        else:
+            test = WELCH
+    if not stat:
+        stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
     return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=math.nan, high=math.nan, se=se * 100,
                  df=df, verdict="", used=used_x + used_y)  # fmt: skip
 
@@ -330,7 +394,8 @@ class _Totals:
 def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
     kind = spec["kind"]
     base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.config, spec, setting),
-                unit=QUESTION_UNIT, id=spec["id"])  # fmt: skip
+                unit=QUESTION_UNIT, id=spec["id"],
+                family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
     path = analysis_dir / setting / _PROBE_FILES.get(kind, "continuation_items.csv")
 
     def unmeasured(why: str, test: str = "") -> Claim:
@@ -515,10 +580,12 @@ def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Cla
             out += [_sweep(cache, spec, s) for s in _settings(cache.config, spec)]
         else:
             out += [_compare(cache, spec, s, spec["variant"], spec["baseline"]) for s in _settings(cache.config, spec)]
+    out.sort(key=lambda c: c.family != PRIMARY)  # the headline comparisons lead the page
     return family(out, alpha)
 
 
-_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "detectable")
+_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "detectable", "welch_se", "welch_df", "welch_low",
+           "welch_high", "welch_p")  # fmt: skip
 
 
 def as_records(claims: list[Claim]) -> list[dict]:

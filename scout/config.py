@@ -10,10 +10,11 @@ import copy
 import json
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from scout.methods import METHODS
+
+PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")  # the paper's claims, as data (scout.claims)
 
 SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -33,6 +34,8 @@ def _where(path) -> str:
 
 
 def _schema_errors(config: dict) -> list[str]:
+    import jsonschema  # here, not at the top: every job imports this module, few validate (0.1 s a job)
+
     schema = yaml.safe_load(SCHEMA.read_text())
     validator = jsonschema.Draft202012Validator(schema)
     out = []
@@ -118,6 +121,14 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(
                     f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
                 )
+    primary = config.get("report", {}).get("primary") or {}
+    known = {c["id"] for c in yaml.safe_load(PAPER_CLAIMS.read_text())} | {c["id"] for c in config.get("claims", [])}
+    for i, cid in enumerate(primary.get("claims", [])):
+        if cid not in known:
+            errs.append(f"report.primary.claims[{i}]: unknown claim {cid!r}; expected one of {sorted(known)}")
+    for i, s in enumerate(primary.get("settings", [])):
+        if s not in settings:
+            errs.append(f"report.primary.settings[{i}]: unknown setting {s!r}; expected one of {sorted(settings)}")
     for i, c in enumerate(config.get("claims", [])):
         for key in ("variant", "baseline"):
             if key in c and c[key] not in variants | {"base-student", "base-teacher"}:

@@ -91,16 +91,37 @@ def detectable_text(c) -> str:
     return f"{c.detectable:.1f}" + ("" if c.resolvable else " \u2020")
 
 
-def family_text(found: list, alpha: float) -> str:
-    """One sentence on how many tests the page makes and at which levels."""
+def family_text(found: list, alpha: float, config: dict | None = None) -> str:
+    """How many tests the page makes, in which families, at which levels."""
     f = claims.page_summary(found, alpha)
     if not f["tests"]:
         return "Nothing is measured yet, so the page makes no test."
-    return (f"This page makes {f['tests']} tests. So that the chance of any wrong verdict on it is at most "
-            f"{alpha:g} (family-wise, Bonferroni), each is made at {alpha:g}/{f['tests']} = {f['level']:.4f}: "
-            f"every bound is one-sided at {100 * (1 - f['level']):.2f}%. Detectable: the smallest effect a test "
-            f"finds with {f['power']:.0%} power at that level; \u2020 marks the {f['unresolvable']} rows whose "
-            "paper effect is smaller, which this grid cannot resolve.")  # fmt: skip
+    tail = (f"Detectable: the smallest effect a test finds with {f['power']:.0%} power at its level; \u2020 marks the "
+            f"{f['unresolvable']} rows whose paper effect is smaller, which this grid cannot resolve.")  # fmt: skip
+    if len(f["families"]) == 1 and f["families"][0]["name"] == claims.SECONDARY:
+        return (f"This page makes {f['tests']} tests. So that the chance of any wrong verdict on it is at most "
+                f"{alpha:g} (family-wise, Bonferroni), each is made at {alpha:g}/{f['tests']} = {f['level']:.4f}: "
+                f"every bound is one-sided at {100 * (1 - f['level']):.2f}%. " + tail)  # fmt: skip
+    primary = (config or {}).get("report", {}).get("primary", {})
+    where = f" on {', '.join(primary['settings'])}" if primary.get("settings") else ""
+    names = {claims.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
+             claims.SECONDARY: "the secondary family, every other row"}  # fmt: skip
+    parts = [f"{names[g['name']]} ({g['tests']} tests, each at {alpha:g}/{g['tests']} = {g['level']:.4f})"
+             for g in f["families"]]  # fmt: skip
+    return (f"This page makes {f['tests']} tests in {len(parts)} families, each holding its chance of any wrong "
+            f"verdict at most {alpha:g} (family-wise, Bonferroni within the family): {'; '.join(parts)}. Every "
+            "bound is one-sided at its row's level. " + tail)  # fmt: skip
+
+
+def test_text(c) -> str:
+    """The row's unit, the test that decided, its family and level, and for a paired row the
+    paper's Welch test beside it (bounds and p at the same level)."""
+    text = f"{c.unit}; {c.test}" if c.test else c.unit
+    if c.level == c.level:
+        text += f"; {c.family}, at {c.level:.4f}"
+    if c.welch_low == c.welch_low:
+        text += f"; Welch beside it: [{c.welch_low:+.1f}, {c.welch_high:+.1f}], p = {c.welch_p:.3f}"
+    return text
 
 
 def caveats(config: dict, found: list) -> list[tuple[str, str]]:
@@ -132,7 +153,7 @@ def tuning_note(config: dict, setting: str) -> str:
             f"sensitivity figure): {'; '.join(parts)}.{extra}")  # fmt: skip
 
 
-def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = ()) -> str:
+def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (), config: dict | None = None) -> str:
     """The first page: what to know first, then one row per claim with its effect, bounds, the
     paper's number and verdict."""
     rows = [
@@ -143,7 +164,7 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
             "effect": render.tex(effect_text(c)),
             "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
             "detectable": detectable_text(c).replace("\u2020", r"$\dagger$"),
-            "test": render.tex(f"{c.unit}; {c.test}" if c.test else c.unit),
+            "test": render.tex(test_text(c)),
             "verdict": _VERDICT_TEX[c.verdict],
         }
         for c in found
@@ -152,7 +173,7 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
     return env.get_template("claims.tex.j2").render(
         claims=rows,
         caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
-        family=render.tex(family_text(found, alpha)).replace("\u2020", r"$\dagger$"),
+        family=render.tex(family_text(found, alpha, config)).replace("\u2020", r"$\dagger$"),
         counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in claims.VERDICTS),
     )
 
@@ -262,7 +283,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
         css, mark = VERDICT_MARKS[c.verdict]
         rows.append({"claim": c.claim, "setting": c.setting, "statistic": c.statistic or c.why,
                      "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
-                     "detectable": detectable_text(c), "test": f"{c.unit}; {c.test}" if c.test else c.unit, "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
+                     "detectable": detectable_text(c), "test": test_text(c), "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
     figures = [
         {**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs
     ]
@@ -274,7 +295,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
             "alpha": f"{opts['alpha']:g}",
-            "family": family_text(found, opts["alpha"]),
+            "family": family_text(found, opts["alpha"], config),
             "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                          for v in claims.VERDICTS],  # fmt: skip
             "claims": rows,
@@ -294,17 +315,18 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
 
 
 def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = (),
-                    alpha: float = 0.1) -> str:  # fmt: skip
+                    alpha: float = 0.1, config: dict | None = None) -> str:  # fmt: skip
     """The claims as a compact table for the console, then where the page is and whether the PDF is."""
     lines = ["", "Claims of the paper against this grid:"]
     lines += [f"  Read first, {setting}: {text}" for setting, text in notes]
-    lines.append(f"  {family_text(found, alpha)}")
+    lines.append(f"  {family_text(found, alpha, config)}")
     width = max((len(c.claim) for c in found), default=10)
     for c in found:
         stat = c.why
         if c.verdict != claims.UNMEASURED:
             paper = "" if c.paper is None else f", paper {c.paper:+.1f}"
             stat = f"{effect_text(c)}{paper}, detectable {detectable_text(c)}"
+            stat += " (primary)" if c.family == claims.PRIMARY else ""
         lines.append(f"  {VERDICT_MARKS[c.verdict][1]} {c.verdict:<24} {c.claim:<{width}}  {c.setting:<18} {stat}")
     counts = claims.summary(found)
     lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in claims.VERDICTS))
@@ -384,7 +406,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts["alpha"], notes),
+            "claims": claims_page(env, found, opts["alpha"], notes, config),
         }
     )
     tex_path = out / "report.tex"
@@ -424,5 +446,5 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
-    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"]))
+    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"], config))
     return manifest

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats as sps
 
 from scout import claims, grid, results, tables
 from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
@@ -96,6 +98,35 @@ def test_the_page_tests_each_row_at_alpha_over_its_number_of_tests():
     assert summary["tests"] == 5 and summary["level"] == pytest.approx(0.02)
 
 
+def test_the_paired_difference_by_hand():
+    # differences 0.02, 0.03, 0.01, 0.04: mean 0.025, sd sqrt(0.0005 / 3) = 0.012910, se 0.006455, 3 df
+    effect, se, df = claims.paired([0.60, 0.63, 0.61, 0.66], [0.58, 0.60, 0.60, 0.62])
+    assert effect == pytest.approx(0.025) and se == pytest.approx(0.006455, abs=1e-6) and df == 3
+    assert claims.paired([0.6, 0.7], [0.5, 0.6])[1:] == (0.0, math.inf)  # every pair 0.1 apart
+    assert all(math.isnan(v) for v in claims.paired([0.6], [0.5]))
+
+
+def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
+    """Two primary rows and three secondary ones at 0.1: the primary ones each at 0.05, the others
+    each at 0.1 / 3; a paired row's Welch bounds at its own level beside it."""
+    prim = [replace(_raw(2.0, 0.8165), family=claims.PRIMARY, welch_se=1.2, welch_df=3.5),
+            replace(_raw(1.0, 0.8165), family=claims.PRIMARY)]  # fmt: skip
+    page = claims.family(prim + [_raw(2.0, 0.8165), _raw(0.3, 0.1), _raw(-3.0, 0.5)], 0.1)
+    assert [round(c.level, 4) for c in page] == [0.05, 0.05, 0.0333, 0.0333, 0.0333]
+    # t(0.95, 4) = 2.1318: 2 - 2.1318 x 0.8165 = 0.2594 > 0 holds in the primary family of two ...
+    assert page[0].low == pytest.approx(0.2594, abs=1e-3) and page[0].verdict == HOLDS
+    # ... and not among three secondary rows: t(1 - 0.1/3, 4) = 2.6110, 2 - 2.1319 < 0
+    assert page[2].verdict == INCONCLUSIVE
+    # Welch beside: t(0.95, 3.5) = 2.2543 (scipy), 2 -/+ 2.7052
+    q = float(sps.t.ppf(0.95, 3.5))
+    assert page[0].welch_low == pytest.approx(2.0 - q * 1.2) and page[0].welch_high == pytest.approx(2.0 + q * 1.2)
+    assert page[0].welch_p == pytest.approx(float(sps.t.sf(2.0 / 1.2, 3.5)))
+    assert math.isnan(page[1].welch_low)  # a Welch-decided row has nothing beside it
+    summary = claims.page_summary(page, 0.1)
+    assert [(f["name"], f["tests"]) for f in summary["families"]] == [("primary", 2), ("secondary", 3)]
+    assert summary["tests"] == 5 and summary["level"] is None
+
+
 # ------------------------------------------------------------------------------------------------
 # Caches built to order
 # ------------------------------------------------------------------------------------------------
@@ -121,7 +152,7 @@ def _cache(cfg):
 
 
 def _runs(cfg, setting, variant, means):
-    for seed, mean in zip((1, 2, 3), means, strict=False):
+    for seed, mean in enumerate(means, start=1):
         for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             _record(cfg, setting, variant, seed, b, mean)
 
@@ -153,6 +184,35 @@ def test_method_claims_follow_the_numbers(cfg):
     grpo = _one(found, "grpo_improves", s)
     assert grpo.verdict == UNMEASURED and "the seed is the unit" in grpo.why
     assert _one(found, "scout_beats_opd", "toy-mg-s-math").verdict == UNMEASURED
+
+
+def test_runs_with_the_same_seeds_are_compared_pair_by_pair(cfg):
+    """Four seeds a side: SCOUT's runs each a little above OPD's of the same seed, while the seeds
+    spread wide: the paired t finds it, the paper's Welch (beside it) does not. The primary family
+    (config report.primary) holds it at 0.1 over its own tests."""
+    s = "toy-l-s-math"
+    cfg["experiments"]["main"]["seeds"] = [1, 2, 3, 4]
+    cfg["report"]["primary"] = {"claims": ["scout_beats_opd"], "settings": [s]}
+    _runs(cfg, s, "opd", [0.55, 0.60, 0.60, 0.65])
+    _runs(cfg, s, "scout", [0.57, 0.63, 0.61, 0.69])  # 2, 3, 1 and 4 points above OPD's run of the same seed
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    c = _one(found, "scout_beats_opd", s)
+    assert c.family == claims.PRIMARY and c.level == pytest.approx(0.1) and c.test == "paired t over seeds (4 pairs)"
+    # by hand (test_the_paired_difference_by_hand): 2.5 points, se 0.6455, 3 df; t(0.9, 3) = 1.6377
+    assert c.effect == pytest.approx(2.5) and c.se == pytest.approx(0.6455, abs=1e-4) and c.df == 3
+    assert c.low == pytest.approx(2.5 - 1.6377 * 0.6455, abs=1e-3) and c.verdict == HOLDS
+    # Welch: se sqrt((var(scout) + var(opd)) / 4) = sqrt((0.0025 + 0.0016667) / 4) = 3.2275 points,
+    # its lower bound below 0 at the same level
+    assert c.welch_se == pytest.approx(3.2275, abs=1e-3) and c.welch_low < 0
+    assert _one(found, "scout_beats_opd", "toy-l-s-code").family == claims.SECONDARY
+
+
+def test_runs_without_the_same_seeds_are_compared_by_welch(cfg):
+    s = "toy-l-s-math"
+    _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
+    _runs(cfg, s, "scout", [0.60, 0.63])
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
+    assert c.test == claims.WELCH and math.isnan(c.welch_se) and "2 and 3 runs" in c.statistic
 
 
 def test_scout_below_opd_does_not_hold(cfg):

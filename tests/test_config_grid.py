@@ -43,6 +43,14 @@ def toy():
             "settings.q4b-q1.7b-math.teacher: unknown model 'Qwen9'",
         ),
         (lambda c: c["methods"]["scout"].update(k=1), "methods.scout.k: 1 is less than the minimum of 2"),
+        (
+            lambda c: c["report"]["primary"]["claims"].append("scout_beats_grpo"),
+            "report.primary.claims[3]: unknown claim 'scout_beats_grpo'; expected one of [",
+        ),
+        (
+            lambda c: c["report"]["primary"].update(settings=["q4b-math"]),
+            "report.primary.settings[0]: unknown setting 'q4b-math'; expected one of [",
+        ),
         (lambda c: c.update(world="mars"), "world: 'mars' is not one of ['toy', 'paper']"),
         (
             lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "opd", "interval": 3}),
