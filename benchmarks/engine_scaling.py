@@ -89,17 +89,17 @@ def main() -> None:
     for rows in map(int, args.rows.split(",")):
         prompts, responses = batch(rows, g)
 
-        def sample():
+        def sample(prompts=prompts):
             with torch.no_grad():
                 gen = torch.Generator().manual_seed(1)
                 lm.sample(model, prompts, sampling, eos_id=-1, pad_id=0, generator=gen)
 
-        def train(m=model):
+        def train(m=model, prompts=prompts, responses=responses):
             logits, tokens, mask = lm.response_logits(m, prompts, responses, 0)
             (-(lm.token_logp(logits, tokens) * mask).sum() / mask.sum()).backward()
             m.zero_grad(set_to_none=True)
 
-        def train_hf():
+        def train_hf(prompts=prompts, responses=responses):
             ids, att, rmask, t_max = lm.pad_batch(prompts, responses, 0, device)
             logits = hf(input_ids=ids, attention_mask=att).logits.float()
             starts = torch.tensor([len(q) - 1 for q in prompts])[:, None]
