@@ -71,6 +71,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     active, durations, damaged = [], [], []
     plans, shared = grid.run_plans(config), []
     fresh = Freshness(config, work)
+    left = 0  # runs not done
     for cell in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
@@ -96,6 +97,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             state = "failed"
         else:
             state = "pending"
+        left += state != "done"  # once per run, though several experiments may name its cell
         for exp in cell.experiments:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
@@ -117,7 +119,6 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             evals_stale += 1
             whole = False
         evals_done += whole
-    left = sum(c[k] for c in per_exp.values() for k in STATES if k != "done")
     mean = sum(durations) / len(durations) if durations else None
     remainder = mean * left / max(1, len(active)) if (mean and running) else None
     return {
