@@ -293,7 +293,8 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         sec = deep_merge(config["methods"][name], setting.get("overrides", {}).get(name, {}))
         spec["method_cfg"][name] = sec
     analysis = config.get("analysis") or {}
-    if cell.variant == "scout" and cell.setting in analysis.get("settings", []) and analysis.get("checkpoints"):
+    probed = cell.setting in analysis.get("settings", []) and cell.seed in analysis.get("seeds", [cell.seed])
+    if cell.variant == "scout" and probed and analysis.get("checkpoints"):
         spec["probe_steps"] = list(analysis["checkpoints"])  # matched checkpoints the teacher probes visit
     if method.trains_teacher:
         sc = spec["method_cfg"]["scout"]
@@ -760,7 +761,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
                 "teacher": f"{run_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
                 "generations": f"{source_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
             }
-            for seed in variant_seeds(config).get((setting, "scout"), [])
+            for seed in probed_seeds(config, setting, "scout")
             for ckpt in _probed_checkpoints(config, setting, seed)
         ],
         # other trained teachers, probed on the initial student's prefixes: the prefix-0 control's
@@ -768,7 +769,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "controls": [
             {"label": label, "seed": seed, "teacher": f"{run_dir(config, setting, variant, seed)}/model/final-teacher"}
             for variant, label in compared_teachers(config, setting)
-            for seed in variant_seeds(config).get((setting, variant), [])
+            for seed in probed_seeds(config, setting, variant)
         ],
         "ratios": a["ratios"],
         "split": config["methods"]["scout"].get("split", "response"),  # prefixes cut as SCOUT cuts them
@@ -783,6 +784,14 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "chat": chat_options(config, teacher),
         "threads": config["training"].get("threads", 1),
     }
+
+
+def probed_seeds(config: dict, setting: str, variant: str) -> list[int]:
+    """The seeds of a variant whose trained teachers the probes visit: ``analysis.seeds`` where the
+    config limits them (a claim's extra seeds need not all be probed), else every seed."""
+    seeds = variant_seeds(config).get((setting, variant), [])
+    wanted = (config.get("analysis") or {}).get("seeds")
+    return [s for s in seeds if wanted is None or s in wanted]
 
 
 def compared_teachers(config: dict, setting: str) -> list[tuple[str, str]]:
@@ -813,9 +822,8 @@ def analysis_inputs(config: dict, setting: str) -> list[str]:
     out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
     out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for variant, _ in compared_teachers(config, setting):
-        seeds = variant_seeds(config)[setting, variant]
-        out += [f"{run_dir(config, setting, variant, seed)}/train.json" for seed in seeds]
-    for seed in variant_seeds(config).get((setting, "scout"), []):
+        out += [f"{run_dir(config, setting, variant, seed)}/train.json" for seed in probed_seeds(config, setting, variant)]
+    for seed in probed_seeds(config, setting, "scout"):
         out.append(f"{run_dir(config, setting, 'scout', seed)}/train.json")
         out += [
             f"{source_dir(config, setting, 'scout', seed, c)}/{bench}.json"
