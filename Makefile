@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install install-vllm lock test demo toy toy-lora lint tex
+.PHONY: install install-vllm lock test demo toy toy-extra toy-tune toy-lora toy-all lint tex
 # The report's PDF needs TeX: installed where we can (root with apt-get); elsewhere the report is
 # written without the PDF, with a warning that names these packages.
 TEX_PACKAGES := texlive-latex-base texlive-latex-recommended texlive-latex-extra
@@ -66,11 +66,22 @@ toy: install tex
 	snakemake --cores 2
 	scout fingerprints   # the same digits as config/fingerprints.yaml? (docs/toy-world.md: What reproduces where)
 
-# Beyond the paper, a target of its own (the 30 minutes of `make toy` cannot hold it): SCOUT with a
-# LoRA teacher and the search of its LR, config/toy-lora.yaml over the toy config. It reuses every
-# run of `make toy` and renders the report again with the lora rows and claims.
+# Targets of their own over the toy config (the 30 minutes of `make toy` cannot hold them), each
+# reusing every run of `make toy` and rendering the report again with its rows, figures and claims:
+# the paper's update-interval sweep and compute-matched comparison, the tuning stage's LR search,
+# and beyond the paper SCOUT with a LoRA teacher (and the search of its LR). toy-all: all of them.
+TOY := --configfile config/config.yaml
+toy-extra: install tex
+	snakemake --cores 2 $(TOY) config/toy-extra.yaml
+
+toy-tune: install tex
+	snakemake --cores 2 $(TOY) config/toy-tune.yaml
+
 toy-lora: install tex
-	snakemake --cores 2 --configfile config/config.yaml config/toy-lora.yaml
+	snakemake --cores 2 $(TOY) config/toy-lora.yaml
+
+toy-all: install tex
+	snakemake --cores 2 $(TOY) config/toy-extra.yaml config/toy-tune.yaml config/toy-lora.yaml
 
 tex:
 	@command -v pdflatex >/dev/null && exit 0; \

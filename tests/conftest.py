@@ -53,15 +53,20 @@ def tex_available() -> bool:
     return False
 
 
+TOY_OVERLAYS = ("toy-extra.yaml", "toy-tune.yaml", "toy-lora.yaml")  # make toy-all's, over config/config.yaml
+
+
 def toy_config(tuned: bool = False) -> dict:
-    """Every experiment of the toy world: config/config.yaml with config/toy-lora.yaml (the LoRA
-    teacher's target of its own) over it; unless ``tuned``, with toy-l-s-math's tuned LRs at a
-    number (1.5e-4, the middle of the grids the tuning stage searches; 1.2e-3 for a LoRA teacher),
-    for tests of what follows a choice."""
+    """Every experiment of the toy world: config/config.yaml with its targets of their own over it
+    (``TOY_OVERLAYS``: the interval sweep and compute-matched comparison, the tuning stage, the
+    LoRA teacher); unless ``tuned``, with toy-l-s-math's tuned LRs at a number (1.5e-4, the middle
+    of the grids the tuning stage searches; 1.2e-3 for a LoRA teacher), for tests of what follows a
+    choice."""
     from scout.config import deep_merge
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg = deep_merge(cfg, yaml.safe_load((REPO / "config" / "toy-lora.yaml").read_text()))
+    for overlay in TOY_OVERLAYS:
+        cfg = deep_merge(cfg, yaml.safe_load((REPO / "config" / overlay).read_text()))
     if not tuned:
         cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4, teacher_lora_lr=1.2e-3)
     return cfg

@@ -173,10 +173,13 @@ def test_method_claims_follow_the_numbers(cfg):
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     opd = _one(found, "opd_improves", s)
     assert opd.verdict == HOLDS and opd.unit == claims.SEEDS_UNIT and opd.paper == 17.3  # mirrors q4b-q1.7b-math
-    # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257, 2 df; three rows
-    # are measured, so each is tested at 0.1 / 3: t(1 - 0.0333, 2) = 3.6766
-    assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 3.6766 * 1.8257, abs=1e-3)
-    assert opd.level == pytest.approx(0.1 / 3)
+    # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257, 2 df. Three rows
+    # are measured: SCOUT against OPD and against the control are the primary family (the toy
+    # config's report.primary), each at 0.1 / 2; this one is the only secondary row, at 0.1:
+    # t(0.9, 2) = 1.8856
+    assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 1.8856 * 1.8257, abs=1e-3)
+    assert opd.level == pytest.approx(0.1) and opd.family == claims.SECONDARY
+    assert _one(found, "scout_beats_opd", s).level == pytest.approx(0.05)
     assert sorted(opd.used)[:3] == [f"{s}/base-student/s0", f"{s}/opd/s1", f"{s}/opd/s2"]
     assert _one(found, "scout_beats_opd", s).verdict == HOLDS
     control = _one(found, "scout_beats_control", s)

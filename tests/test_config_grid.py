@@ -22,7 +22,10 @@ def paper():
 
 @pytest.fixture(scope="module")
 def toy():
-    return C.load(REPO / "config" / "config.yaml")
+    """The whole toy world: config/config.yaml with the targets of their own over it (make toy-all)."""
+    from tests.conftest import TOY_OVERLAYS
+
+    return C.load([REPO / "config" / "config.yaml", *(REPO / "config" / o for o in TOY_OVERLAYS)])
 
 
 @pytest.mark.parametrize(
@@ -126,27 +129,43 @@ def test_paper_grid_cells(paper):
     assert [c.seed for c in f1] == [1]
 
 
-def test_the_lora_teacher_is_a_target_of_its_own(toy):
-    """config/toy-lora.yaml adds the LoRA experiment, its LR search and its claims over the toy grid
-    and nothing else: every cell of the default grid trains to the same spec under it, so that
-    ``make toy-lora`` reuses ``make toy``'s runs (the default target leaves it out for the 30 minutes)."""
-    both = C.load([REPO / "config" / "config.yaml", REPO / "config" / "toy-lora.yaml"])
-    assert "lora" not in toy["experiments"] and not toy.get("claims")
-    assert [c["id"] for c in both["claims"]] == ["lora_teacher_student", "lora_teacher_continuation"]
+def _specs(cfg: dict) -> dict:
+    """Every cell's and search run's spec, tuned LRs at config/config.yaml's numbers (the choice the
+    tuning stage made: what a search that chooses them again gives) and a LoRA teacher's at 2.4e-3."""
+    setting = cfg["settings"]["toy-l-s-math"]
+    chosen = {"student_lr": 9e-5, "teacher_lr": 9e-5, "teacher_lora_lr": 2.4e-3}
+    cfg = {**cfg, "tuning": {**cfg["tuning"], "chosen": {"toy-l-s-math": {k: v for k, v in chosen.items() if setting.get(k) == "tuned"}}}}
+    cells = [*grid.cells(cfg), *grid.search_cells(cfg)]
+    return {(c.setting, c.variant, c.seed): grid.cell_spec(cfg, c) for c in cells}
 
-    def specs(cfg):
-        chosen = {"student_lr": 9e-5, "teacher_lr": 1.2e-4, "teacher_lora_lr": 2.4e-3}
-        cfg = {**cfg, "tuning": {**cfg["tuning"], "chosen": {"toy-l-s-math": chosen}}}
-        cells = [*grid.cells(cfg), *grid.search_cells(cfg)]
-        return {(c.setting, c.variant, c.seed): grid.cell_spec(cfg, c) for c in cells}
 
-    default, with_lora = specs(toy), specs(both)
-    added = sorted(k for k in with_lora if k not in default)
-    assert added == [("toy-l-s-math", "scout-lora", s) for s in (1, 2, 3)] + [
-        ("toy-l-s-math", f"scout-lora-tlr{lr}", 1) for lr in ("1.2e-3", "2.4e-3", "6e-4")
-    ]
-    assert all(with_lora[k] == spec for k, spec in default.items())
-    assert with_lora[("toy-l-s-math", "scout-lora", 2)]["method_cfg"]["scout"]["teacher_lora"]["rank"] == 8
+@pytest.mark.parametrize(
+    "overlay, added",
+    [
+        ("toy-lora.yaml", [("toy-l-s-math", "scout-lora", s) for s in (1, 2, 3)]
+         + [("toy-l-s-math", f"scout-lora-tlr{lr}", 1) for lr in ("1.2e-3", "2.4e-3", "6e-4")]),
+        ("toy-extra.yaml", [("toy-l-s-math", v, s) for v in ("opd-3ep", "scout-cm") for s in (1, 2, 3)]
+         + [("toy-mg-s-math", f"scout-f{f}", s) for f in (1, 3, 4) for s in (1, 2, 3)]),
+        ("toy-tune.yaml", [("toy-l-s-math", f"opd-lr{lr}", 1) for lr in ("1.5e-4", "2.1e-4", "3e-5", "9e-5")]
+         + [("toy-l-s-math", f"scout-tlr{lr}", 1) for lr in ("1.2e-4", "1.5e-4", "3e-5", "6e-5", "9e-5")]),
+    ],
+)  # fmt: skip
+def test_each_target_of_its_own_adds_its_cells_and_changes_none(overlay, added):
+    """config/toy-lora.yaml, toy-extra.yaml and toy-tune.yaml each add their experiment (or search)
+    over the toy grid and nothing else: every cell of the default grid trains to the same spec under
+    it, so that its ``make`` target reuses ``make toy``'s runs (the default target leaves them out for
+    its 30 minutes); toy-tune's search, choosing the LRs config/config.yaml holds, trains the chosen
+    points as the grid's seed-1 OPD and SCOUT runs."""
+    default = C.load(REPO / "config" / "config.yaml")
+    over = C.load([REPO / "config" / "config.yaml", REPO / "config" / overlay])
+    assert not ({"lora", "interval", "compute_matched"} & set(default["experiments"])) and not default.get("claims")
+    before, after = _specs(default), _specs(over)
+    assert sorted(k for k in after if k not in before) == sorted(added)
+    changed = [k for k, spec in before.items() if after[k] != spec]
+    assert changed == []
+    if overlay == "toy-lora.yaml":
+        assert [c["id"] for c in over["claims"]] == ["lora_teacher_student", "lora_teacher_continuation"]
+        assert after[("toy-l-s-math", "scout-lora", 2)]["method_cfg"]["scout"]["teacher_lora"]["rank"] == 8
 
 
 def test_paper_sweep_scales_teacher_lr(paper):
@@ -296,7 +315,7 @@ def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
     from scout import workflow
     from scout.cli import _spec
 
-    cfg = C.load(REPO / "config" / "config.yaml")
+    cfg = C.load([REPO / "config" / "config.yaml", REPO / "config" / "toy-extra.yaml"])  # compute_matched
     back = _spec(workflow.spec_file(str(tmp_path), "config", cfg))
     assert list(back["experiments"]) == list(cfg["experiments"])
     scout_cm = grid.find_cell(cfg, "toy-l-s-math", "scout-cm", 1)
@@ -326,8 +345,8 @@ def test_select_keeps_the_named_cells_and_nothing_else():
     keys = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
     assert keys == [
         ("toy-l-s-math", v, s) for v in ("opd", "scout", "scout-cm") for s in (1, 3)
-    ]  # main's opd and scout, compute_matched's scout-cm; every other experiment went
-    assert sorted(cfg["experiments"]) == ["compute_matched", "main"]
+    ]  # main's (and headline's) opd and scout, compute_matched's scout-cm; every other experiment went
+    assert sorted(cfg["experiments"]) == ["compute_matched", "headline", "main"]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
     assert sorted((c.setting, c.variant, c.seed) for c in grid.cells(C.validate(cfg))) == keys  # as jobs see it
     # the base rows evaluated and reported are the chosen setting's, not every setting's
@@ -338,12 +357,12 @@ def test_select_keeps_the_named_cells_and_nothing_else():
 def test_select_names_what_it_does_not_know_and_refuses_an_empty_grid():
     from tests.conftest import toy_config
 
-    cfg = {**toy_config(), "select": {"settings": ["toy-x"], "methods": ["scot"], "seeds": [7]}}
+    cfg = {**toy_config(), "select": {"settings": ["toy-x"], "methods": ["scot"], "seeds": [70]}}
     with pytest.raises(C.ConfigError) as err:
         C.validate(cfg)
     text = str(err.value)
     assert "select.settings: ['toy-x'] not in the experiments" in text
-    assert "select.methods: ['scot']" in text and "select.seeds: [7]" in text
+    assert "select.methods: ['scot']" in text and "select.seeds: [70]" in text
     cfg = {**toy_config(), "select": {"experiments": ["interval"], "methods": ["opd"]}}
     with pytest.raises(C.ConfigError, match="no cell of the grid matches"):
         C.validate(cfg)
