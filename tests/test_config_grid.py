@@ -129,12 +129,25 @@ def test_paper_grid_cells(paper):
     assert [c.seed for c in f1] == [1]
 
 
-def _specs(cfg: dict) -> dict:
-    """Every cell's and search run's spec, tuned LRs at config/config.yaml's numbers (the choice the
-    tuning stage made: what a search that chooses them again gives) and a LoRA teacher's at 2.4e-3."""
+def grid_variants(cfg: dict) -> set[str]:
+    return {c.variant for c in grid.cells(cfg)}
+
+
+def runs_diff(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _chosen(cfg: dict) -> dict:
+    """The config with its tuned LRs at config/config.yaml's numbers (the choice the tuning stage
+    made: what a search that chooses them again gives) and a LoRA teacher's at 2.4e-3."""
     setting = cfg["settings"]["toy-l-s-math"]
     chosen = {"student_lr": 9e-5, "teacher_lr": 9e-5, "teacher_lora_lr": 2.4e-3}
-    cfg = {**cfg, "tuning": {**cfg["tuning"], "chosen": {"toy-l-s-math": {k: v for k, v in chosen.items() if setting.get(k) == "tuned"}}}}
+    return {**cfg, "tuning": {**cfg["tuning"], "chosen": {"toy-l-s-math": {k: v for k, v in chosen.items() if setting.get(k) == "tuned"}}}}
+
+
+def _specs(cfg: dict) -> dict:
+    """Every cell's and search run's spec (tuned LRs as :func:`_chosen` gives them)."""
+    cfg = _chosen(cfg)
     cells = [*grid.cells(cfg), *grid.search_cells(cfg)]
     return {(c.setting, c.variant, c.seed): grid.cell_spec(cfg, c) for c in cells}
 
@@ -163,6 +176,15 @@ def test_each_target_of_its_own_adds_its_cells_and_changes_none(overlay, added):
     assert sorted(k for k in after if k not in before) == sorted(added)
     changed = [k for k, spec in before.items() if after[k] != spec]
     assert changed == []
+    # what the training jobs run: the same, but that the compute-matched curve's points are exported
+    # along toy-l-s-math's OPD and SCOUT runs of seeds 1-3 (scout-cm is SCOUT's run, OPD's 3 epochs
+    # continue OPD's): make toy-extra trains those six again (the same weights) to export them
+    d, o = _chosen(default), _chosen(over)
+    runs = {k: (grid.run_spec(d, grid.find_cell(d, *k)), grid.run_spec(o, grid.find_cell(o, *k)))
+            for k in before if k[1] in grid_variants(default)}  # fmt: skip
+    moved = {k: runs_diff(a, b) for k, (a, b) in runs.items() if a != b}
+    expected = {("toy-l-s-math", v, s): ["export_steps"] for v in ("opd", "scout") for s in (1, 2, 3)}
+    assert moved == (expected if overlay == "toy-extra.yaml" else {})
     if overlay == "toy-lora.yaml":
         assert [c["id"] for c in over["claims"]] == ["lora_teacher_student", "lora_teacher_continuation"]
         assert after[("toy-l-s-math", "scout-lora", 2)]["method_cfg"]["scout"]["teacher_lora"]["rank"] == 8
