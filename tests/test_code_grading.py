@@ -374,3 +374,81 @@ def test_the_worker_reports_tests_it_cannot_run_instead_of_a_verdict():
         assert grader.grade([fence("def f(x):\n    return x + 1")], [CALLS]) == [True]  # the worker lives on
     finally:
         grader.close()
+
+
+FIND_ZERO_PROMPT = '''import math
+
+
+def poly(xs: list, x: float):
+    """The polynomial with coefficients xs at x."""
+    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])
+
+
+def find_zero(xs: list):
+    """One zero of the polynomial with coefficients xs (even count, leading one non-zero)."""
+'''
+BISECT = """def find_zero(xs):
+    lo, hi = -1.0, 1.0
+    while poly(xs, lo) * poly(xs, hi) > 0:
+        lo, hi = 2 * lo, 2 * hi
+    while hi - lo > 1e-10:
+        mid = (lo + hi) / 2
+        if poly(xs, mid) * poly(xs, lo) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return lo"""
+
+
+def find_zero_row() -> dict:
+    """HumanEval/32 as the hub exports it: the loop's oracle unpacks the float root (a TypeError for
+    every program); its stored results are the reference's roots."""
+    ns: dict = {}
+    exec(FIND_ZERO_PROMPT + "\n" + BISECT, ns)
+    inputs = [[[1, 2]], [[-6, 11, -6, 1]], [[3, -4, 0, 2]]]
+    results = [ns["find_zero"](*inp) for inp in inputs]
+    test = HE_TEST.split("def check")[0] + (
+        f"def check(candidate):\n    inputs = {inputs!r}\n    results = {results!r}\n"
+        "    for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+        "        assert _poly(*candidate(*inp), inp) <= 0.0001\n"
+    )
+    return catalogue.humaneval_plus({"task_id": "HumanEval/32", "prompt": FIND_ZERO_PROMPT,
+                                     "entry_point": "find_zero", "test": test}, 0)  # fmt: skip
+
+
+def test_find_zero_is_graded_by_evalplus_root_oracle(grader):
+    """HumanEval/32: evalplus asserts ``_poly(xs, out) <= 1e-4`` and then the stored root within
+    1e-4; the reference is right, a value off the root or another root is wrong."""
+    grade(
+        grader,
+        find_zero_row(),
+        {
+            fence(BISECT): True,
+            fence(BISECT.replace("1e-10", "1e-6")): True,  # another reference-like root within 1e-4
+            fence("def find_zero(xs):\n    return 0.0"): False,  # poly(xs, 0) = xs[0] > 1e-4 for [1, 2]
+            # x = 3 is a root of the cubic, but not the stored one (x = 1): evalplus compares both
+            fence(BISECT + "\n\n_f = find_zero\ndef find_zero(xs):\n    return 3.0 if xs == [-6, 11, -6, 1] else _f(xs)"): False,
+        },
+    )
+
+
+def test_find_zero_oracle_is_signed_as_in_evalplus():
+    """evalplus writes ``_poly(*inp, out) <= atol`` without abs(): a value where the polynomial is
+    negative passes the oracle, and only the comparison with the stored root catches it."""
+    from scout.grading import values
+    from scout.grading.code import check_values
+
+    tests = find_zero_row()["tests"]
+    roots = [-0.5, 1.0]
+    ns: dict = {}
+    exec(FIND_ZERO_PROMPT + "\n" + BISECT, ns)
+    exact = [ns["find_zero"](*inp) for inp in ([[1, 2]], [[-6, 11, -6, 1]], [[3, -4, 0, 2]])]
+    assert abs(exact[0] - roots[0]) < 1e-9 and abs(exact[1] - roots[1]) < 1e-9
+    ok = [["value", values.encode(x)] for x in exact]
+    assert check_values(tests, ok) is True
+    # 1 + 2x at x = -0.50004 is -8e-5 < 0: within the oracle, and within 1e-4 of the stored root
+    near = [["value", values.encode(-0.50004)], *ok[1:]]
+    assert check_values(tests, near) is True
+    # at x = -0.6 the polynomial is -0.2 (the signed oracle passes), but the stored root is 0.1 away
+    far = [["value", values.encode(-0.6)], *ok[1:]]
+    assert check_values(tests, far) is False
