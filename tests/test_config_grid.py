@@ -222,7 +222,7 @@ def test_paper_specs_carry_the_papers_hyperparameters(paper):
     assert sky["method_cfg"]["prune_opd"]["budget"]["initial"] == 2048
     assert (
         grid.cell_spec(paper, by[("q8b-q1.7b-math", "scout", 1)])["teacher"]
-        == "results/teachers/Qwen3-8B-DAPO/model/final"
+        == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     )
     assert grid.teacher_prep_spec(paper, "Qwen3-8B-DAPO")["total_steps"] == 3 * 271  # floor(17398 / 64) x 3 epochs
 

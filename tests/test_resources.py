@@ -169,9 +169,9 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
     # and holds the latest and the next checkpoint, plus two bf16 exports of the student
     assert "Peak disk per training run" in text
     jobs = resources.plan(PAPER, exists=lambda _: False).set_index("target")
-    scout_q4b = jobs.loc["results/train/q4b-q1.7b-math/scout/s2/train.json", "peak_disk_gb"]
+    scout_q4b = jobs.loc["results-paper/train/q4b-q1.7b-math/scout/s2/train.json", "peak_disk_gb"]
     assert scout_q4b == pytest.approx(3 * (1.72 + 4.02) * 12 + 2 * 1.72 * 2)
-    opd = jobs.loc["results/train/q4b-q1.7b-math/opd/s1/train.json", "peak_disk_gb"]
+    opd = jobs.loc["results-paper/train/q4b-q1.7b-math/opd/s1/train.json", "peak_disk_gb"]
     assert opd == pytest.approx(2 * 1.72 * 12 + 1.72 * 2)  # nothing evaluated before the end: no teacher
 
 
@@ -196,7 +196,7 @@ def test_resource_config_errors(patch, message):
 def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     """A dry run of the paper grid: the SCOUT cell with the 8B teacher asks for 4 nodes of 8 GPUs
     and its driver starts under `scout ray-run`."""
-    target = "results/train/q8b-q1.7b-math/scout/s1/train.json"
+    target = "results-paper/train/q8b-q1.7b-math/scout/s1/train.json"
     out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "-p", target)
     assert out.returncode == 0, out.stderr[-3000:]
     block = out.stdout[out.stdout.index(f"output: {target}") :]

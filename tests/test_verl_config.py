@@ -49,14 +49,14 @@ def test_scout_with_the_8b_teacher():
     assert (cfg.data.train_batch_size, r.n, r.temperature, r.top_p) == (128, 1, 1.0, 1.0)
     assert (r.prompt_length, r.response_length) == (1024, 16384)
     # verl's OPD: K1 advantage in policy-gradient mode, no task rewards
-    assert d.enabled and d.teacher_models.teacher_model.model_path == "results/teachers/Qwen3-8B-DAPO/model/final"
+    assert d.enabled and d.teacher_models.teacher_model.model_path == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     assert (d.distillation_loss.loss_mode, d.distillation_loss.use_policy_gradient) == ("k1", True)
     assert d.distillation_loss.use_task_rewards is False and d.distillation_loss.clip_ratio == 0.2
     assert cfg.scout.scout.interval == 10 and cfg.scout.scout.k == 8 and cfg.scout.scout.teacher_lr == 5e-6
     assert list(cfg.scout.scout.prefix_ratio) == [0.1, 0.9] and cfg.scout.scout.kl_beta == 0.001
     assert cfg.trainer.total_training_steps == 358 and cfg.trainer.save_freq == 20
-    assert cfg.trainer.default_local_dir == "results/train/q8b-q1.7b-math/scout/s1/checkpoints"
-    assert cfg.data.train_files == "results/data/openr1-math-46k.verl.parquet"
+    assert cfg.trainer.default_local_dir == "results-paper/train/q8b-q1.7b-math/scout/s1/checkpoints"
+    assert cfg.data.train_files == "results-paper/data/openr1-math-46k.verl.parquet"
 
 
 def test_baselines():

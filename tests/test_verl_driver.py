@@ -207,7 +207,7 @@ def test_the_teacher_trainer_config():
 
     cfg = scout_cfg()
     t = vt.teacher_worker_config(cfg)
-    assert t.model.path == "results/teachers/Qwen3-8B-DAPO/model/final"
+    assert t.model.path == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     assert (t.actor.optim.lr, t.actor.use_kl_loss, t.actor.kl_loss_coef) == (5e-6, True, 0.001)
     assert t.actor.optim.total_training_steps == 358 // 10 and t.rollout.n == 8
     assert t.actor.ppo_mini_batch_size == 128 * 8 and t.rollout.checkpoint_engine.backend == "nccl"
