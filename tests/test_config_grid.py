@@ -453,3 +453,45 @@ def test_an_overlay_reads_to_scout_as_to_snakemake(tmp_path, capsys):
     bad.write_text("- a list\n")
     with pytest.raises(C.ConfigError, match="bad.yaml: an overlay must be a mapping"):
         C.load([REPO / "config" / "paper.yaml", bad])
+
+
+def _refusal(edit) -> str:
+    from tests.conftest import toy_config
+
+    cfg = toy_config()
+    edit(cfg)
+    with pytest.raises(C.ConfigError) as err:
+        C.validate(cfg)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    "edit, where",
+    [
+        (lambda c: c["settings"]["toy-l-s-math"].update(student_lr="1e-4"), "settings.toy-l-s-math.student_lr"),
+        (lambda c: c["training"]["grpo"].update(lr="3e-6"), "training.grpo.lr"),
+        (lambda c: c["methods"]["scout"].update(interval="4"), "methods.scout.interval"),
+        (lambda c: c["experiments"]["main"].update(seeds=["1", 2]), "experiments.main.seeds.0"),
+    ],
+)
+def test_a_number_written_as_text_gets_the_hint_at_any_key(edit, where):
+    """A value the schema refuses for being text that reads as a number gets its hint, whether the
+    schema's test there is a type or a choice between schemas (a learning rate or `tuned`)."""
+    text = _refusal(edit)
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith(where))
+    assert "number" in line and ("write 1.0e-04" in line or "write 3.0e-06" in line or "drop the quotes" in line), line
+
+
+@pytest.mark.parametrize(
+    "edit, choices",
+    [
+        (lambda c: c["analysis"].update(benchmark="tm-nope"), "analysis.benchmark: unknown benchmark 'tm-nope'; expected one of ["),
+        (lambda c: c["analysis"].update(benchmark="tc-easy"), "is not a math benchmark (toy-l-s-math); expected one of ['tm-"),
+        (lambda c: c["settings"]["toy-l-s-math"].update(train_data="nope"), "unknown dataset 'nope'; expected one of ["),
+        (lambda c: c["experiments"]["main"].update(settings=["nope"]), "unknown setting 'nope'; expected one of ["),
+        (lambda c: c.update(claims=[{"id": "x", "experiment": "nope", "variant": "opd", "baseline": "base-student",
+                                      "claim": "OPD beats the base", "kind": "beats"}]), "unknown experiment 'nope'; expected one of ["),
+    ],
+)  # fmt: skip
+def test_every_refused_name_lists_the_choices(edit, choices):
+    assert choices in _refusal(edit)
