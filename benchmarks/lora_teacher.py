@@ -14,12 +14,12 @@ trainer's own ``teacher_step``), timed one by one. Printed per variant:
   synchronised around each timed phase;
 - the bytes a weight sync to an inference engine would move (every tensor, or the adapters).
 
-    python -m benchmarks.lora_teacher [--config config/config.yaml config/toy-lora.yaml] [--setting toy-l-s-math] [--updates 8]
+    python -m benchmarks.lora_teacher [--configfile config/config.yaml config/toy-lora.yaml] [--setting toy-l-s-math] [--updates 8]
                                       [--device cpu|cuda]
 
 The toy world's models must exist, and a tuned setting's choices (``make toy-lora`` first: the LoRA
 variant and the search of its LR are config/toy-lora.yaml's).
-The paper grid's numbers (GPUs, GPU-hours, bytes per sync) are ``scout plan --config config/paper.yaml``.
+The paper grid's numbers (GPUs, GPU-hours, bytes per sync) are ``scout plan --configfile config/paper.yaml``.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def measure(config_path: list[str], setting: str, variant: str, updates: int, de
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", nargs="+", default=[str(REPO / "config" / f) for f in ("config.yaml", "toy-lora.yaml")],
+    p.add_argument("--configfile", nargs="+", default=[str(REPO / "config" / f) for f in ("config.yaml", "toy-lora.yaml")],
                    help="config files, merged in order")  # fmt: skip
     p.add_argument("--setting", default="toy-l-s-math")
     p.add_argument("--variants", default="scout,scout-lora")
@@ -105,11 +105,11 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one variant, print JSON
     args = p.parse_args()
     if args.one:
-        print(json.dumps(measure(args.config, args.setting, args.one, args.updates, args.device)))
+        print(json.dumps(measure(args.configfile, args.setting, args.one, args.updates, args.device)))
         return
     found = []
     for variant in args.variants.split(","):
-        cmd = [sys.executable, "-m", "benchmarks.lora_teacher", "--config", *args.config, "--setting", args.setting,
+        cmd = [sys.executable, "-m", "benchmarks.lora_teacher", "--configfile", *args.configfile, "--setting", args.setting,
                "--updates", str(args.updates), "--device", args.device, "--one", variant]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path.cwd())
         if done.returncode:

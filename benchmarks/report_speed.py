@@ -61,9 +61,9 @@ def main() -> None:
         cfg_file.write_text(yaml.safe_dump(cfg))
         csv, steps = make_cache(cfg, work)
         scout = [sys.executable, "-m", "scout.cli"]
-        t_import = timed(scout + ["import-results", str(csv), "--config", str(cfg_file)])
+        t_import = timed(scout + ["import-results", str(csv), "--configfile", str(cfg_file)])
         n_rows = len(csv.read_text().splitlines()) - 1
-        times = [timed(scout + ["report", "--config", str(cfg_file)]) for _ in range(3)]
+        times = [timed(scout + ["report", "--configfile", str(cfg_file)]) for _ in range(3)]
         manifest = json.loads((work / "results" / "report" / "manifest.json").read_text())
         print(f"cache: {n_rows} imported rows + {steps} step-checkpoint records = {manifest['records']} records")
         print(f"import-results: {t_import:.1f} s")

@@ -13,7 +13,7 @@ It prints:
 
 It says nothing about SCOUT against OPD: that is what the grid tests.
 
-    python -m benchmarks.teacher_pilot [--config config/config.yaml] [--setting toy-l-s-math]
+    python -m benchmarks.teacher_pilot [--configfile config/config.yaml] [--setting toy-l-s-math]
 
 The toy world's models must exist (``snakemake --cores 2 results/toy/models/...``).
 """
@@ -84,7 +84,7 @@ def main() -> None:
     from scout.embedded.trainer import Trainer
     from scout.prepare import load_rows
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(REPO / "config" / "config.yaml"))
+    p.add_argument("--configfile", default=str(REPO / "config" / "config.yaml"))
     p.add_argument("--setting", default="toy-l-s-math")
     p.add_argument("--variant", default="scout")
     p.add_argument("--prefixes", default="tm-hard,tm-long", help="benchmarks whose prompts give held-out prefixes")
@@ -94,7 +94,7 @@ def main() -> None:
     p.add_argument("--teacher-lr", type=float, help="instead of the setting's (or its tuning stage's choice)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    cfg = tuning.resolve(config.load(args.config))  # a tuned setting: the choices in results/tuning
+    cfg = tuning.resolve(config.load(args.configfile))  # a tuned setting: the choices in results/tuning
     for param in ("student_lr", "teacher_lr"):
         if getattr(args, param) is not None:
             cfg["settings"][args.setting][param] = getattr(args, param)

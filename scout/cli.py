@@ -132,10 +132,13 @@ def cmd_aggregate(args) -> int:
 
 
 def _config(args) -> dict:
-    """The config of a report/import command: --spec (JSON, as rules pass it) or --config FILE."""
+    """The config of a report/import command: --spec (JSON, as rules pass it) or --configfile FILE."""
     from scout import config, tuning
 
-    cfg = _spec(args.spec) if args.spec else config.load(args.config or ["config/config.yaml"], args.select)
+    if args.spec:
+        cfg = _spec(args.spec)
+    else:
+        cfg = config.load(args.configfile or ["config/config.yaml"], args.select, overrides=_overrides(args.config))
     if args.spec:
         config.validate(cfg)
     if args.results:
@@ -307,16 +310,49 @@ def _add_select_arg(s) -> None:
     )
 
 
+class _Once(argparse.Action):
+    """A flag given twice is refused: snakemake, whose flags these mirror, silently keeps the last."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice (snakemake would keep only the last): give all its values after one {option_string}")
+        setattr(namespace, self.dest, values)
+
+
 def _add_config_args(s) -> None:
     s.add_argument(
-        "--config",
-        action="append",
-        help="config file (default: the toy grid); given again, each is merged into the ones before, as "
+        "--configfile",
+        nargs="+",
+        action=_Once,
+        metavar="FILE",
+        help="config file(s) (default: config/config.yaml); each later one is merged into those before, as "
         "snakemake --configfile A B merges B into A",
+    )
+    s.add_argument(
+        "--config",
+        nargs="+",
+        action=_Once,
+        metavar="KEY=VALUE",
+        help="keys over the config files, read as snakemake --config reads them: select='{seeds: [1]}', results=DIR",
     )
     _add_select_arg(s)
     s.add_argument("--spec", help="the config as a JSON object or @file (what the workflow passes)")
     s.add_argument("--results", help="results folder (default: the config's `results`)")
+
+
+def _overrides(entries: list[str] | None) -> dict | None:
+    """``--config KEY=VALUE ...`` as snakemake parses it (its own parser: values are text unless they
+    read as numbers, booleans or YAML), refusing a file given where a pair is meant."""
+    if not entries:
+        return None
+    for entry in entries:
+        if "=" not in entry:
+            looks = entry.endswith((".yaml", ".yml", ".json")) or Path(entry).is_file()
+            hint = f"; a config file goes after --configfile: --configfile {entry}" if looks else ""
+            raise SystemExit(f"scout: --config takes KEY=VALUE pairs, as snakemake's does; {entry!r} is not one{hint}")
+    from snakemake.cli import parse_config
+
+    return parse_config(entries)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -403,11 +403,12 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def load(path: str | Path | list[str | Path], select: str | None = None) -> dict:
+def load(path: str | Path | list[str | Path], select: str | None = None, overrides: dict | None = None) -> dict:
     """The validated config of a file, or of several merged in order as Snakemake merges
     ``--configfile A B`` (mappings key by key, anything else replaced), so that an overlay reads
-    the same to ``scout`` as to the workflow; ``select``, a YAML mapping as on the command line,
-    cuts it down as the config's own ``select`` would."""
+    the same to ``scout`` as to the workflow; ``overrides`` (snakemake's ``--config KEY=VALUE``,
+    parsed) are merged over them as snakemake merges them; ``select``, a YAML mapping as on the
+    command line, cuts it down as the config's own ``select`` would."""
     config = None
     for one in [path] if isinstance(path, (str, Path)) else path:
         try:
@@ -422,6 +423,8 @@ def load(path: str | Path | list[str | Path], select: str | None = None) -> dict
             config = deep_merge(config, layer)
         else:
             raise ConfigError(f"{one}: an overlay must be a mapping over a mapping")
+    if overrides and isinstance(config, dict):
+        config = deep_merge(config, overrides)
     if select:
         try:
             chosen = yaml.safe_load(select)

@@ -17,6 +17,23 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
+# snakemake's flags that take the config, by their canonical name; given twice, it keeps the last
+_CONFIG_FLAGS = {"--config": "--config", "-C": "--config", "--configfile": "--configfile", "--configfiles": "--configfile"}
+
+
+def repeated_config_flags(argv: list[str]) -> list[str]:
+    """The config flags a command line gives more than once: snakemake silently drops all but the
+    last (``--config a=1 --config b=2`` runs without a=1), so the workflow refuses them by name."""
+    seen: dict[str, int] = {}
+    for token in argv:
+        if token == "--":
+            break
+        flag = _CONFIG_FLAGS.get(token.split("=", 1)[0])
+        if flag:
+            seen[flag] = seen.get(flag, 0) + 1
+    return sorted(f for f, n in seen.items() if n > 1)
+
+
 def spec_digest(spec: dict) -> str:
     """A job spec's identity: the first 12 hex digits of the SHA-256 of its file's text. A job that
     reads the spec back computes the same digest (key order and numbers survive the round trip)."""

@@ -447,7 +447,7 @@ def test_an_overlay_reads_to_scout_as_to_snakemake(tmp_path, capsys):
     assert cfg["resources"]["default"]["gpu_mem_gb"] == 80 and cfg["resources"]["default"]["cpus_per_node"] == 8
     assert main(["check-config", str(REPO / "config" / "paper.yaml"), str(overlay)]) == 0
     assert "valid (paper world): 2 training cells, 4 evaluations" in capsys.readouterr().out
-    assert main(["plan", "--config", str(REPO / "config" / "paper.yaml"), "--config", str(overlay)]) == 0
+    assert main(["plan", "--configfile", str(REPO / "config" / "paper.yaml"), str(overlay)]) == 0
     assert "total          6       6          1      1,152" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
     bad.write_text("- a list\n")
@@ -495,3 +495,33 @@ def test_a_number_written_as_text_gets_the_hint_at_any_key(edit, where):
 )  # fmt: skip
 def test_every_refused_name_lists_the_choices(edit, choices):
     assert choices in _refusal(edit)
+
+
+def test_scout_reads_config_flags_as_snakemake_does(tmp_path, capsys):
+    """`--configfile` takes files, `--config` KEY=VALUE pairs read by snakemake's own parser (a
+    select narrows the grid as on the workflow's command line); a file after `--config` and a flag
+    given twice are refused, naming the fix."""
+    from scout.cli import main
+
+    paper = str(REPO / "config" / "paper.yaml")
+    sel = "select={settings: [q4b-q1.7b-math], methods: [opd, scout], seeds: [1], analysis: false}"
+    assert main(["plan", "--configfile", paper, "--config", sel]) == 0
+    via_config = capsys.readouterr().out
+    assert main(["plan", "--configfile", paper, "--select", sel.removeprefix("select=")]) == 0
+    assert via_config == capsys.readouterr().out and "q4b-q1.7b-math" in via_config
+    assert "q8b-q1.7b-math" not in via_config
+    with pytest.raises(SystemExit, match=r"--config takes KEY=VALUE pairs.*--configfile .*paper.yaml"):
+        main(["plan", "--config", paper])
+    with pytest.raises(SystemExit) as twice:
+        main(["plan", "--configfile", paper, "--configfile", paper])
+    assert twice.value.code == 2 and "--configfile given twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", "--config", "results=a", "--config", sel])
+    assert "--config given twice" in capsys.readouterr().err
+
+
+def test_the_workflow_refuses_a_repeated_config_flag(tmp_path):
+    """snakemake keeps only the last of two --config flags; the workflow names the flag instead."""
+    out = dry_run(tmp_path, REPO / "config" / "config.yaml", "--config", "results=a", "--config", "results=b")
+    assert out.returncode != 0
+    assert "--config given more than once" in out.stdout + out.stderr

@@ -96,7 +96,7 @@ def test_a_record_from_other_numerics_is_not_blamed_on_this_machine(tmp_path, mo
     (tmp_path / "results" / "toy" / "models" / "toy-large").mkdir(parents=True)
     (tmp_path / "results" / "toy" / "models" / "toy-large" / "model.safetensors").write_bytes(b"other digits")
     monkeypatch.setattr(rep, "RECORD", record)
-    code = cli.main(["fingerprints", "--config", str(tmp_path / "cfg.yaml"), "--strict"])
+    code = cli.main(["fingerprints", "--configfile", str(tmp_path / "cfg.yaml"), "--strict"])
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split(maxsplit=3)[-1] for line in out.splitlines() if line.startswith("toy/")}
     assert lines["toy/models/toy-large/model.safetensors"] == "other numerics"
@@ -121,7 +121,7 @@ def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
     rep.write_record("here", got, "built by the test", record)
     assert rep.recorded("here", record) == {f: h for f, h in got.items() if h}
     (data / "tm-hard.jsonl").write_text((data / "tm-hard.jsonl").read_text().replace("Compute", "Work out", 1))
-    cmd = [sys.executable, "-m", "scout.cli", "fingerprints", "--config", "cfg.yaml", "--section", "toy", "--strict"]
+    cmd = [sys.executable, "-m", "scout.cli", "fingerprints", "--configfile", "cfg.yaml", "--section", "toy", "--strict"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     lines = {line.split()[0]: line.split()[-1] for line in out.stdout.splitlines() if line.startswith("toy/")}
     assert lines["toy/data/tm-hard.jsonl"] == "differs" and lines["toy/data/tm-easy.jsonl"] == "same"

@@ -127,15 +127,15 @@ def test_import_cli_names_file_line_and_leaves_nothing(tmp_path, capsys):
         tmp_path / "bad.csv", GOOD + ["toy-l-s-math,opd,1,tm-easy,0.5"], header="setting,method,run,benchmark,mean"
     )
     with pytest.raises(SystemExit, match=r"bad.csv:1: missing column\(s\) sem"):
-        scout_main(["import-results", str(bad), "--config", str(cfg_file)])
+        scout_main(["import-results", str(bad), "--configfile", str(cfg_file)])
     good = write_csv(tmp_path / "good.csv", GOOD)
-    assert scout_main(["import-results", str(good), "--config", str(cfg_file)]) == 0
+    assert scout_main(["import-results", str(good), "--configfile", str(cfg_file)]) == 0
     assert "imported 5 records (5 runs)" in capsys.readouterr().out
     # importing the same runs again needs --replace
     with pytest.raises(SystemExit, match="were imported before.*--replace"):
-        scout_main(["import-results", str(good), "--config", str(cfg_file)])
+        scout_main(["import-results", str(good), "--configfile", str(cfg_file)])
     changed = write_csv(tmp_path / "good.csv", [GOOD[0].replace("0.50", "0.55")])
-    assert scout_main(["import-results", str(changed), "--config", str(cfg_file), "--replace"]) == 0
+    assert scout_main(["import-results", str(changed), "--configfile", str(cfg_file), "--replace"]) == 0
     df = results.load(toy(tmp_path))
     own = df[df.shared_with.isna()]  # the rest: cells that report these runs too (scout-cm s1 is scout s1)
     assert len(own) == 5 and own[(own.variant == "opd") & (own.seed == 1)]["mean"].item() == pytest.approx(0.55)

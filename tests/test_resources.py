@@ -149,7 +149,7 @@ def test_plan_of_a_reduced_experiment_has_only_the_jobs_its_dag_runs():
 
 
 def test_plan_of_the_paper_grid(capsys, tmp_path):
-    assert main(["plan", "--config", str(REPO / "config" / "paper.yaml"), "--csv", str(tmp_path / "jobs.csv")]) == 0
+    assert main(["plan", "--configfile", str(REPO / "config" / "paper.yaml"), "--csv", str(tmp_path / "jobs.csv")]) == 0
     text = capsys.readouterr().out
     rows = {
         line.split()[0]: line.split()[1:]

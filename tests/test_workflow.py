@@ -55,7 +55,7 @@ def test_the_reduced_grid_computes_the_recorded_digits(finished_grid):
     """Its data, tokenizer, models, one run of each method family and the untrained student's samples
     against config/fingerprints.yaml's `mini` record: a change of digits is made on purpose (rerun
     with `scout fingerprints --section mini --record NOTE` on a fresh reduced grid, and say why)."""
-    cmd = [sys.executable, "-m", "scout.cli", "fingerprints", "--config", "mini.yaml", "--section", "mini", "--strict"]
+    cmd = [sys.executable, "-m", "scout.cli", "fingerprints", "--configfile", "mini.yaml", "--section", "mini", "--strict"]
     out = subprocess.run(cmd, cwd=finished_grid, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "differ" in out.stdout and " 0 differ, 0 not made yet, 0 not recorded" in out.stdout

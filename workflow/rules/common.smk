@@ -1,6 +1,7 @@
 # Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
 import json
 import re
+import sys
 from pathlib import Path
 
 from scout import config as scout_config
@@ -11,6 +12,12 @@ from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
 from scout.report import settings as report_settings
 
+if scout_workflow.repeated_config_flags(sys.argv):
+    _twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
+    raise scout_config.ConfigError(
+        f"{_twice} given more than once: snakemake would keep only the last and drop the others silently; "
+        f"give all values after one flag (--configfile A B, --config KEY=VALUE KEY=VALUE)"
+    )
 scout_config.validate(config)
 
 RES = config.get("results", "results")
