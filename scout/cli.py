@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
+
+from scout.workflow import REMAKE_ENV
 
 
 def _spec(text: str) -> dict:
@@ -139,6 +142,7 @@ def _config(args) -> dict:
         cfg = _spec(args.spec)
     else:
         cfg = config.load(args.configfile or ["config/config.yaml"], args.select, overrides=_overrides(args.config))
+        _export_remake_args(args)
     if args.spec:
         config.validate(cfg)
     if args.results:
@@ -340,6 +344,16 @@ def _add_config_args(s) -> None:
     s.add_argument("--results", help="results folder (default: the config's `results`)")
 
 
+def _export_remake_args(args) -> None:
+    """The remake commands this command suggests (``scout.io.remake_command``) keep its config files
+    and selection, as those the workflow's jobs suggest keep the workflow's."""
+    from scout.workflow import remake_args
+
+    pairs = [*(args.config or []), *([f"select={args.select}"] if args.select else [])]
+    argv = ["snakemake", *(["--configfile", *args.configfile] if args.configfile else []), *(["--config", *pairs] if pairs else [])]
+    os.environ.setdefault(REMAKE_ENV, shlex.join(remake_args(argv)))
+
+
 def _overrides(entries: list[str] | None) -> dict | None:
     """``--config KEY=VALUE ...`` as snakemake parses it (its own parser: values are text unless they
     read as numbers, booleans or YAML), refusing a file given where a pair is meant."""
@@ -442,10 +456,17 @@ def main(argv: list[str] | None = None) -> int:
     pin_numerics()
     if args.cmd in _TORCH_JOBS:
         _keep_freed_memory()
-    if args.log and os.environ.get(_LOGGING) != os.path.abspath(args.log):
-        code = _logged(args)
-    else:
-        code = _dispatch(args)
+    remake = os.environ.get(REMAKE_ENV)  # a command's remake hints are its own (_export_remake_args)
+    try:
+        if args.log and os.environ.get(_LOGGING) != os.path.abspath(args.log):
+            code = _logged(args)
+        else:
+            code = _dispatch(args)
+    finally:
+        if remake is None:
+            os.environ.pop(REMAKE_ENV, None)
+        else:
+            os.environ[REMAKE_ENV] = remake
     if args.cmd in _TORCH_JOBS:
         _exit_now(code or 0)
     return code

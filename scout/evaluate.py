@@ -156,7 +156,9 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
 def _write(out: Path, bench: str, samples: list[dict], verdicts: list[list[bool]], rec: dict) -> None:
     flat = [v for row in verdicts for v in row]
     write_jsonl(out / f"{bench}.generations.jsonl", [s | {"correct": c} for s, c in zip(samples, flat, strict=True)])
-    (out / f"{bench}.json").write_text(json.dumps(rec, indent=1))
+    tmp = out / f".{bench}.json.tmp"  # the record last: a killed job leaves the old one or none, never half
+    tmp.write_text(json.dumps(rec, indent=1))
+    tmp.replace(out / f"{bench}.json")
 
 
 def regrade(data_path: str | Path, generations: str | Path, out_dir: str | Path | None = None, log=print) -> dict:

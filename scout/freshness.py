@@ -187,8 +187,3 @@ class Freshness:
             if why:
                 out.append(Stale("analysis", s, f"{grid.analysis_dir(cfg, s)}/continuation.csv", tuple(why)))
         return out
-
-
-def remake_command(stale: list[Stale], profile: str = "--cores 2") -> str:
-    """The command that remakes them: Snakemake reruns every stale job of the grid by itself."""
-    return f"snakemake {profile}  (or, for one of them: snakemake {profile} {stale[0].target})" if stale else ""

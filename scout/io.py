@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from pathlib import Path
 
 
@@ -40,7 +42,9 @@ class DamagedInput(ValueError):
 
 
 def remake_command(path: str | Path) -> str:
-    """The Snakemake call that rebuilds ``path``: the job output it belongs to, forced.
+    """The narrowest Snakemake call that rebuilds ``path``: the job output it belongs to, forced, as
+    the one target, with the config files, ``--config`` pairs and cores of the command that ran the
+    job (exported by the workflow), so that neither the user's overlay nor their selection is lost.
 
     Paths follow the workflow's layout (``scout.grid``): a file inside a training run or a prepared
     teacher is remade by that job (its ``train.json``), toy models by their pretraining, evaluation
@@ -57,4 +61,45 @@ def remake_command(path: str | Path) -> str:
     else:
         if target.name.endswith(".generations.jsonl"):
             target = target.with_name(target.name.removesuffix(".generations.jsonl") + ".json")
-    return f"snakemake --cores 1 --forcerun {target}"
+    args = os.environ.get("SCOUT_REMAKE_ARGS", "--cores 1")  # the workflow's command line (scout.workflow)
+    return f"snakemake {args} --force -- {shlex.quote(str(target))}"
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """Why a safetensors file cannot be whole (missing, a header that does not parse, shorter than
+    its header says), or None: a check of its size against its own header, without loading it."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            header = json.loads(fh.read(n)) if 0 < n <= size - 8 else None
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:
+        return f"unreadable header ({exc})"
+    if not isinstance(header, dict):
+        return "truncated (no complete header)"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    want = 8 + n + max(ends, default=0)
+    return f"truncated ({size:,} of {want:,} bytes)" if size < want else None
+
+
+def model_problems(run: str | Path) -> list[tuple[str, str]]:
+    """The damaged or missing weights of a finished training run's models (``model/final`` and any
+    other model folder it exported): (file, why) pairs, empty when every file is whole."""
+    root = Path(run) / "model"
+    if not (root / "final").is_dir():
+        return [(str(root / "final"), "missing")]
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(folder.glob("*.safetensors"))
+        if not files and not any(folder.glob("*.bin")):
+            out.append((str(folder / "model.safetensors"), "missing"))
+        for f in files:
+            why = safetensors_problem(f)
+            if why:
+                out.append((str(f), why))
+    return out
+

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scout import grid
 from scout.freshness import Freshness
-from scout.io import DamagedInput
+from scout.io import DamagedInput, model_problems
 from scout.results import read_record
 
 STATES = ("done", "stale", "running", "failed", "interrupted", "pending", "damaged")
@@ -85,6 +85,10 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             try:
                 durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
                 state = "stale" if fresh.training(cell) else "done"
+                broken = model_problems(work / run)
+                if broken:
+                    state = "damaged"
+                    damaged += [str(DamagedInput(Path(run) / Path(f).relative_to(work / run), why)) for f, why in broken]
             except (OSError, ValueError) as exc:
                 state = "damaged"
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))

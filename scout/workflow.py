@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -32,6 +33,42 @@ def repeated_config_flags(argv: list[str]) -> list[str]:
         if flag:
             seen[flag] = seen.get(flag, 0) + 1
     return sorted(f for f, n in seen.items() if n > 1)
+
+
+# snakemake's flags a remake needs as the user gave them: (name, how many values), by alias
+_KEPT = {"--configfile": ("--configfile", "+"), "--configfiles": ("--configfile", "+"), "--config": ("--config", "+"),
+         "-C": ("--config", "+"), "--profile": ("--profile", 1), "--workflow-profile": ("--workflow-profile", 1),
+         "--cores": ("--cores", 1), "-c": ("--cores", 1), "--jobs": ("--jobs", 1), "-j": ("--jobs", 1),
+         "--snakefile": ("--snakefile", 1), "-s": ("--snakefile", 1), "--directory": ("--directory", 1),
+         "-d": ("--directory", 1), "--executor": ("--executor", 1), "-e": ("--executor", 1)}  # fmt: skip
+REMAKE_ENV = "SCOUT_REMAKE_ARGS"
+
+
+def remake_args(argv: list[str]) -> list[str]:
+    """The part of a snakemake command line that a remake of one of its files needs: the config
+    files and ``--config`` pairs (``select`` too), the profile or cores, the Snakefile and working
+    directory; targets, dry runs and forcing flags are left out."""
+    out, i = [], 1
+    while i < len(argv) and argv[i] != "--":
+        name, eq, value = argv[i].partition("=")
+        kept = _KEPT.get(name)
+        i += 1
+        if not kept:
+            continue
+        flag, count = kept
+        if eq:
+            out += [flag, value]
+            continue
+        values = []
+        while i < len(argv) and argv[i] != "--" and not (argv[i].startswith("-") and len(argv[i]) > 1):
+            values.append(argv[i])
+            i += 1
+            if count == 1:
+                break
+        out += [flag, *values]
+    if not {"--cores", "--jobs", "--profile", "--executor"} & set(out):
+        out += ["--cores", "1"]
+    return out
 
 
 def spec_digest(spec: dict) -> str:
@@ -59,6 +96,8 @@ def export_environment(workflow_dir: str) -> None:
     """Jobs learn which checkout launched them (``scout`` warns when it is another one), and the
     workflow warns at once when the installed ``scout`` package is not this checkout's."""
     os.environ["SCOUT_WORKFLOW"] = str(Path(workflow_dir).resolve())
+    if REMAKE_ENV not in os.environ or "--target-jobs" not in sys.argv:  # a Slurm job keeps its submitter's
+        os.environ[REMAKE_ENV] = shlex.join(remake_args(sys.argv))
     if Path(workflow_dir).resolve() != CHECKOUT:
         print(
             f"warning: the scout package imported here is {CHECKOUT}, not this workflow's checkout "

@@ -40,7 +40,7 @@ def test_a_missing_data_file_is_one_line_with_the_remake_command(world, tmp_path
     assert done.returncode == 1 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert lines[0] == f"scout evaluate failed (exit 1); the last lines of {tmp_path / 'eval.log'}:"
-    assert lines[-1] == f"  | scout evaluate: {data}: missing; remake it: snakemake --cores 1 --forcerun {data}"
+    assert lines[-1] == f"  | scout evaluate: {data}: missing; remake it: snakemake --cores 1 --force -- {data}"
     assert "Traceback" not in done.stderr and len(lines) <= 16
 
 
@@ -55,7 +55,7 @@ def test_a_truncated_checkpoint_is_named_with_the_job_that_remakes_it(world, tmp
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"scout evaluate: {weights.relative_to(tmp_path)}: the model cannot be loaded (")
-    assert line.endswith("remake it: snakemake --cores 1 --forcerun results/train/toy-l-s-math/opd/s1/train.json")
+    assert line.endswith("remake it: snakemake --cores 1 --force -- results/train/toy-l-s-math/opd/s1/train.json")
 
 
 def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
@@ -79,7 +79,10 @@ def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
     text = done.stdout + done.stderr
     assert "scout aggregate failed (exit 1); the last lines of results/logs/aggregate.log:" in text
     assert f"{bad}: unreadable evaluation record" in text
-    assert f"remake it: snakemake --cores 1 --forcerun {bad}" in text
+    # the narrowest remake: that record as the one target, with the command's Snakefile, folder,
+    # config file and cores (not --allowed-rules)
+    assert (f"remake it: snakemake --snakefile {REPO / 'Snakefile'} --directory {tmp_path} --configfile "
+            f"{tmp_path / 'mini.yaml'} --cores 1 --force -- {bad}") in text  # fmt: skip
     shell = text[text.index("    shell:\n") :].splitlines()[1].strip()
     assert shell.startswith("scout --log results/logs/aggregate.log aggregate --spec @results/specs/config.")
     assert len(shell) < 150

@@ -186,7 +186,7 @@ def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
     manifest = build(cfg, pdf=False, log=lines.append)
     damaged = [line for line in lines if line.startswith("damaged: ")]
     assert damaged == [f"damaged: {bad}: unreadable evaluation record ({manifest['damaged'][0].split('(', 1)[1]}"]
-    assert f"remake it: snakemake --cores 1 --forcerun {bad}" in damaged[0]
+    assert f"remake it: snakemake --cores 1 --force -- {bad}" in damaged[0]
     assert "toy-l-s-math/opd/s1/final: tm-easy" in manifest["missing"]
 
 

@@ -10,12 +10,23 @@ from scout import grid, status
 from tests.conftest import toy_config
 
 
+def safetensors(path, n: int = 4) -> None:
+    """A whole safetensors file of one float32 tensor, written by hand (header size, header, data)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4 * n))
+
+
+def finished_run(d) -> None:
+    d.mkdir(parents=True)
+    (d / "train.json").write_text(json.dumps({"seconds": 30.0}))
+    safetensors(d / "model" / "final" / "model.safetensors")
+
+
 def test_cells_by_state_and_the_running_step(tmp_path):
     cfg = toy_config()
     running = "toy-l-s-math/scout/s2"
-    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1)  # done
-    d.mkdir(parents=True)
-    (d / "train.json").write_text(json.dumps({"seconds": 30.0}))
+    finished_run(tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1))  # done
     d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "scout", 2)
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 17}) + "\n")
@@ -72,6 +83,39 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
         f"{grid.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/train.json",
         f"{grid.eval_dir(cfg, 'toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
     ]
-    assert all("remake it: snakemake --cores 1 --forcerun" in line for line in st["damaged"])
+    assert all("remake it: snakemake --cores 1 --force -- " in line for line in st["damaged"])
     assert st["wall"] == (1_000_000_050.0, 1_000_000_200.0)
     assert "wall time 2:30 since the first job" in status.render(st)
+
+
+def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
+    """train.json alone does not make a run done: a truncated or missing model is damaged, named
+    with the training job that remakes it."""
+    cfg = toy_config()
+    runs = {v: tmp_path / grid.train_dir(cfg, "toy-l-s-math", v, 1) for v in ("opd", "scout", "grpo")}
+    for d in runs.values():
+        finished_run(d)
+    weights = runs["opd"] / "model" / "final" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-3])  # truncated
+    import shutil
+
+    shutil.rmtree(runs["scout"] / "model")  # missing
+    st = status.status(cfg, tmp_path)
+    assert st["experiments"]["main"]["damaged"] == 2 and st["experiments"]["main"]["done"] >= 1
+    opd = f"{grid.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
+    want = f"{opd}: truncated ({weights.stat().st_size:,} of {weights.stat().st_size + 3:,} bytes); remake it: "
+    assert any(line.startswith(want) and line.endswith("opd/s1/train.json") for line in st["damaged"]), st["damaged"]
+    assert any(line.startswith(f"{grid.train_dir(cfg, 'toy-l-s-math', 'scout', 1)}/model/final: missing")
+               for line in st["damaged"])  # fmt: skip
+
+
+def test_the_safetensors_check_reads_only_the_header(tmp_path):
+    from scout.io import safetensors_problem
+
+    f = tmp_path / "m.safetensors"
+    safetensors(f, 8)
+    assert safetensors_problem(f) is None
+    f.write_bytes(f.read_bytes()[:20])
+    assert safetensors_problem(f) == "truncated (no complete header)"
+    assert safetensors_problem(tmp_path / "none.safetensors") == "missing"
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,63 @@ def test_rerun_of_one_eval_record_runs_exactly_one_job(finished_grid):
     assert "evaluate_math" in out.stdout and "train " not in out.stdout
     total = [line for line in out.stdout.splitlines() if line.startswith("total")]
     assert total and total[0].split()[1] == "1"
+
+
+@pytest.mark.parametrize(
+    "path, rule",
+    [
+        ("results/train/toy-l-s-math/opd/s1/model/final/model.safetensors", "train"),
+        ("results/eval/toy-l-s-math/opd/s1/final/tm-easy.generations.jsonl", "evaluate_math"),
+        ("results/eval/toy-l-s-code/opd_teacher_grpo/s1/final/tc-easy.json", "evaluate_code"),
+        ("results/toy/models/toy-small/model.safetensors", "toy_pretrain"),
+    ],
+)
+def test_every_suggested_remake_is_one_job_with_the_users_config(finished_grid, monkeypatch, path, rule):
+    """A damaged file's message suggests the narrowest remake: its job's output as the one target,
+    forced, with the config file and the selection of the command that ran the job (the workflow
+    exports them to its jobs); a dry run of the suggestion plans exactly that one job."""
+    from scout.io import remake_command
+    from scout.workflow import REMAKE_ENV, remake_args
+
+    user = ["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(finished_grid), "--configfile",
+            str(finished_grid / "mini.yaml"), "--cores", "2", "--config", "select={seeds: [1]}", "--", "report"]  # fmt: skip
+    monkeypatch.setenv(REMAKE_ENV, shlex.join(remake_args(user)))
+    cmd = shlex.split(remake_command(path))
+    assert cmd[0] == "snakemake" and "select={seeds: [1]}" in cmd and str(finished_grid / "mini.yaml") in cmd
+    assert "report" not in cmd and cmd[-2:-1] == ["--"] and path.startswith(str(Path(cmd[-1]).parent.parent))
+    dry = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", *cmd[1:]]
+    out = subprocess.run(dry, capture_output=True, text=True, cwd=finished_grid)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert job_counts(out) == {rule: 1}
+
+
+def test_a_failed_forced_evaluation_keeps_the_records_it_would_replace(finished_grid):
+    """The evaluation records are the report's cache: a forced re-evaluation whose model turns out
+    damaged fails with the remake command and leaves every record of that checkpoint as it was
+    (Snakemake's update flag: kept during the job, restored when it fails)."""
+    unit = finished_grid / "results/eval/toy-l-s-math/opd/s1/final"
+    weights = finished_grid / "results/train/toy-l-s-math/opd/s1/model/final/model.safetensors"
+    records = {p: p.read_bytes() for p in sorted(unit.glob("*.json"))}
+    stamps = {p: p.stat().st_mtime_ns for p in records}
+    whole, times = weights.read_bytes(), weights.stat()
+    weights.write_bytes(whole[: len(whole) // 2])
+    try:
+        target = str((unit / "tm-easy.json").relative_to(finished_grid))
+        out = snakemake(finished_grid, target, "--forcerun", target, check=False)
+        assert out.returncode != 0
+        assert "the model cannot be loaded" in out.stdout + out.stderr
+        assert "remake it: snakemake" in out.stdout + out.stderr
+    finally:
+        weights.write_bytes(whole)
+        os.utime(weights, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert len(records) == 3 and {p: p.read_bytes() for p in records} == records
+    # restored as copies (new times): the next run renders the summary and report again from them,
+    # and evaluates nothing again
+    plan = job_counts(snakemake(finished_grid, "-n"))
+    assert not {"evaluate_math", "evaluate_code", "train"} & set(plan), plan
+    for p in records:  # the rest of this module expects the finished grid as it was
+        os.utime(p, ns=(stamps[p], stamps[p]))
+    assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
 
 
 def test_a_new_search_retrains_nothing_the_grid_has(finished_grid):

@@ -5,7 +5,7 @@ rule aggregate:
     input:
         eval_records,
     output:
-        summary_files(),
+        [update(f) for f in summary_files()],  # kept in place, and restored if the job fails
     params:
         spec=config_spec(),
         out=folder_of(),

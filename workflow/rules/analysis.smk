@@ -7,11 +7,11 @@ rule analysis:
     input:
         analysis_inputs,
     output:
-        f"{RES}/analysis/{{setting}}/continuation.csv",
-        f"{RES}/analysis/{{setting}}/entropy.csv",
-        f"{RES}/analysis/{{setting}}/entropy_responses.csv",
-        f"{RES}/analysis/{{setting}}/continuation_items.csv",
-        f"{RES}/analysis/{{setting}}/reflection.csv",
+        update(f"{RES}/analysis/{{setting}}/continuation.csv"),
+        update(f"{RES}/analysis/{{setting}}/entropy.csv"),
+        update(f"{RES}/analysis/{{setting}}/entropy_responses.csv"),
+        update(f"{RES}/analysis/{{setting}}/continuation_items.csv"),
+        update(f"{RES}/analysis/{{setting}}/reflection.csv"),
     params:
         spec=analysis_spec,
         out=folder_of(),

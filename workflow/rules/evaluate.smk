@@ -5,7 +5,8 @@ if settings_of("math"):
         input:
             eval_inputs,
         output:
-            eval_outputs("math"),
+            # update: a record stays in place while its job reruns, and comes back if the job fails
+            [update(f) for f in eval_outputs("math")],
         wildcard_constraints:
             setting=_alternatives(settings_of("math")),
         params:
@@ -30,7 +31,7 @@ if settings_of("code"):
         input:
             eval_inputs,
         output:
-            eval_outputs("code"),
+            [update(f) for f in eval_outputs("code")],
         wildcard_constraints:
             setting=_alternatives(settings_of("code")),
         params:

@@ -28,16 +28,17 @@ rule grid_report:
         analysis_files(),
         tuning_files(),
     output:
-        report_files(),
-        report(f"{RES}/report/index.html", caption="../report/claims.rst", category="Report"),
+        # update: the report stays in place while it is rendered again, and comes back if that fails
+        [update(f) for f in report_files()],
+        report(update(f"{RES}/report/index.html"), caption="../report/claims.rst", category="Report"),
         report(
-            directory(f"{RES}/report/figures"),
+            update(directory(f"{RES}/report/figures")),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
         ),
         report(
-            directory(f"{RES}/report/tables"),
+            update(directory(f"{RES}/report/tables")),
             patterns=["{name}.tex"],
             caption="../report/tables.rst",
             category="Tables",
