@@ -118,7 +118,7 @@ def _reference_errors(config: dict) -> list[str]:
     if analysis and analysis["benchmark"] not in benches:
         errs.append(f"analysis.benchmark: unknown benchmark {analysis['benchmark']!r}; expected one of {sorted(benches)}")
     elif analysis:
-        scout_runs = {s for e in config["experiments"].values() if "scout" in e["methods"] for s in e["settings"]}
+        scout_runs = _scout_settings(config["experiments"])
         for i, s in enumerate(analysis["settings"]):
             if s not in scout_runs:
                 errs.append(f"analysis.settings[{i}]: {s!r} has no 'scout' runs in the experiments to probe; "
@@ -171,6 +171,15 @@ def _reference_errors(config: dict) -> list[str]:
         if source.get("source") == "mirror" and not source.get("mirror"):
             errs.append("data.mirror: required when data.source is 'mirror' (the folder of repository snapshots)")
     return errs
+
+
+def _scout_settings(experiments: dict) -> set[str]:
+    """The settings with a variant named ``scout`` (the runs the teacher probes visit)."""
+    return {
+        s for e in experiments.values()
+        if "scout" in {m if isinstance(m, str) else m["name"] for m in e["methods"]}
+        for s in e["settings"]
+    }  # fmt: skip
 
 
 def _tuning_errors(config: dict) -> list[str]:
@@ -385,8 +394,9 @@ def select(config: dict) -> dict:
         ]  # fmt: skip
     if str(sel.get("analysis", True)).lower() == "false":  # no teacher probes (nor the teachers they alone need)
         config.pop("analysis", None)
-    elif config.get("analysis") and "settings" in sel:  # the teacher probes of the chosen settings only
-        probed = [s for s in config["analysis"]["settings"] if s in want["settings"]]
+    elif config.get("analysis"):  # the probes of the SCOUT runs the selection keeps, and nothing else
+        scout_settings = _scout_settings(kept)
+        probed = [s for s in config["analysis"]["settings"] if s in scout_settings]
         if probed:
             config["analysis"] = {**config["analysis"], "settings": probed}
         else:

@@ -285,8 +285,7 @@ def cell_spec(config: dict, cell: Cell) -> dict:
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
         "eval_every": over.get("eval_every"),
         "chat": chat_options(config, setting["student"]),
-        "experiments": list(cell.experiments),
-    }
+    }  # not the experiments that name the cell: adding one must not retrain the runs it shares
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
     for name in method.sections(set(config["methods"])):

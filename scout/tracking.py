@@ -32,7 +32,8 @@ def run_name(spec: dict) -> str:
 
 
 def run_group(spec: dict) -> str:
-    return "+".join(spec.get("experiments") or [spec.get("kind", "train")])
+    """Runs group by setting (the spec names no experiment: several may share a run)."""
+    return spec.get("setting") or spec.get("kind", "train")
 
 
 class Tracker:

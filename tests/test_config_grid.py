@@ -525,3 +525,43 @@ def test_the_workflow_refuses_a_repeated_config_flag(tmp_path):
     out = dry_run(tmp_path, REPO / "config" / "config.yaml", "--config", "results=a", "--config", "results=b")
     assert out.returncode != 0
     assert "--config given more than once" in out.stdout + out.stderr
+
+
+def test_adding_an_experiment_retrains_no_run_it_shares():
+    """A run's spec names what its training depends on, not the experiments that name its cell: an
+    experiment that adds a variant and reuses OPD as its baseline leaves every existing run's spec
+    (the Snakemake param that would rerun it) as it was."""
+    from tests.conftest import toy_config
+
+    cfg = toy_config()
+    before = {c.key: grid.run_spec(cfg, c) for c in grid.cells(cfg)}
+    over = copy.deepcopy(cfg)
+    over["experiments"]["clipped"] = {
+        "settings": ["toy-l-s-math"],
+        "methods": ["opd", {"name": "opd-nokl", "method": "opd", "student_lr": 3e-5}],
+        "seeds": [1, 2, 3],
+    }
+    after = {c.key: grid.run_spec(over, c) for c in grid.cells(over)}
+    assert {k for k in after if k not in before} == {f"toy-l-s-math/opd-nokl/s{s}" for s in (1, 2, 3)}
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert "clipped" in next(c for c in grid.cells(over) if c.key == "toy-l-s-math/opd/s1").experiments
+
+
+@pytest.mark.parametrize(
+    "select, settings, probed",
+    [
+        ({"experiments": ["prefix0"]}, ["toy-l-s-math", "toy-mg-s-math", "toy-l-s-code"], []),
+        ({"experiments": ["optr"]}, ["toy-l-s-math", "toy-l-s-code"], []),
+        ({"experiments": ["main"], "settings": ["toy-l-s-code"]}, ["toy-l-s-code"], []),
+        ({"experiments": ["headline"]}, ["toy-l-s-math"], ["toy-l-s-math"]),
+        ({"experiments": ["main"]}, ["toy-l-s-math", "toy-mg-s-math", "toy-l-s-code"], ["toy-l-s-math", "toy-mg-s-math"]),
+    ],
+)
+def test_a_selection_builds_only_what_it_needs(select, settings, probed):
+    """Teacher probes go with the SCOUT runs a selection keeps: an experiment without SCOUT probes
+    nothing, and no setting outside the selection is pretrained, prepared or probed."""
+    from tests.conftest import toy_config
+
+    cfg = C.validate({**toy_config(), "select": select})
+    assert grid.settings_in_grid(cfg) == settings
+    assert cfg.get("analysis", {}).get("settings", []) == probed
