@@ -91,6 +91,8 @@ class Claim:
     welch_low: float = math.nan
     welch_high: float = math.nan
     welch_p: float = math.nan
+    where: str = ""  # the paper's table or figure the claim is read from
+    arms: tuple = ()  # run-level rows: ((label, [Avg of each run, points]), (baseline label, [...]))
 
     @property
     def measured(self) -> bool:
@@ -293,7 +295,8 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
     margin = _on_par_margin(cache.config, setting) if kind == "on_par" else None
     base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
-                margin=margin, family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
+                margin=margin, family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY,
+                where=spec.get("where", ""))  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
         return _unmeasured(base, f"{variant} or {baseline} is not in this grid on {setting}")
     x, used_x = _runs(cache, setting, variant)
@@ -321,13 +324,20 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
             base.update(welch_se=se * 100, welch_df=df)
             effect, se, df = paired(ax.to_numpy(), ay.to_numpy())
             test = f"{PAIRED} ({len(ax)} pairs)"
-            stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} seeds, paired"
+            stat = (f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} seeds each, "
+                    "paired by seed")  # fmt: skip
         else:
             test = WELCH
     if not stat:
-        stat = f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} and {len(y)} runs"
+        other = "one evaluation" if baseline in grid.BASE_VARIANTS else _seeds(len(y))
+        stat = f"Avg {100 * np.mean(x):.1f} ({_seeds(len(x))}) vs {100 * np.mean(y):.1f} ({label}, {other})"
+    arms = ((cache.label(variant), [100 * v for v in x]), (label, [100 * v for v in y]))
     return Claim(**base, statistic=stat, test=test, effect=effect * 100, low=math.nan, high=math.nan, se=se * 100,
-                 df=df, verdict="", used=used_x + used_y)  # fmt: skip
+                 df=df, verdict="", used=used_x + used_y, arms=arms)  # fmt: skip
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
 
 
 def _on_par_margin(config: dict, setting: str) -> float | None:
@@ -353,7 +363,8 @@ def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
     sweep = interval_variants(cache, setting)
     main = next((v for f, v in sweep if v == "scout"), None)
     if main is None or len(sweep) < 2:
-        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"])
+        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],
+                    where=spec.get("where", ""))
         return _unmeasured(base, "no f-sweep around the main SCOUT run")
     if spec["kind"] == "sweep_sparse":
         variant, baseline = main, sweep[-1][1]
@@ -394,7 +405,7 @@ class _Totals:
 def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
     kind = spec["kind"]
     base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.config, spec, setting),
-                unit=QUESTION_UNIT, id=spec["id"],
+                unit=QUESTION_UNIT, id=spec["id"], where=spec.get("where", ""),
                 family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
     path = analysis_dir / setting / _PROBE_FILES.get(kind, "continuation_items.csv")
 

@@ -385,6 +385,8 @@ def select(config: dict) -> dict:
     if not kept:
         raise ConfigError(f"select: no cell of the grid matches {json.dumps(sel)}")
     config["experiments"] = kept
+    parts = [f"{k} {', '.join(map(str, v))}" for k, v in sel.items() if isinstance(v, list)]
+    config["report"] = {**config.get("report", {}), "scope": f"a selection of the {config['world']} grid ({'; '.join(parts)})"}
     left = {m if isinstance(m, str) else m["name"] for e in kept.values() for m in e["methods"]}
     left |= {"base-student", "base-teacher"}
     if config.get("claims"):  # the config's own claims about what the selection still trains

@@ -59,10 +59,15 @@ def _save(fig, out_dir: Path, name: str, caption: str, legend_outside: bool = Tr
 
 
 def _legend(ax, handles=None, labels=None) -> None:
-    """The legend to the right of the axes: it never covers a curve."""
+    """The legend beside the axes, where it never covers a curve: to the right, or below them when a
+    twin axis holds the right side (its ticks and label)."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    twinned = any(other is not ax and other.get_position().bounds == ax.get_position().bounds for other in ax.figure.axes)
+    if twinned:
+        ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    else:
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
 
 
 def _band(ax, x, mean, spread, style: dict, label: str) -> None:
@@ -229,7 +234,7 @@ def teacher_update_figures(cache: Cache, train_dir: Path, settings: list[str], o
         ax.set_title(setting, fontsize=9)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ratio_ax.get_legend_handles_labels()
-        ratio_ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0), frameon=False)
+        _legend(ax, h1 + h2, l1 + l2)
         out.append(_save(fig, out_dir, f"teacher_updates_{setting}",
                          f"SCOUT's teacher phase on {setting}: the reward of the teacher's continuations of student "
                          f"prefixes at each update, mean over {n} run(s) with a ± SD band, and the prefix ratio of "

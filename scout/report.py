@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import html
 import json
 import os
 import shutil
@@ -85,10 +86,41 @@ def effect_text(c) -> str:
 
 
 def detectable_text(c) -> str:
-    """The smallest effect the row's test detects, with a dagger where the paper's is smaller."""
+    """The smallest effect the row's test detects, with a dagger where the paper's is smaller (two
+    significant digits below 0.1, so that a small one never reads as 0.0)."""
     if c.detectable != c.detectable:
         return "--"
-    return f"{c.detectable:.1f}" + ("" if c.resolvable else " \u2020")
+    text = f"{c.detectable:.1f}" if c.detectable >= 0.095 else f"{c.detectable:.2g}"
+    return text + ("" if c.resolvable else " \u2020")
+
+
+def scope_text(config: dict) -> str:
+    """What the page covers: the whole toy or paper grid, or the selection a run made of it."""
+    return config.get("report", {}).get("scope") or f"the {config['world']} grid"
+
+
+def strip_svg(arms: tuple, width: int = 170, height: int = 30) -> str:
+    """The run-level points of a claim's two arms on one axis (means as ticks), as inline SVG: the
+    evidence behind the row, without leaving it."""
+    if not arms or not all(values for _, values in arms):
+        return ""
+    values = [v for _, vs in arms for v in vs]
+    lo, hi = min(values), max(values)
+    pad = max(0.5, 0.08 * (hi - lo))
+    lo, hi = lo - pad, hi + pad
+
+    def x(v: float) -> float:
+        return 6 + (width - 12) * (v - lo) / (hi - lo)
+
+    parts, colours = [], ("#1f5fa8", "#888")
+    for i, ((_, vs), colour) in enumerate(zip(arms, colours, strict=True)):
+        y = 8 + i * 12
+        mean = sum(vs) / len(vs)
+        parts.append(f'<line x1="{x(mean):.1f}" x2="{x(mean):.1f}" y1="{y - 5}" y2="{y + 5}" stroke="{colour}" stroke-width="2"/>')
+        parts += [f'<circle cx="{x(v):.1f}" cy="{y}" r="2.6" fill="{colour}" fill-opacity="0.55"/>' for v in vs]
+    title = "; ".join(f"{label}: {', '.join(f'{v:.1f}' for v in vs)}" for label, vs in arms)
+    return (f'<svg class="strip" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+            f"<title>{html.escape(title)} (range {lo + pad:.1f}-{hi - pad:.1f})</title>{''.join(parts)}</svg>")  # fmt: skip
 
 
 def family_text(found: list, alpha: float, config: dict | None = None) -> str:
@@ -283,6 +315,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
         css, mark = VERDICT_MARKS[c.verdict]
         rows.append({"claim": c.claim, "setting": c.setting, "statistic": c.statistic or c.why,
                      "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
+                     "where": c.where or "beyond the paper", "strip": Markup(strip_svg(c.arms)), "family": c.family,
                      "detectable": detectable_text(c), "test": test_text(c), "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
     figures = [
         {**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs
@@ -290,6 +323,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
     return env.get_template("report.html.j2").render(
         r={
             "world": config["world"],
+            "scope": scope_text(config),
             "when": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
             "records": len(df),
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",

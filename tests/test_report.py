@@ -440,3 +440,43 @@ def test_a_settings_caveat_is_read_first_on_the_claims_page(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Claims of the paper against this grid:\n  Read first, toy-mg-s-math: this toy setting" in done.stderr
+
+
+def test_the_continuation_figures_legends_clear_their_axis_labels(tmp_path, monkeypatch):
+    """A figure with a twin axis (the prefix lengths' bars) puts its legend below the axes: it
+    covers neither curve nor the right axis's ticks and label."""
+    from scout import figures
+
+    cfg = toy(tmp_path)
+    write_analysis(cfg)
+    kept = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out_dir, name, caption, **_: kept.append((name, fig)) or {})
+    figures.continuation_figures([Path(cfg["results"]) / "analysis" / "continuation.csv"], tmp_path)
+    assert kept
+    for name, fig in kept:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax, twin = fig.axes[0], fig.axes[1]
+        legend = next(a.get_legend() for a in fig.axes if a.get_legend()).get_window_extent(renderer)
+        for artist in (twin.yaxis.label, ax.xaxis.label, *twin.get_yticklabels()):
+            box = artist.get_window_extent(renderer)
+            assert not legend.overlaps(box) or box.width == 0, (name, artist)
+        assert not legend.overlaps(ax.get_window_extent(renderer)), name
+
+
+def test_the_page_names_its_scope_and_prints_small_detectable_effects():
+    from scout import claims
+    from scout.config import select
+    from scout.report import detectable_text, scope_text, strip_svg
+    from tests.conftest import toy_config
+
+    assert scope_text(toy_config()) == "the toy grid"
+    demo = select({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}})
+    assert scope_text(demo) == "a selection of the toy grid (settings toy-l-s-math; methods opd, scout; seeds 1, 2)"
+    c = claims.Claim(claim="c", setting="s", statistic="", test="", effect=0.01, low=0.0, high=0.02, paper=None,
+                     verdict="holds", detectable=0.012)  # fmt: skip
+    assert detectable_text(c) == "0.012"  # not 0.0
+    svg = strip_svg((("SCOUT", [69.0, 70.0, 71.0]), ("OPD", [68.0, 69.5])))
+    assert svg.startswith("<svg") and svg.count("<circle") == 5 and svg.count("<line") == 2
+    assert "SCOUT: 69.0, 70.0, 71.0; OPD: 68.0, 69.5" in svg
+    assert strip_svg(()) == "" and strip_svg((("a", [1.0]), ("b", []))) == ""

@@ -42,7 +42,10 @@ def test_the_page_opens_from_disk_offline_with_every_figure(tmp_path):
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.on("request", lambda req: requests.append(req.url))
         page.goto(page_path.as_uri(), wait_until="load")
-        claims_rows = page.locator("table.claims tbody tr").count()
+        claims_rows = page.locator("table.claims tbody tr:not(.family)").count()
+        strips = page.locator("table.claims svg.strip").count()
+        strip_box = page.locator("table.claims svg.strip").first.bounding_box()
+        families = page.locator("table.claims tr.family").all_inner_texts()
         images = page.evaluate("Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
         first = page.locator("h2").first.inner_text()
         page.screenshot(path=str(tmp_path / "first-screen.png"))
@@ -52,6 +55,10 @@ def test_the_page_opens_from_disk_offline_with_every_figure(tmp_path):
     assert [r for r in requests if not r.startswith(("file:", "data:"))] == []  # nothing from the network
     assert first == "Does this run reproduce the paper?"  # the claims come first
     assert claims_rows == len(manifest["claims"]) > 10
+    # every run-level row shows its runs as a strip that the browser lays out
+    run_rows = [c for c in manifest["claims"] if c["unit"].startswith("training seed") and c["verdict"] != "not measured"]
+    assert strips == len(run_rows) > 0 and strip_box["width"] > 100 and strip_box["height"] > 20
+    assert families and families[-1].startswith("Every other claim")
     assert sorted(alt for alt, _ in images) == sorted(manifest["figures"])
     assert all(ok for _, ok in images), [alt for alt, ok in images if not ok]
     assert (tmp_path / "first-screen.png").stat().st_size > 10_000
