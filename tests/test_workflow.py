@@ -176,6 +176,43 @@ def test_a_failed_forced_evaluation_keeps_the_records_it_would_replace(finished_
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
 
 
+def test_the_readmes_commands_after_the_demo_work_on_what_it_made(finished_grid):
+    """The README's post-demo block, command by command, on the reduced grid with a selection of
+    the same form (its OPD and SCOUT runs of toy-l-s-math): status sees them done and nothing stale,
+    the report remakes no training or evaluation, a forced cell is one job. The README's selection
+    is the Makefile's demo."""
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("After `make demo`") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    demo = re.search(r"^DEMO := (.*)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert lines[0] == f"DEMO='{demo}'"
+    sel = "select={settings: [toy-l-s-math], methods: [opd, scout], seeds: [1]}"
+    scout = [sys.executable, "-m", "scout.cli"]
+    done = []
+    for line in lines[1:]:
+        words = [sel if w == '"$DEMO"' else w.replace("/s2/", "/s1/") for w in shlex.split(line.replace('"$DEMO"', "DEMO"))]
+        words = [sel if w == "DEMO" else w for w in words]
+        if words[0] == "scout":
+            out = subprocess.run([*scout, *words[1:], "--configfile", "mini.yaml"], cwd=finished_grid,
+                                 capture_output=True, text=True)  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            assert "stale (made with another spec" not in out.stdout, out.stdout
+            main = next(row.split() for row in out.stdout.splitlines() if row.startswith("main "))
+            assert int(main[1]) >= 2, out.stdout  # the selection's OPD and SCOUT runs are done
+        elif words[0] == "snakemake":
+            plan = snakemake(finished_grid, "-n", *words[1:])
+            counts = job_counts(plan) if "Job stats:" in plan.stdout + plan.stderr else {}
+            assert not {"evaluate_math", "evaluate_code", "toy_pretrain"} & set(counts), (line, counts)
+            if "--force" in words:
+                assert counts == {"train": 1}, (line, counts)
+            else:
+                assert counts.get("train", 0) == 0, (line, counts)
+        else:
+            assert line == "make toy"
+        done.append(words[0])
+    assert done == ["scout", "snakemake", "snakemake", "scout", "make"]
+
+
 def test_a_new_search_retrains_nothing_the_grid_has(finished_grid):
     """Adding a search (the LoRA teacher's LR, as config/toy-lora.yaml does) runs that search and
     nothing else: the other choices' specs name only what their searches train at, and a choice
