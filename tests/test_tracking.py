@@ -29,7 +29,7 @@ def tracked_run(spec_for, world, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    spec = spec_for("scout", total_steps=4, steps_per_epoch=4, experiments=["main"])
+    spec = spec_for("scout", total_steps=4, steps_per_epoch=4)
     spec["method_cfg"]["scout"]["interval"] = 2
     out = tmp_path / "run"
     Trainer(spec, out, device="cpu").run(log=lambda _: None)
@@ -65,7 +65,7 @@ def test_mlflow_local_store_gets_training_and_evaluation(tracked_run):
     client = MlflowClient(tracking_uri=(tracked_run / "mlruns").resolve().as_uri())
     run_id = (tracked_run / "mlflow_run_id").read_text().strip()
     run = client.get_run(run_id)
-    assert run.info.run_name == "toy-l-s-math/scout/s1" and run.data.tags["group"] == "main"
+    assert run.info.run_name == "toy-l-s-math/scout/s1" and run.data.tags["group"] == "toy-l-s-math"
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2, 3, 4]
     assert [m.step for m in client.get_metric_history(run_id, "eval/tm-easy")] == [4]
 
