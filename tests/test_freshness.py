@@ -12,6 +12,7 @@ from scout import grid, report, resources, status
 from scout.freshness import Freshness
 from scout.workflow import spec_digest
 from tests.conftest import toy_config
+from tests.test_status import safetensors
 
 S = "toy-l-s-math"
 
@@ -21,6 +22,7 @@ def _train(work, cfg, variant, seed=1):
     d = work / grid.train_dir(cfg, S, variant, seed)
     d.mkdir(parents=True, exist_ok=True)
     (d / "train.json").write_text(json.dumps({"spec": grid.train_job_spec(cfg, cell), "seconds": 1.0}))
+    safetensors(d / "model" / "final" / "model.safetensors")  # a whole model: status would call it damaged
     return cell
 
 
