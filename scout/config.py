@@ -344,6 +344,7 @@ def select(config: dict) -> dict:
     if not sel:
         return config
     exps = config["experiments"]
+    whole = {"experiments": copy.deepcopy(exps), **({"analysis": config["analysis"]} if config.get("analysis") else {})}
     variants = {m if isinstance(m, str) else m["name"] for e in exps.values() for m in e["methods"]}
     seeds_used = {s for e in exps.values() for s in e["seeds"]} | {
         s for e in exps.values() for m in e["methods"] if isinstance(m, dict) for s in m.get("seeds", [])
@@ -385,6 +386,7 @@ def select(config: dict) -> dict:
     if not kept:
         raise ConfigError(f"select: no cell of the grid matches {json.dumps(sel)}")
     config["experiments"] = kept
+    config["selected_from"] = whole  # a kept run's spec is the whole grid's (scout.grid.unselected)
     parts = [f"{k} {', '.join(map(str, v))}" for k, v in sel.items() if isinstance(v, list)]
     config["report"] = {**config.get("report", {}), "scope": f"a selection of the {config['world']} grid ({'; '.join(parts)})"}
     left = {m if isinstance(m, str) else m["name"] for e in kept.values() for m in e["methods"]}

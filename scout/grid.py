@@ -436,11 +436,28 @@ def run_plans(config: dict) -> dict[Cell, Plan]:
     return plans
 
 
+def unselected(config: dict) -> dict:
+    """The whole grid a selection was cut from (``config.select`` keeps its experiments and probes
+    in ``selected_from``), or the config itself where nothing was cut."""
+    whole = config.get("selected_from")
+    if not whole:
+        return config
+    out = {k: v for k, v in config.items() if k not in ("selected_from", "analysis")}
+    return {**out, **whole}
+
+
 def run_spec(config: dict, cell: Cell) -> dict:
     """The spec a cell's training job runs: ``cell_spec`` plus every checkpoint its run is evaluated
     at for the cells it serves (``export_steps``) and, for a continuation, where it starts
     (``continue_from``: the shorter run's folder and last step). A tuning run exports what any grid
-    cell it may come to serve needs, so that its spec does not change when the search chooses it."""
+    cell it may come to serve needs, so that its spec does not change when the search chooses it.
+    Under a selection it is the whole grid's spec of that run: cutting the grid down never makes
+    the runs it keeps stale (their exports and probed steps stay those of the whole grid)."""
+    whole = unselected(config)
+    if whole is not config:
+        same = next((c for c in all_cells(whole) if c.key == cell.key and c.overrides == cell.overrides), None)
+        if same is not None:
+            return run_spec(whole, same)
     spec = cell_spec(config, cell)
     total = spec["total_steps"]
     if is_search(cell):
@@ -638,9 +655,10 @@ def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
     units = _base_units(config)
     plans = run_plans(config)
+    needed = {k: v for k, v in config.items() if k != "selected_from"}  # a selection evaluates what it uses
     for cell in all_cells(config):
         if plans[cell].shares is None and serves(config, cell):  # a tuning run the grid does not use: validation only
-            spec = run_spec(config, cell)
+            spec = run_spec(needed, cell)
             units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
     return units
 

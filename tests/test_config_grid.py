@@ -565,3 +565,32 @@ def test_a_selection_builds_only_what_it_needs(select, settings, probed):
     cfg = C.validate({**toy_config(), "select": select})
     assert grid.settings_in_grid(cfg) == settings
     assert cfg.get("analysis", {}).get("settings", []) == probed
+
+
+@pytest.mark.parametrize(
+    "world, select",
+    [
+        ("toy", {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}),  # the demo's
+        ("toy", {"experiments": ["main"], "seeds": [1]}),
+        ("toy+extra", {"methods": ["opd", "scout"]}),  # drops the compute-matched runs OPD and SCOUT export for
+        ("paper", {"settings": ["q4b-q1.7b-math"], "methods": ["opd", "scout"], "seeds": [1], "analysis": False}),
+    ],
+)
+def test_a_selection_never_changes_the_spec_of_a_run_it_keeps(world, select):
+    """A kept run trains to the whole grid's spec (its exported and probed checkpoints included), so
+    that a selection run after the whole grid, or before it, reuses and is reused."""
+    if world == "paper":
+        whole = C.load(REPO / "config" / "paper.yaml")
+    else:
+        files = [REPO / "config" / "config.yaml"] + ([REPO / "config" / "toy-extra.yaml"] if world == "toy+extra" else [])
+        whole = C.load(files)
+    cut = C.validate({**copy.deepcopy(whole), "select": select})
+    kept = grid.all_cells(cut)
+    assert kept and len(kept) < len(grid.all_cells(whole))
+    full = {c.key: c for c in grid.all_cells(whole)}
+    for cell in kept:
+        assert grid.run_spec(cut, cell) == grid.run_spec(whole, full[cell.key]), cell.key
+    if world == "toy+extra":  # without the whole grid's exports the run would have changed
+        bare = {k: v for k, v in cut.items() if k != "selected_from"}
+        opd = next(c for c in kept if c.key == "toy-l-s-math/opd/s1")
+        assert grid.run_spec(bare, opd)["export_steps"] != grid.run_spec(cut, opd)["export_steps"]
