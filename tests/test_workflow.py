@@ -118,32 +118,32 @@ def test_rerun_of_one_eval_record_runs_exactly_one_job(finished_grid):
     assert total and total[0].split()[1] == "1"
 
 
-@pytest.mark.parametrize(
-    "path, rule",
-    [
-        ("results/train/toy-l-s-math/esr/s1/model/final/model.safetensors", "train"),
-        ("results/eval/toy-l-s-math/esr/s1/final/tm-easy.generations.jsonl", "evaluate_math"),
-        ("results/eval/toy-l-s-code/opd_teacher_grpo/s1/final/tc-easy.json", "evaluate_code"),
-        ("results/toy/models/toy-small/model.safetensors", "toy_pretrain"),
-    ],
-)
-def test_every_suggested_remake_is_one_job_with_the_users_config(finished_grid, monkeypatch, path, rule):
+REMADE = {
+    "results/train/toy-l-s-math/esr/s1/model/final/model.safetensors": "train",
+    "results/eval/toy-l-s-math/esr/s1/final/tm-easy.generations.jsonl": "evaluate_math",
+    "results/eval/toy-l-s-code/opd_teacher_grpo/s1/final/tc-easy.json": "evaluate_code",
+    "results/toy/models/toy-small/model.safetensors": "toy_pretrain",
+}
+
+
+def test_every_suggested_remake_is_one_job_with_the_users_config(finished_grid, monkeypatch):
     """A damaged file's message suggests the narrowest remake: its job's output as the one target,
     forced, with the config file and the selection of the command that ran the job (the workflow
-    exports them to its jobs); a dry run of the suggestion plans exactly that one job."""
+    exports them to its jobs); a dry run of each suggestion plans exactly that one job."""
     from scout.io import remake_command
     from scout.workflow import REMAKE_ENV, remake_args
 
     user = ["snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(finished_grid), "--configfile",
             str(finished_grid / "mini.yaml"), "--cores", "2", "--config", "select={seeds: [1]}", "--", "report"]  # fmt: skip
     monkeypatch.setenv(REMAKE_ENV, shlex.join(remake_args(user)))
-    cmd = shlex.split(remake_command(path))
-    assert cmd[0] == "snakemake" and "select={seeds: [1]}" in cmd and str(finished_grid / "mini.yaml") in cmd
-    assert "report" not in cmd and cmd[-2:-1] == ["--"] and path.startswith(str(Path(cmd[-1]).parent.parent))
-    dry = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", *cmd[1:]]
-    out = subprocess.run(dry, capture_output=True, text=True, cwd=finished_grid)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert job_counts(out) == {rule: 1}
+    commands = [shlex.split(remake_command(path)) for path in REMADE]
+    for (path, rule), cmd in zip(REMADE.items(), commands, strict=True):
+        assert cmd[0] == "snakemake" and "select={seeds: [1]}" in cmd and str(finished_grid / "mini.yaml") in cmd
+        assert "report" not in cmd and cmd[-2] == "--" and path.startswith(str(Path(cmd[-1]).parent.parent))
+        dry = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", *cmd[1:]]
+        out = subprocess.run(dry, capture_output=True, text=True, cwd=finished_grid)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert job_counts(out) == {rule: 1}, (path, job_counts(out))
 
 
 def test_a_failed_forced_evaluation_keeps_the_records_it_would_replace(finished_grid):
