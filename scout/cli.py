@@ -81,7 +81,35 @@ def cmd_train(args) -> int:
         raise SystemExit(f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
                          "(snakemake runs it before the cells that read its choice), or give a number")
     extra = {"dry_run": True} if args.dry_run else {}
-    get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
+    try:
+        get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
+    except BaseException:
+        _restore_hint(args.out)
+        raise
+    return 0
+
+
+def _restore_hint(out: str) -> None:
+    """After a failed training: where the finished run it replaced is kept (Snakemake deleted its
+    train.json before the job), and the command that puts it back."""
+    from scout import runs
+
+    try:
+        kept = runs.restorable(out)
+    except runs.RunMismatch:
+        return
+    _log(f"the finished run of this cell is kept{'' if kept == Path(out) else f' at {kept}'}; "
+         f"`scout restore {out}` puts it back with its train.json, so nothing downstream is remade")  # fmt: skip
+
+
+def cmd_restore(args) -> int:
+    from scout import runs
+
+    for out in args.runs:
+        try:
+            runs.restore(out, log=_log)
+        except runs.RunMismatch as exc:
+            raise SystemExit(f"scout restore: {exc}") from exc
     return 0
 
 
@@ -438,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(s)
     s.add_argument("--directory", default=".", help="snakemake's working directory (default: here)")
     s.set_defaults(func=cmd_status)
+    s = sub.add_parser("restore", help="put back a finished training run that a failed rerun replaced")
+    s.add_argument("runs", nargs="+", metavar="RUN", help="a run folder (results/train/SETTING/VARIANT/sSEED)")
+    s.set_defaults(func=cmd_restore)
     s = sub.add_parser("preflight", help="check every training cell against the installed verl (no GPU needed)")
     _add_config_args(s)
     s.add_argument("--out", help="also write the table as JSON to this file (the workflow's marker)")

@@ -4,15 +4,21 @@ A run folder (``results/train/{setting}/{variant}/s{seed}``) holds checkpoints t
 resumes from. They may be resumed only by a job of the same *weights spec*: every field of the
 resolved training spec that changes the weights, with the inputs (models, data) by content, not by
 path, and without labels, cadences and output settings. ``run.json`` in the folder records that
-spec and whether the run finished. A job that finds a folder of another spec, or a finished run
-(``--forcerun``, or its params or inputs changed), moves the folder aside and trains from scratch;
-nothing is deleted. Both backends call :func:`claim` before they train.
+spec and whether the run finished, and a finished run's ``train.json`` record. A job that finds a
+folder of another spec, or a finished run (``--forcerun``, or its params or inputs changed), moves
+the folder aside and trains from scratch; nothing is deleted. Both backends call :func:`claim`
+before they train.
+
+Snakemake deletes ``train.json`` before it reruns a job, so a rerun that fails would leave a
+finished run without its record; :func:`restore` (``scout restore RUN``) puts the finished run of
+the same spec back, record and all, so nothing downstream is remade.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -154,12 +160,74 @@ def claim(out: str | Path, spec: dict, log=print, dry_run: bool = False, missing
     return resumable
 
 
-def mark_complete(out: str | Path) -> None:
-    """After ``train.json``: a later job in this folder is a rerun and trains from scratch."""
+def mark_complete(out: str | Path, record: dict | None = None) -> None:
+    """After ``train.json``: a later job in this folder is a rerun and trains from scratch. The
+    record is kept in ``run.json`` too, so that :func:`restore` can write it again."""
     out = Path(out)
     owner = _read(out)
     if owner is not None:
-        _write(out, {**owner, "complete": True})
+        kept = {"record": record, "completed_at": time.time()} if record is not None else {}
+        _write(out, {**owner, "complete": True, **kept})
+
+
+def kept_runs(out: str | Path) -> list[Path]:
+    """Finished runs of this cell that :func:`restore` can put back, newest first: the folder
+    itself when its ``train.json`` was deleted, then the folders moved aside from it."""
+    out = Path(out)
+    aside = sorted(out.parent.glob(f"{out.name}.superseded-*"), key=lambda p: p.name, reverse=True)
+    found = [out] if not (out / "train.json").exists() else []
+    return [p for p in found + aside if _finished(p)]
+
+
+def _finished(folder: Path) -> bool:
+    owner = _read(folder)
+    has_record = (folder / "train.json").exists() or isinstance((owner or {}).get("record"), dict)
+    return bool(owner and owner.get("complete")) and has_record
+
+
+def restorable(out: str | Path) -> Path:
+    """The finished run :func:`restore` would put back in ``out``: the newest of those trained to
+    the spec the folder holds now (a failed rerun's claim wrote it), or any when it holds none.
+    Raises :class:`RunMismatch`, saying why, when there is none."""
+    out = Path(out)
+    if (out / "train.json").exists():
+        raise RunMismatch(f"{out} is finished (its train.json is there): nothing to restore")
+    kept = kept_runs(out)
+    if not kept:
+        raise RunMismatch(f"{out}: no finished run of this cell to restore (none in the folder or beside it "
+                          f"as {out.name}.superseded-*, with its train.json or its record)")  # fmt: skip
+    current = _read(out)
+    same = [p for p in kept if current is None or _read(p)["fingerprint"] == current["fingerprint"]]
+    if not same:
+        diff = differences(_read(kept[0]).get("spec", {}), current.get("spec", {}))
+        raise RunMismatch(f"{out}: the finished runs beside it were trained to another spec than the one it holds "
+                          "now, so restoring one would make stale results; train the cell instead. The newest, "
+                          f"{kept[0]}, differs in: " + "; ".join(diff))  # fmt: skip
+    return same[0]
+
+
+def restore(out: str | Path, log=print) -> Path:
+    """Put the newest finished run of ``out``'s spec back in place, with its ``train.json`` as it
+    was written (its time too, so the evaluations made from it stay current). What is in ``out``
+    (a failed rerun's partial run) is moved aside, never deleted."""
+    out = Path(out)
+    source = restorable(out)
+    theirs = _read(source)
+    if source != out:
+        if out.is_dir() and any(out.iterdir()):
+            log(f"{out}: the partial run there moved to {move_aside(out)}")
+        out.mkdir(parents=True, exist_ok=True)
+        for item in list(source.iterdir()):
+            shutil.move(str(item), str(out / item.name))
+        source.rmdir()
+    record = out / "train.json"
+    if not record.exists():  # deleted by Snakemake before the rerun: written again from run.json
+        record.write_text(json.dumps(theirs["record"], indent=1))
+        when = theirs.get("completed_at")
+        if when:
+            os.utime(record, (when, when))
+    log(f"{out}: restored the finished run" + (f" from {source}" if source != out else "") + f" ({record} is back)")
+    return source
 
 
 def _write(out: Path, data: dict) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import time
 from pathlib import Path
 
-from scout import grid
+from scout import grid, runs
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -68,7 +69,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     incomplete, running = _incomplete(work), _running(work)
     res = config.get("results", "results")
     per_exp: dict[str, dict[str, int]] = {}
-    active, durations, damaged = [], [], []
+    active, durations, damaged, restorable = [], [], [], []
     plans, shared = grid.run_plans(config), []
     fresh = Freshness(config, work)
     left = 0  # runs not done
@@ -101,6 +102,11 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             state = "failed"
         else:
             state = "pending"
+        if state in ("failed", "interrupted", "pending") and (work / run).parent.is_dir():
+            try:  # a rerun that failed: the finished run it replaced is kept, and can be put back
+                restorable.append((run, os.path.relpath(runs.restorable(work / run), work)))
+            except runs.RunMismatch:
+                pass
         left += state != "done"  # once per run, though several experiments may name its cell
         for exp in cell.experiments:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
@@ -132,6 +138,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "evaluations_stale": evals_stale,
         "stale": fresh.stale(),
         "damaged": damaged,
+        "restorable": restorable,
         "shared": shared,
         "snakemake_running": running,
         "wall": grid_wall_time(work / res, running),
@@ -180,6 +187,9 @@ def render(st: dict) -> str:
         lines.append(f"running: {key} at step {step}/{total_steps}")
     for d in st["damaged"]:
         lines.append(f"damaged: {d}")
+    for run, kept in st.get("restorable", []):
+        lines.append(f"restorable: {run} has no train.json, and a finished run of its spec is kept ({kept}): "
+                     f"`scout restore {run}` puts it back")  # fmt: skip
     if st["shared"]:
         lines.append(f"{len(st['shared'])} cells share another cell's run (trained and evaluated once): "
                      + ", ".join(st["shared"]))  # fmt: skip

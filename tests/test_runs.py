@@ -164,3 +164,48 @@ def test_a_run_of_another_spec_is_not_continued(spec_for, tmp_path):
     long = spec_for("opd", epochs=2, total_steps=4, steps_per_epoch=2, lr=1e-3)
     with pytest.raises(runs.RunMismatch, match="not a shorter run of this spec"):
         _train({**long, "continue_from": {"run": str(tmp_path / "short"), "step": 2}}, tmp_path / "long")
+
+
+def test_a_failed_rerun_keeps_the_finished_run_and_restore_puts_it_back(spec_for, tmp_path, monkeypatch, capsys):
+    """Snakemake deletes train.json before a forced rerun; when that rerun fails, the finished run it
+    moved aside comes back with `scout restore`: its weights, its record (with its time, so the
+    evaluations made from it stay current), the partial run moved aside in turn."""
+    from scout import cli
+
+    spec = spec_for("opd", total_steps=2, steps_per_epoch=2, save_every=1)
+    out = tmp_path / "s1"
+    first = _train(spec, out)
+    before, written = _weights(out), (out / "train.json").stat().st_mtime
+    (out / "train.json").unlink()  # what Snakemake does before it reruns the job
+
+    def dies(self, step):
+        raise RuntimeError("out of memory (a stand-in)")
+
+    monkeypatch.setattr(Trainer, "student_step", dies)
+    with pytest.raises(RuntimeError, match="stand-in"):
+        cli.main(["train", "--spec", json.dumps(spec), "--out", str(out)])
+    (finished,) = superseded(out)
+    assert f"the finished run of this cell is kept at {finished}; `scout restore {out}`" in capsys.readouterr().out
+    assert runs.restorable(out) == finished
+    monkeypatch.undo()
+
+    assert cli.main(["restore", str(out)]) == 0
+    assert json.loads((out / "train.json").read_text()) == json.loads(json.dumps(first))
+    assert abs((out / "train.json").stat().st_mtime - written) < 1.0
+    assert _same(before, _weights(out))
+    (partial,) = superseded(out)  # the failed rerun's folder, aside
+    assert runs.owner(partial)["complete"] is False and not (partial / "model" / "final").exists()
+    with pytest.raises(SystemExit, match="nothing to restore"):
+        cli.main(["restore", str(out)])
+
+    # a job that fails before it claims the folder leaves the finished run in place: its record returns
+    (out / "train.json").unlink()
+    assert runs.restorable(out) == out
+    runs.restore(out, log=lambda _: None)
+    assert json.loads((out / "train.json").read_text()) == json.loads(json.dumps(first))
+
+    # a rerun of another spec that fails: the finished run is of the old spec, and is not put back
+    (out / "train.json").unlink()
+    _killed_after({**spec, "lr": spec["lr"] * 3}, out, 1)
+    with pytest.raises(SystemExit, match=r"another spec .* differs in: lr: "):
+        cli.main(["restore", str(out)])

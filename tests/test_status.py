@@ -119,3 +119,24 @@ def test_the_safetensors_check_reads_only_the_header(tmp_path):
     assert safetensors_problem(f) == "truncated (no complete header)"
     assert safetensors_problem(tmp_path / "none.safetensors") == "missing"
 
+
+
+def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
+    cfg = toy_config()
+    run = grid.train_dir(cfg, "toy-l-s-math", "opd", 2)
+    owner = {"fingerprint": "f1", "spec": {"lr": 1}}
+    kept = tmp_path / f"{run}.superseded-20261127T010000"
+    finished_run(kept)
+    (kept / "train.json").unlink()  # Snakemake deleted it before the rerun; run.json keeps its record
+    (kept / "run.json").write_text(json.dumps({**owner, "complete": True, "record": {"seconds": 30.0}}))
+    (tmp_path / run).mkdir(parents=True)
+    (tmp_path / run / "run.json").write_text(json.dumps({**owner, "complete": False}))
+    log = tmp_path / "results" / "logs" / "train" / "toy-l-s-math" / "opd" / "s2.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
+    st = status.status(cfg, tmp_path)
+    assert st["restorable"] == [(run, f"{run}.superseded-20261127T010000")]
+    assert f"restorable: {run} has no train.json" in status.render(st) and f"`scout restore {run}`" in status.render(st)
+    # a rerun of another spec: its finished predecessor would be stale, and is not offered
+    (tmp_path / run / "run.json").write_text(json.dumps({**owner, "fingerprint": "f2", "complete": False}))
+    assert status.status(cfg, tmp_path)["restorable"] == []

@@ -237,6 +237,31 @@ def test_a_new_search_retrains_nothing_the_grid_has(finished_grid):
     assert plan.get("train") == 2, plan  # scout-lora-tlr1e-3 and 3e-3; the chosen one is scout-lora s1
 
 
+def test_a_failed_forced_training_is_restored_and_nothing_downstream_is_remade(finished_grid):
+    """Snakemake deletes train.json before a forced rerun; when the rerun fails (here: its student
+    model is damaged), `scout status` offers the finished run, `scout restore` puts its record back
+    with its time, and the next run of the grid has nothing to do."""
+    target = "results/train/toy-l-s-math/esr/s1/train.json"
+    record = (finished_grid / target).read_text()
+    student = Path(json.loads(record)["spec"]["student"]) / "model.safetensors"
+    student = student if student.is_absolute() else finished_grid / student
+    whole, times = student.read_bytes(), student.stat()
+    student.write_bytes(whole[: len(whole) // 2])
+    try:
+        out = snakemake(finished_grid, target, "--forcerun", target, check=False)
+        assert out.returncode != 0 and not (finished_grid / target).exists()
+    finally:
+        student.write_bytes(whole)
+        os.utime(student, ns=(times.st_atime_ns, times.st_mtime_ns))
+    scout = [sys.executable, "-m", "scout.cli"]
+    st = subprocess.run([*scout, "status", "--configfile", "mini.yaml"], cwd=finished_grid, capture_output=True, text=True)
+    run = str(Path(target).parent)
+    assert f"`scout restore {run}` puts it back" in st.stdout, st.stdout + st.stderr
+    subprocess.run([*scout, "restore", run], cwd=finished_grid, check=True, capture_output=True)
+    assert json.loads((finished_grid / target).read_text()) == json.loads(record)
+    assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
+
+
 def test_rerun_of_one_training_cell(finished_grid):
     """A forced rerun trains the cell again from scratch, and on one machine a second run computes
     the first's digits bit for bit, the student's and the trained teacher's (what must hold on a

@@ -465,7 +465,7 @@ class Trainer:
             "device": str(self.device),
         }
         (self.out / "train.json").write_text(json.dumps(summary, indent=1))
-        runs.mark_complete(self.out)
+        runs.mark_complete(self.out, summary)
         return summary
 
 

@@ -170,5 +170,5 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
         "models": models,
     }
     (out / "train.json").write_text(json.dumps(summary, indent=1))
-    runs.mark_complete(out)
+    runs.mark_complete(out, summary)
     return summary
