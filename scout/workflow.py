@@ -18,8 +18,14 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
-# snakemake's flags that take the config, by their canonical name; given twice, it keeps the last
-_CONFIG_FLAGS = {"--config": "--config", "-C": "--config", "--configfile": "--configfile", "--configfiles": "--configfile"}
+# snakemake's flags a remake needs as the user gave them: (name, how many values), by alias
+_KEPT = {"--configfile": ("--configfile", "+"), "--configfiles": ("--configfile", "+"), "--config": ("--config", "+"),
+         "-C": ("--config", "+"), "--profile": ("--profile", 1), "--workflow-profile": ("--workflow-profile", 1),
+         "--cores": ("--cores", 1), "-c": ("--cores", 1), "--jobs": ("--jobs", 1), "-j": ("--jobs", 1),
+         "--snakefile": ("--snakefile", 1), "-s": ("--snakefile", 1), "--directory": ("--directory", 1),
+         "-d": ("--directory", 1), "--executor": ("--executor", 1), "-e": ("--executor", 1)}  # fmt: skip
+# the config flags by alias (their canonical names)
+_CONFIG_FLAGS = {alias: flag for alias, (flag, _) in _KEPT.items() if flag in ("--config", "--configfile")}
 
 
 def repeated_config_flags(argv: list[str]) -> list[str]:
@@ -35,12 +41,6 @@ def repeated_config_flags(argv: list[str]) -> list[str]:
     return sorted(f for f, n in seen.items() if n > 1)
 
 
-# snakemake's flags a remake needs as the user gave them: (name, how many values), by alias
-_KEPT = {"--configfile": ("--configfile", "+"), "--configfiles": ("--configfile", "+"), "--config": ("--config", "+"),
-         "-C": ("--config", "+"), "--profile": ("--profile", 1), "--workflow-profile": ("--workflow-profile", 1),
-         "--cores": ("--cores", 1), "-c": ("--cores", 1), "--jobs": ("--jobs", 1), "-j": ("--jobs", 1),
-         "--snakefile": ("--snakefile", 1), "-s": ("--snakefile", 1), "--directory": ("--directory", 1),
-         "-d": ("--directory", 1), "--executor": ("--executor", 1), "-e": ("--executor", 1)}  # fmt: skip
 REMAKE_ENV = "SCOUT_REMAKE_ARGS"
 
 

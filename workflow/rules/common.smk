@@ -12,8 +12,8 @@ from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
 from scout.report import settings as report_settings
 
-if scout_workflow.repeated_config_flags(sys.argv):
-    _twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
+_twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
+if _twice:
     raise scout_config.ConfigError(
         f"{_twice} given more than once: snakemake would keep only the last and drop the others silently; "
         f"give all values after one flag (--configfile A B, --config KEY=VALUE KEY=VALUE)"
