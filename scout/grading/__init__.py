@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from scout.grading.code import CodeGrader, extract
 from scout.grading.math import MathGrader, answer_of
+from scout.grading.rows import check_graded
 from scout.grading.sandbox import Limits
 
 
@@ -25,8 +26,6 @@ class Grader:
     def grade(self, responses: Sequence[str], rows: Sequence[dict]) -> list[bool]:
         if not rows:
             return []
-        from scout.catalogue import check_graded
-
         for row in {id(r): r for r in rows}.values():  # malformed test data is an error, never "wrong"
             problem = check_graded(row)
             if problem:

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from decimal import Decimal, InvalidOperation
 
-from scout.grading import values
+import scout.grading.values as values
 from scout.grading.sandbox import BATCH_PROGRAMS, Limits, Outcome, run_program, run_programs
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python3?)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)

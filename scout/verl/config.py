@@ -21,6 +21,7 @@ from scout import grid
 from scout.methods import METHODS
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 PLUGIN = "scout.verl.plugin"
@@ -310,8 +311,6 @@ def worker_env(spec: dict, out_dir: str = ".") -> dict[str, str]:
     losses read the cell's method settings, and verl's trackers write into the run folder
     (TensorBoard always; W&B offline unless credentials are given; MLflow to a local store unless
     a tracking URI is)."""
-    from scout.verl.plugin import METHOD_CFG_ENV, METHOD_ENV
-
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN, METHOD_CFG_ENV: json.dumps(spec.get("method_cfg", {}))}
     env[METHOD_ENV] = spec["method"]
     env |= {

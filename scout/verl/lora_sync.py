@@ -30,13 +30,13 @@ from __future__ import annotations
 import json
 import os
 
+from scout.verl.env import METHOD_CFG_ENV
+
 LORA_KEY = "teacher_lora"
 
 
 def teacher_lora_from_env() -> dict | None:
     """The cell's LoRA teacher settings, as every process of its job sees them (``SCOUT_METHOD_CFG``)."""
-    from scout.verl.plugin import METHOD_CFG_ENV
-
     lora = json.loads(os.environ.get(METHOD_CFG_ENV) or "{}").get("scout", {}).get(LORA_KEY)
     return lora if lora and lora.get("rank", 0) > 0 else None
 

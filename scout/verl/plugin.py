@@ -27,8 +27,8 @@ import torch
 
 from scout import algorithms as alg
 from scout.verl import lora_sync
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV
 
-METHOD_CFG_ENV = "SCOUT_METHOD_CFG"
 # Prune-OPD's adaptive budget: the trainer passes L to the actor's loss under BUDGET_KEY and reads
 # back the two counts the budget rule needs.
 BUDGET_KEY = "scout_prune_budget"
@@ -36,7 +36,6 @@ BUDGET_HITS = "distillation/prune_budget_hits"
 BUDGET_SAMPLES = "distillation/prune_budget_samples"
 
 
-METHOD_ENV = "SCOUT_METHOD"  # the cell's method id, for the advantage a method row names
 
 
 def shaped(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
