@@ -241,7 +241,7 @@ def test_a_failed_forced_training_is_restored_and_nothing_downstream_is_remade(f
     """Snakemake deletes train.json before a forced rerun; when the rerun fails (here: its student
     model is damaged), `scout status` offers the finished run, `scout restore` puts its record back
     with its time, and the next run of the grid has nothing to do."""
-    target = "results/train/toy-l-s-math/esr/s1/train.json"
+    target = "results/train/toy-l-s-code/opd_teacher_grpo/s1/train.json"  # toy-l-s-math's cells wait on its search
     record = (finished_grid / target).read_text()
     student = Path(json.loads(record)["spec"]["student"]) / "model.safetensors"
     student = student if student.is_absolute() else finished_grid / student
