@@ -1,6 +1,6 @@
 """Every training method as a composition of parts; backends read this table.
 
-Adding a method (README, "Add a method"): a row here; if it reshapes OPD's per-token advantage,
+Adding a method (docs/extending.md): a row here; if it reshapes OPD's per-token advantage,
 the pure function that does it in ``scout.algorithms`` (named by ``advantage``), which both
 backends apply; and its hyperparameters, if any, under ``methods.<id>`` in the config and schema.
 A cell's spec carries the config sections of its method's parts and its own section.

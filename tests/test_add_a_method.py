@@ -1,5 +1,5 @@
-"""The README's "Add a method", followed literally on a copy of the repository: each of its code
-blocks is pasted where the README says, the hand-worked test passes, the config validates, and a
+"""docs/extending.md's "Add a method", followed literally on a copy of the repository: each of its code
+blocks is pasted where the guide says, the hand-worked test passes, the config validates, and a
 cell of the new method trains and differs from plain OPD."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tests.conftest import REPO
 STEP = re.compile(r"<!-- add-a-method: (?P<file>\S+), (?P<where>[^>]+?) -->\n```\w+\n(?P<code>.*?)```", re.S)
 
 
-def readme_steps() -> list[re.Match]:
-    text = (REPO / "README.md").read_text()
+def guide_steps() -> list[re.Match]:
+    text = (REPO / "docs" / "extending.md").read_text()
     section = text[text.index("## Add a method") : text.index("## Add a benchmark")]
     return list(STEP.finditer(section))
 
@@ -44,7 +44,7 @@ def apply(copy: Path, step: re.Match) -> None:
     elif where == "merged":
         path.write_text(yaml.safe_dump(merge(yaml.safe_load(text), yaml.safe_load(code)), sort_keys=False))
     else:
-        raise AssertionError(f"README: a step says {where!r}, which this test does not know how to follow")
+        raise AssertionError(f"docs/extending.md: a step says {where!r}, which this test does not know how to follow")
 
 
 def run(copy: Path, *cmd: str) -> subprocess.CompletedProcess:
@@ -72,7 +72,7 @@ def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
     copy = tmp_path / "repo"
     skip = shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__", ".*_cache")
     shutil.copytree(REPO, copy, ignore=skip)
-    steps = readme_steps()
+    steps = guide_steps()
     assert [s["file"] for s in steps] == [
         "scout/methods.py",
         "scout/algorithms.py",
