@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from scout import grid
+from scout import grid, jobs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,8 +29,8 @@ def make_cache(cfg: dict, work: Path) -> tuple[Path, int]:
     rng = random.Random(0)
     rows, steps = ["setting,method,run,benchmark,mean,sem"], 0
     runs = grid.variant_seeds(cfg)
-    for setting, variant, seed, ckpt in grid.eval_units(cfg):
-        for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+    for setting, variant, seed, ckpt in jobs.eval_units(cfg):
+        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             mean, sem = min(1, max(0, rng.gauss(0.5, 0.05))), 0.01
             if ckpt == "final":
                 run = runs[(setting, variant)].index(int(seed)) + 1

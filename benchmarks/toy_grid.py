@@ -58,7 +58,7 @@ def criteria(workdir: Path) -> None:
     """Each criterion of the toy world with its measured value (Avg, % points, means over seeds)."""
     import pandas as pd
 
-    from scout import claims, config, results, tables, tuning
+    from scout import claims, config, results, tuning
 
     cfg = config.load(REPO / "config" / "config.yaml")
     cfg["results"] = str(workdir / "results")
@@ -111,7 +111,7 @@ def criteria(workdir: Path) -> None:
             lines = [json.loads(x) for x in run.read_text().splitlines()]
             ups = [f"{m['teacher_reward'] * 100:.0f}" for m in lines if "teacher_reward" in m]
             print(f"  {s} scout {run.parent.name}: teacher continuation reward per update (%): {' '.join(ups)}")
-    cache = tables.Cache(cfg, results.load(cfg))
+    cache = results.Cache(cfg, results.load(cfg))
     from scout.report import effect_text
 
     for c in claims.all_claims(cache, workdir / "results" / "analysis", 0.1):

@@ -12,6 +12,7 @@ import pandas as pd
 
 from scout.behaviour import behaviour_table
 from scout.results import read_record
+from scout.stats import avg_sem
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
 
@@ -23,13 +24,10 @@ def load_records(paths: list[str | Path]) -> pd.DataFrame:
 
 def per_run(records: pd.DataFrame) -> pd.DataFrame:
     """Benchmark rows plus each run's macro-average over its benchmarks ("avg"), whose ``sem`` is
-    its evaluation standard error: the benchmarks' SEMs in quadrature over their number (the
-    samples of different benchmarks are independent)."""
+    its evaluation standard error (``stats.avg_sem``)."""
     keys = ["setting", "variant", "method", "seed", "checkpoint"]
-    var = records.assign(var=records["sem"].astype(float) ** 2)
-    avg = var.groupby(keys, as_index=False).agg(mean=("mean", "mean"), var=("var", lambda v: v.sum(skipna=False)), n=("benchmark", "size"))
-    avg = avg.assign(benchmark="avg", sem=avg["var"] ** 0.5 / avg["n"], repeats=pd.NA, rows=pd.NA)
-    avg = avg.drop(columns=["n", "var"])
+    avg = records.astype({"sem": float}).groupby(keys, as_index=False).agg(mean=("mean", "mean"), sem=("sem", avg_sem))
+    avg = avg.assign(benchmark="avg", repeats=pd.NA, rows=pd.NA)
     out = pd.concat([records, avg[RUN_COLUMNS]], ignore_index=True)
     return out.sort_values(keys + ["benchmark"], kind="stable").reset_index(drop=True)
 

@@ -9,7 +9,7 @@ is one response), so nothing is sampled twice:
   ratios (the reference: the same teacher on contexts from its own distribution);
 - each SCOUT run's trained teacher on the same initial-student prefixes (the fixed-prefix
   comparison: did SCOUT make the teacher better at continuing a student?);
-- the prefix-0 control's trained teacher and every LoRA teacher's (``grid.compared_teachers``) on
+- the prefix-0 control's trained teacher and every LoRA teacher's (``jobs.compared_teachers``) on
   the same initial-student prefixes, labelled ``control`` and by their variant;
 - the initial and the trained teacher on the SCOUT student's prefixes at the same checkpoint (matched
   checkpoints: the final one, and any intermediate ``analysis.checkpoints``; labelled
@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from scout import algorithms as alg
-from scout import behaviour, grid
+from scout import behaviour, jobs
 from scout.embedded import lm
 from scout.generation import make_generator
 from scout.grading import Grader
@@ -225,11 +225,11 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             for r in spec["runs"]
         }
         for (seed, ckpt), pairs in students.items():
-            probe(engine, grader, "initial", seed, grid.probe_labels(ckpt)[1], pairs)
+            probe(engine, grader, "initial", seed, jobs.probe_labels(ckpt)[1], pairs)
         del engine
         for r in spec["runs"]:
             ckpt = r.get("checkpoint", "final")
-            name, prefixes = grid.probe_labels(ckpt)
+            name, prefixes = jobs.probe_labels(ckpt)
             engine = make_generator(
                 r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
             )

@@ -46,11 +46,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats as sps
 
 from scout import grid, stats
 from scout.config import PAPER_CLAIMS
-from scout.tables import Cache, interval_variants
+from scout.results import Cache
+from scout.stats import POWER, against_one_evaluation, bounds, cluster_bootstrap, detectable, one_sided_p, paired
 
 HOLDS, BELOW, FAILS = "holds", "below the paper's effect", "does not hold"
 INCONCLUSIVE, UNMEASURED = "inconclusive", "not measured"
@@ -59,8 +59,6 @@ SEEDS_UNIT = "training seed"
 PRIMARY, SECONDARY = "primary", "secondary"
 PAIRED, WELCH = "paired t over seeds", "Welch t on run-level Avg"
 QUESTION_UNIT = "question (responses, continuations nested)"
-BOOTSTRAP = 2000
-POWER = 0.8  # the power at which a row's detectable effect is given
 
 
 @dataclass(frozen=True)
@@ -117,57 +115,6 @@ def specs(config: dict) -> list[dict]:
 welch = stats.welch_se  # mean(x) - mean(y), its standard error and df (NaN below two runs a side)
 
 
-def against_one_evaluation(x, value: float, sem: float) -> tuple[float, float, float]:
-    """mean(x) - value for runs x against one evaluation (no seeds) with its standard error: a t
-    over the runs (n - 1 df) with the evaluation's variance added."""
-    x = np.asarray(x, dtype=float)
-    if x.size < 2:
-        return math.nan, math.nan, math.nan
-    diff = float(x.mean() - value)
-    se = math.sqrt(x.var(ddof=1) / x.size + (sem if not math.isnan(sem) else 0.0) ** 2)
-    return diff, se, float(x.size - 1)
-
-
-def bounds(effect: float, se: float, df: float, level: float) -> tuple[float, float]:
-    """One-sided (1 - level) lower and upper bounds: effect -/+ the t (or normal) quantile x se."""
-    if se == 0:
-        return effect, effect
-    q = float(sps.t.ppf(1 - level, df))
-    return effect - q * se, effect + q * se
-
-
-def detectable(se: float, df: float, level: float, power: float = POWER) -> float:
-    """The smallest effect a one-sided test at ``level`` finds with probability ``power``."""
-    return float(sps.t.ppf(1 - level, df) + sps.t.ppf(power, df)) * se
-
-
-def p_value(effect: float, se: float, df: float) -> float:
-    """One-sided p of an effect above 0."""
-    if se == 0:
-        return 0.0 if effect > 0 else 1.0
-    return float(sps.t.sf(effect / se, df))
-
-
-def cluster_bootstrap(statistic, clusters: list, groups: dict | None = None, seed: int = 0) -> tuple[float, float]:
-    """``statistic(questions, seeds)`` and its bootstrap standard error, resampling the questions
-    (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement. The
-    statistic is a mean over many questions, so its bounds are taken as normal around it."""
-    rng = np.random.default_rng(seed)
-    clusters = list(clusters)
-    groups = groups or {}
-    point = statistic(clusters, {g: list(s) for g, s in groups.items()})
-    draws = []
-    for _ in range(BOOTSTRAP):
-        q = [clusters[i] for i in rng.integers(0, len(clusters), len(clusters))]
-        s = {g: [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))] for g, seeds in groups.items()}
-        value = statistic(q, s)
-        if not math.isnan(value):
-            draws.append(value)
-    if len(draws) < 2:
-        return point, math.nan
-    return point, float(np.std(draws, ddof=1))
-
-
 def verdict(effect: float, low: float, high: float, paper: float | None, kind: str = "beats",
             margin: float | None = None) -> str:  # fmt: skip
     """The verdict from the bounds (see the module docstring)."""
@@ -187,18 +134,6 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
     return INCONCLUSIVE
 
 
-def paired(x, y) -> tuple[float, float, float]:
-    """mean(x - y) over pairs, its standard error sd(x - y) / sqrt(n) and n - 1 df; NaN below two
-    pairs, (difference, 0, inf) when every pair differs by the same amount."""
-    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
-    if d.size < 2:
-        return math.nan, math.nan, math.nan
-    sd = float(d.std(ddof=1))
-    if sd == 0:
-        return float(d.mean()), 0.0, math.inf
-    return float(d.mean()), sd / math.sqrt(d.size), float(d.size - 1)
-
-
 def family(found: list[Claim], alpha: float) -> list[Claim]:
     """The page's verdicts: within each family, every measured row tested at alpha / m (m measured
     rows of the family), with its bounds, p-value and detectable effect at that level (and a paired
@@ -214,8 +149,8 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
         extra = {}
         if not math.isnan(c.welch_se):
             w_low, w_high = bounds(c.effect, c.welch_se, c.welch_df, level)
-            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=p_value(c.effect, c.welch_se, c.welch_df))
-        out.append(replace(c, low=low, high=high, level=level, p=p_value(c.effect, c.se, c.df),
+            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=one_sided_p(c.effect, c.welch_se, c.welch_df))
+        out.append(replace(c, low=low, high=high, level=level, p=one_sided_p(c.effect, c.se, c.df),
                            detectable=detectable(c.se, c.df, level),
                            verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin), **extra))  # fmt: skip
     return out
@@ -360,7 +295,7 @@ def _evaluation_sem(cache: Cache, setting: str, variant: str) -> float:
 
 
 def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
-    sweep = interval_variants(cache, setting)
+    sweep = cache.interval_variants(setting)
     main = next((v for f, v in sweep if v == "scout"), None)
     if main is None or len(sweep) < 2:
         base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],

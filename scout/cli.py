@@ -31,11 +31,11 @@ def _log(msg: str) -> None:
 
 
 def cmd_check_config(args) -> int:
-    from scout import config, grid, tuning
+    from scout import config, grid, jobs, tuning
 
-    cfg = tuning.resolve(config.load(args.config, args.select))
+    cfg = tuning.resolve(grid.check(config.load(args.config, args.select)))
     cells = grid.cells(cfg)
-    units = grid.eval_units(cfg)
+    units = jobs.eval_units(cfg)
     name = " + ".join(args.config)
     search = grid.search_cells(cfg)
     tuned = f", {len(search)} tuning runs first ({', '.join(sorted({c.setting for c in search}))})" if search else ""
@@ -152,11 +152,11 @@ def cmd_choose_lr(args) -> int:
 
 
 def cmd_aggregate(args) -> int:
-    from scout import grid
+    from scout import jobs
     from scout.aggregate import summarize
 
     cfg = _config(args) if (args.spec or not args.records) else None
-    records = args.records or grid.eval_records(cfg)
+    records = args.records or jobs.eval_records(cfg)
     runs, methods = summarize(records, args.out, cfg)
     _log(f"{len(runs)} run rows, {len(methods)} method rows -> {args.out}")
     return 0
@@ -164,15 +164,14 @@ def cmd_aggregate(args) -> int:
 
 def _config(args) -> dict:
     """The config of a report/import command: --spec (JSON, as rules pass it) or --configfile FILE."""
-    from scout import config, tuning
+    from scout import config, grid, tuning
 
     if args.spec:
-        cfg = _spec(args.spec)
+        cfg = config.validate(_spec(args.spec))
     else:
         cfg = config.load(args.configfile or ["config/config.yaml"], args.select, overrides=_overrides(args.config))
         _export_remake_args(args)
-    if args.spec:
-        config.validate(cfg)
+    grid.check(cfg)
     if args.results:
         cfg["results"] = args.results
     return tuning.resolve(cfg)  # tuned LRs as the tuning stage chose them (still `tuned` while it searches)
@@ -212,14 +211,14 @@ def cmd_import_results(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from scout import resources, tuning
+    from scout import plan, tuning
     from scout.freshness import Freshness
 
     cfg = _config(args)
-    jobs = resources.plan(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
-    print(resources.render(jobs))
-    print(resources.sharing(cfg))
-    costs = resources.render_teacher_options(cfg)
+    jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
+    print(plan.render(jobs))
+    print(plan.sharing(cfg))
+    costs = plan.render_teacher_options(cfg)
     if costs:
         print(costs)
     waiting = tuning.pending(cfg)
@@ -244,33 +243,8 @@ def cmd_fingerprints(args) -> int:
         _log(f"recorded {sum(h is not None for h in got.values())} fingerprints as '{args.section}' in {rep.RECORD}")
         return 0
     c = rep.check(cfg, args.section)
-    rows, n, record, same = c.rows, c.counts, c.record, c.same_numerics
-    width = max(len(r[0]) for r in rows)
-    for f, want, have, verdict in rows:
-        print(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
-    print(f"{n['same']} of {len(rows)} files have the recorded digits ('{args.section}' in {rep.RECORD}); "
-          f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded, "
-          f"{n['other numerics']} made with other numerics.")  # fmt: skip
-    made = f" on {record.machine}" if record.machine else ""
-    print(f"numerics: this machine's probe {c.probe}, the record's {record.numerics or '(not recorded)'}{made}")
-    off = c.off
-    if off:
-        shown = ", ".join(f"{name} {have or 'missing'} (locked {want})" for name, want, have in off[:5])
-        print(f"install: {len(off)} of the {c.pinned} packages of {c.lock.name} differ: {shown}{' ...' if len(off) > 5 else ''}")
-    else:
-        print(f"install: the locked one (all {c.pinned} packages of {c.lock.name} at their versions)")
-    if not same:
-        print("This machine's arithmetic takes other code paths than the record's machine (another probe), so its "
-              "models and runs are another draw of the same experiment and are not compared; the data and the "
-              "tokenizer must match everywhere. Machines share the record's digits where `scout fingerprints` "
-              "prints the record's probe (docs/toy-world.md, 'What reproduces where').")  # fmt: skip
-    if n["differs"]:
-        if off:
-            print("Other digits than the record: the packages above differ from the lock (make install installs "
-                  "the lock); the claims' statistics must hold anyway.")  # fmt: skip
-        else:
-            print("Other digits than the record, with the record's numerics and the locked install: a change of "
-                  "code computed them. If that was meant, record them (--record NOTE) and say why in the commit.")  # fmt: skip
+    print(rep.render(c, args.section))
+    n = c.counts
     return 1 if (args.strict and (n["differs"] or n["missing"])) else 0
 
 

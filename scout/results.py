@@ -1,4 +1,6 @@
-"""The results cache: per-run evaluation records, from our own evaluations or imported from a CSV.
+"""The results cache: per-run evaluation records, from our own evaluations or imported from a CSV,
+and the model the tables and the claims read them through (``Cache``: one ``Row`` per setting and
+variant, run by benchmark).
 
 Own records live where the evaluation rules write them (``eval/{setting}/{variant}/s{seed}/{ckpt}/
 {benchmark}.json``); imported ones under ``imported/`` in the same layout, outside the DAG, so that
@@ -13,12 +15,16 @@ import math
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from scout import grid
+from scout import grid, jobs, stats
 from scout.io import DamagedInput
+from scout.methods import METHODS
 
 COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "source"]
 # records that stand for another unit too (a shared run) appear under it with `shared_with` set
@@ -82,7 +88,7 @@ def load(config: dict, damaged: list[DamagedInput] | None = None) -> pd.DataFram
 
 def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
     """``df`` plus the rows of every reported unit whose records are another run's (a shared run, or
-    the shorter run a longer one continues: ``grid.record_source``), under the unit's own labels;
+    the shorter run a longer one continues: ``jobs.record_source``), under the unit's own labels;
     ``shared_with`` names the run they come from."""
     if not len(df):
         return df
@@ -90,8 +96,8 @@ def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
     have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True))
     methods = {(c.setting, c.variant): c.method for c in grid.cells(config)}
     extra = []
-    for unit in grid.report_units(config):
-        source = grid.record_source(config, *unit)
+    for unit in jobs.report_units(config):
+        source = jobs.record_source(config, *unit)
         if source == unit or unit in have:
             continue
         s, v, seed, ck = source
@@ -176,10 +182,10 @@ def _import_row(config, row, runs, cell_methods, top, scale) -> dict:
         known = sorted(v for s, v in runs if s == setting)
         raise ValueError(f"unknown method {variant!r} for setting {setting!r} (known: {', '.join(known)})")
     domain = config["settings"][setting]["domain"]
-    if bench not in grid.benchmarks_for(config, domain):
+    if bench not in jobs.benchmarks_for(config, domain):
         raise ValueError(
             f"unknown benchmark {bench!r} for the {domain} setting {setting!r} "
-            f"(known: {', '.join(grid.benchmarks_for(config, domain))})"
+            f"(known: {', '.join(jobs.benchmarks_for(config, domain))})"
         )
     run_text = row.get("run", "").strip()
     if not run_text.isdigit() or int(run_text) < 1:
@@ -247,3 +253,179 @@ def write_imported(config: dict, records: list[dict], replace: bool = False) -> 
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return targets
+
+
+# ------------------------------------------------------------------------------------------------
+# The results model: each row (setting x variant) of final checkpoints, for the tables and claims
+# ------------------------------------------------------------------------------------------------
+
+AVG = "avg"  # a run's macro-average over its benchmarks
+
+
+@dataclass
+class Row:
+    """Run-level means ``y`` and SEMs ``e`` (seeds x benchmarks, NaN = missing) of one variant."""
+
+    setting: str
+    variant: str
+    seeds: list[int]
+    y: pd.DataFrame
+    e: pd.DataFrame
+    repeats: dict[str, int]
+
+    @cached_property
+    def run_avg(self) -> pd.Series:
+        """Macro-average within each run; a run missing any benchmark has no average."""
+        return self.y.mean(axis=1, skipna=False)
+
+    def agg(self, col: str) -> stats.Aggregate:
+        return stats.aggregate(list(self.run_avg if col == AVG else self.y[col]))
+
+    def pm(self, col: str) -> float:
+        """Cross-run SD, or for a single run the SD over evaluation repeats (benchmarks only)."""
+        a = self.agg(col)
+        if a.n >= 2:
+            return a.sd
+        if a.n == 1 and col != AVG:
+            e = self.e[col].dropna()
+            return float(e.iloc[0]) * math.sqrt(self.repeats[col]) if len(e) else math.nan
+        return math.nan
+
+    def pair(self, col: str) -> tuple[list[float], list[float]]:
+        if col == AVG:
+            v = self.run_avg.dropna()
+            return list(v), [math.nan] * len(v)
+        ok = self.y[col].notna()
+        return list(self.y[col][ok]), list(self.e[col][ok].fillna(0.0))
+
+
+@dataclass
+class Cache:
+    """The records of final checkpoints, indexed for table building."""
+
+    config: dict
+    df: pd.DataFrame
+    test: str = "welch"
+    alpha: float = 0.1
+    baseline: str = "opd"
+    _rows: dict = field(default_factory=dict)
+
+    @cached_property
+    def final(self) -> pd.DataFrame:
+        d = self.df[self.df.checkpoint == "final"] if len(self.df) else self.df
+        return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
+
+    @cached_property
+    def seeds(self) -> dict[tuple[str, str], list[int]]:
+        return grid.variant_seeds(self.config)
+
+    @cached_property
+    def cell_list(self) -> list[grid.Cell]:
+        return grid.cells(self.config)
+
+    @cached_property
+    def cells(self) -> dict[str, grid.Cell]:
+        """The first cell of each variant: a variant's method and overrides are the same everywhere."""
+        out: dict[str, grid.Cell] = {}
+        for c in self.cell_list:
+            out.setdefault(c.variant, c)
+        return out
+
+    def method_of(self, variant: str) -> str:
+        cell = self.cells.get(variant)
+        return cell.method if cell else variant
+
+    def opd_based(self, variant: str) -> bool:
+        cell = self.cells.get(variant)
+        return cell is not None and METHODS[cell.method].opd_based
+
+    def f_of(self, setting: str, variant: str) -> int:
+        """The teacher update interval a SCOUT-family variant's runs on a setting train with: read
+        from the cell's spec, so a setting's own ``overrides.scout.interval`` counts."""
+        cell = next(c for c in self.cell_list if (c.setting, c.variant) == (setting, variant))
+        return grid.cell_spec(self.config, cell)["method_cfg"]["scout"]["interval"]
+
+    def interval_variants(self, setting: str) -> list[tuple[int, str]]:
+        """(f, variant) of the plain SCOUT variants on a setting (the f-sweep and the main SCOUT),
+        sorted by f."""
+        out = []
+        for s, v in self.seeds:
+            cell = self.cells.get(v)
+            if s == setting and cell and cell.method == "scout" and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}:
+                out.append((self.f_of(s, v), v))
+        return sorted(out)
+
+    def label(self, variant: str) -> str:
+        """Display name: the method's label plus the variant's overrides (f, epochs)."""
+        cell = self.cells.get(variant)
+        if cell is None:
+            return variant
+        over = dict(cell.overrides)
+        extras = [f"f={over['interval']}"] if "interval" in over else []
+        extras += [f"{over['epochs']} ep."] if "epochs" in over else []
+        label = METHODS[cell.method].label
+        return f"{label} ({', '.join(extras)})" if extras else label
+
+    def benchmarks(self, setting: str) -> list[str]:
+        return jobs.benchmarks_for(self.config, self.config["settings"][setting]["domain"])
+
+    def row(self, setting: str, variant: str) -> Row:
+        key = (setting, variant)
+        if key not in self._rows:
+            seeds = self.seeds.get(key, [])
+            benches = self.benchmarks(setting)
+            y = pd.DataFrame(np.nan, index=seeds, columns=benches)
+            e = y.copy()
+            for s in seeds:
+                for b in benches:
+                    k = (setting, variant, s, b)
+                    if len(self.final) and k in self.final.index:
+                        rec = self.final.loc[k]
+                        y.loc[s, b], e.loc[s, b] = float(rec["mean"]), float(rec["sem"])
+            reps = {b: self.config["benchmarks"][b]["repeats"] for b in benches}
+            self._rows[key] = Row(setting, variant, seeds, y, e, reps)
+        return self._rows[key]
+
+    def p(self, setting: str, variant: str, col: str) -> float:
+        """One-sided p of variant > baseline: the configured test per benchmark, Welch for Avg."""
+        m, b = self.row(setting, variant), self.row(setting, self.baseline)
+        (y, e), (y0, e0) = m.pair(col), b.pair(col)
+        return stats.welch_test(y, y0).p if col == AVG else stats.p_value(self.test, y, e, y0, e0)
+
+    @cached_property
+    def shared(self) -> dict[tuple[str, str], tuple[str, str]]:
+        return jobs.shared_runs(self.config)
+
+    def shared_note(self, setting: str, variant: str) -> str:
+        """Say so when a row reports another cell's runs (the same training spec, trained once)."""
+        source = self.shared.get((setting, variant))
+        if source is None:
+            return ""
+        other = source[0] if source[1] == variant else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
+        return f"(the runs of {other})"
+
+    def has_variant(self, setting: str, variant: str) -> bool:
+        return (setting, variant) in self.seeds
+
+    def evaluation_se(self, settings: list[str]) -> list[float]:
+        """Each final run's evaluation standard error of its Avg on these settings (points,
+        ``stats.avg_sem``; questions held fixed)."""
+        if not len(self.final):
+            return []
+        d = self.final.reset_index()
+        d = d[d.setting.isin(settings)].astype({"sem": float})
+        se = d.groupby(["setting", "variant", "seed"])["sem"].agg(stats.avg_sem).dropna() * 100
+        return sorted(se.tolist())
+
+    def evaluation_note(self, settings: list[str]) -> str:
+        """The caption's sentence on how precise each run's evaluation is."""
+        se = self.evaluation_se(settings)
+        if not se:
+            return ""
+        return (f" Evaluation standard error of each run's Avg (questions fixed, over repeats): at most {se[-1]:.2f} "
+                f"points, median {float(np.median(se)):.2f} ({len(se)} runs).")  # fmt: skip
+
+    def experiment_variants(self, exp: str, setting: str) -> list[str]:
+        """Variants an experiment runs on a setting, in config order."""
+        cells = self.cell_list
+        return list(dict.fromkeys(c.variant for c in cells if exp in c.experiments and c.setting == setting))

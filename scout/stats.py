@@ -22,6 +22,8 @@ import numpy as np
 from scipy import stats
 
 TESTS = ("welch", "random_effects")
+POWER = 0.8  # the power at which a test's detectable effect is given
+BOOTSTRAP = 2000  # resamples of a cluster bootstrap
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,14 @@ class Welch:
     t: float
     df: float
     p: float
+
+
+def avg_sem(sems: Sequence[float]) -> float:
+    """A run's evaluation standard error of its Avg (the macro-average over benchmarks): the
+    benchmarks' SEMs in quadrature over their number, as their samples are independent. NaN when
+    any benchmark's is (the run's average is then incomplete too)."""
+    v = np.asarray(sems, dtype=float)
+    return float(np.sqrt(np.sum(v**2)) / v.size) if v.size and not np.isnan(v).any() else math.nan
 
 
 def welch_se(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
@@ -118,3 +128,71 @@ def best_two(values: dict[str, float], decimals: int) -> tuple[set[str], set[str
     best = {k for k, v in shown.items() if ranks and v == ranks[0]}
     second = {k for k, v in shown.items() if len(ranks) > 1 and v == ranks[1]}
     return best, second
+
+
+# ------------------------------------------------------------------------------------------------
+# The claims page's tests: bounds, power and the paired, one-evaluation and bootstrap designs
+# ------------------------------------------------------------------------------------------------
+
+
+def against_one_evaluation(x, value: float, sem: float) -> tuple[float, float, float]:
+    """mean(x) - value for runs x against one evaluation (no seeds) with its standard error: a t
+    over the runs (n - 1 df) with the evaluation's variance added."""
+    x = np.asarray(x, dtype=float)
+    if x.size < 2:
+        return math.nan, math.nan, math.nan
+    diff = float(x.mean() - value)
+    se = math.sqrt(x.var(ddof=1) / x.size + (sem if not math.isnan(sem) else 0.0) ** 2)
+    return diff, se, float(x.size - 1)
+
+
+def bounds(effect: float, se: float, df: float, level: float) -> tuple[float, float]:
+    """One-sided (1 - level) lower and upper bounds: effect -/+ the t (or normal) quantile x se."""
+    if se == 0:
+        return effect, effect
+    q = float(stats.t.ppf(1 - level, df))
+    return effect - q * se, effect + q * se
+
+
+def detectable(se: float, df: float, level: float, power: float = POWER) -> float:
+    """The smallest effect a one-sided test at ``level`` finds with probability ``power``."""
+    return float(stats.t.ppf(1 - level, df) + stats.t.ppf(power, df)) * se
+
+
+def one_sided_p(effect: float, se: float, df: float) -> float:
+    """One-sided p of an effect above 0."""
+    if se == 0:
+        return 0.0 if effect > 0 else 1.0
+    return float(stats.t.sf(effect / se, df))
+
+
+def cluster_bootstrap(statistic, clusters: list, groups: dict | None = None, seed: int = 0) -> tuple[float, float]:
+    """``statistic(questions, seeds)`` and its bootstrap standard error, resampling the questions
+    (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement. The
+    statistic is a mean over many questions, so its bounds are taken as normal around it."""
+    rng = np.random.default_rng(seed)
+    clusters = list(clusters)
+    groups = groups or {}
+    point = statistic(clusters, {g: list(s) for g, s in groups.items()})
+    draws = []
+    for _ in range(BOOTSTRAP):
+        q = [clusters[i] for i in rng.integers(0, len(clusters), len(clusters))]
+        s = {g: [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))] for g, seeds in groups.items()}
+        value = statistic(q, s)
+        if not math.isnan(value):
+            draws.append(value)
+    if len(draws) < 2:
+        return point, math.nan
+    return point, float(np.std(draws, ddof=1))
+
+
+def paired(x, y) -> tuple[float, float, float]:
+    """mean(x - y) over pairs, its standard error sd(x - y) / sqrt(n) and n - 1 df; NaN below two
+    pairs, (difference, 0, inf) when every pair differs by the same amount."""
+    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    if d.size < 2:
+        return math.nan, math.nan, math.nan
+    sd = float(d.std(ddof=1))
+    if sd == 0:
+        return float(d.mean()), 0.0, math.inf
+    return float(d.mean()), sd / math.sqrt(d.size), float(d.size - 1)

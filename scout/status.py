@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import grid, runs
+from scout import grid, jobs, runs
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -111,11 +111,11 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         for exp in cell.experiments:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
-    units = grid.eval_units(config)
+    units = jobs.eval_units(config)
     evals_done = evals_stale = 0
     for s, v, seed, ck in units:
         whole = True
-        for b in grid.benchmarks_for(config, config["settings"][s]["domain"]):
+        for b in jobs.benchmarks_for(config, config["settings"][s]["domain"]):
             path = Path(grid.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
             if not (work / path).exists():
                 whole = False

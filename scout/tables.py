@@ -15,17 +15,12 @@ text and ``render.Entry`` values, never markup: bold, underline, ± and shading 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from functools import cached_property
 
-import numpy as np
-import pandas as pd
-
-from scout import grid, stats, tuning
+from scout import grid, jobs, stats, tuning
 from scout.methods import METHODS
 from scout.render import Entry, label, lr_entry, num, ok, p_entry
+from scout.results import AVG, Cache, Row
 
-AVG = "avg"
 _DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
 
 
@@ -44,169 +39,6 @@ def value(mean: float | None, pm: float | None = None, decimals: int = 1, style:
 
 def bench_label(config: dict, bench: str) -> str:
     return config["benchmarks"][bench].get("label", bench)
-
-
-# ------------------------------------------------------------------------------------------------
-# Statistics of one row (setting x variant) from the cache
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """Run-level means ``y`` and SEMs ``e`` (seeds x benchmarks, NaN = missing) of one variant."""
-
-    setting: str
-    variant: str
-    seeds: list[int]
-    y: pd.DataFrame
-    e: pd.DataFrame
-    repeats: dict[str, int]
-
-    @cached_property
-    def run_avg(self) -> pd.Series:
-        """Macro-average within each run; a run missing any benchmark has no average."""
-        return self.y.mean(axis=1, skipna=False)
-
-    def agg(self, col: str) -> stats.Aggregate:
-        return stats.aggregate(list(self.run_avg if col == AVG else self.y[col]))
-
-    def pm(self, col: str) -> float:
-        """Cross-run SD, or for a single run the SD over evaluation repeats (benchmarks only)."""
-        a = self.agg(col)
-        if a.n >= 2:
-            return a.sd
-        if a.n == 1 and col != AVG:
-            e = self.e[col].dropna()
-            return float(e.iloc[0]) * math.sqrt(self.repeats[col]) if len(e) else math.nan
-        return math.nan
-
-    def pair(self, col: str) -> tuple[list[float], list[float]]:
-        if col == AVG:
-            v = self.run_avg.dropna()
-            return list(v), [math.nan] * len(v)
-        ok = self.y[col].notna()
-        return list(self.y[col][ok]), list(self.e[col][ok].fillna(0.0))
-
-
-@dataclass
-class Cache:
-    """The records of final checkpoints, indexed for table building."""
-
-    config: dict
-    df: pd.DataFrame
-    test: str = "welch"
-    alpha: float = 0.1
-    baseline: str = "opd"
-    _rows: dict = field(default_factory=dict)
-
-    @cached_property
-    def final(self) -> pd.DataFrame:
-        d = self.df[self.df.checkpoint == "final"] if len(self.df) else self.df
-        return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
-
-    @cached_property
-    def seeds(self) -> dict[tuple[str, str], list[int]]:
-        return grid.variant_seeds(self.config)
-
-    @cached_property
-    def cell_list(self) -> list[grid.Cell]:
-        return grid.cells(self.config)
-
-    @cached_property
-    def cells(self) -> dict[str, grid.Cell]:
-        """The first cell of each variant: a variant's method and overrides are the same everywhere."""
-        out: dict[str, grid.Cell] = {}
-        for c in self.cell_list:
-            out.setdefault(c.variant, c)
-        return out
-
-    def method_of(self, variant: str) -> str:
-        cell = self.cells.get(variant)
-        return cell.method if cell else variant
-
-    def opd_based(self, variant: str) -> bool:
-        cell = self.cells.get(variant)
-        return cell is not None and METHODS[cell.method].opd_based
-
-    def f_of(self, variant: str) -> int:
-        """The teacher update interval of a SCOUT-family variant."""
-        return dict(self.cells[variant].overrides).get("interval", self.config["methods"]["scout"]["interval"])
-
-    def label(self, variant: str) -> str:
-        """Display name: the method's label plus the variant's overrides (f, epochs)."""
-        cell = self.cells.get(variant)
-        if cell is None:
-            return variant
-        over = dict(cell.overrides)
-        extras = [f"f={over['interval']}"] if "interval" in over else []
-        extras += [f"{over['epochs']} ep."] if "epochs" in over else []
-        label = METHODS[cell.method].label
-        return f"{label} ({', '.join(extras)})" if extras else label
-
-    def benchmarks(self, setting: str) -> list[str]:
-        return grid.benchmarks_for(self.config, self.config["settings"][setting]["domain"])
-
-    def row(self, setting: str, variant: str) -> Row:
-        key = (setting, variant)
-        if key not in self._rows:
-            seeds = self.seeds.get(key, [])
-            benches = self.benchmarks(setting)
-            y = pd.DataFrame(np.nan, index=seeds, columns=benches)
-            e = y.copy()
-            for s in seeds:
-                for b in benches:
-                    k = (setting, variant, s, b)
-                    if len(self.final) and k in self.final.index:
-                        rec = self.final.loc[k]
-                        y.loc[s, b], e.loc[s, b] = float(rec["mean"]), float(rec["sem"])
-            reps = {b: self.config["benchmarks"][b]["repeats"] for b in benches}
-            self._rows[key] = Row(setting, variant, seeds, y, e, reps)
-        return self._rows[key]
-
-    def p(self, setting: str, variant: str, col: str) -> float:
-        """One-sided p of variant > baseline: the configured test per benchmark, Welch for Avg."""
-        m, b = self.row(setting, variant), self.row(setting, self.baseline)
-        (y, e), (y0, e0) = m.pair(col), b.pair(col)
-        return stats.welch_test(y, y0).p if col == AVG else stats.p_value(self.test, y, e, y0, e0)
-
-    @cached_property
-    def shared(self) -> dict[tuple[str, str], tuple[str, str]]:
-        return grid.shared_runs(self.config)
-
-    def shared_note(self, setting: str, variant: str) -> str:
-        """Say so when a row reports another cell's runs (the same training spec, trained once)."""
-        source = self.shared.get((setting, variant))
-        if source is None:
-            return ""
-        other = source[0] if source[1] == variant else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
-        return f"(the runs of {other})"
-
-    def has_variant(self, setting: str, variant: str) -> bool:
-        return (setting, variant) in self.seeds
-
-    def evaluation_se(self, settings: list[str]) -> list[float]:
-        """Each final run's evaluation standard error of its Avg on these settings (points): the
-        benchmarks' SEMs over repeats in quadrature over their number, questions held fixed."""
-        if not len(self.final):
-            return []
-        d = self.final.reset_index()
-        d = d[d.setting.isin(settings)]
-        g = d.assign(v=d["sem"].astype(float) ** 2).groupby(["setting", "variant", "seed"])
-        se = (g["v"].sum(min_count=1) ** 0.5 / g.size()).dropna() * 100
-        return sorted(se.tolist())
-
-    def evaluation_note(self, settings: list[str]) -> str:
-        """The caption's sentence on how precise each run's evaluation is."""
-        se = self.evaluation_se(settings)
-        if not se:
-            return ""
-        return (f" Evaluation standard error of each run's Avg (questions fixed, over repeats): at most {se[-1]:.2f} "
-                f"points, median {float(np.median(se)):.2f} ({len(se)} runs).")  # fmt: skip
-
-    def experiment_variants(self, exp: str, setting: str) -> list[str]:
-        """Variants an experiment runs on a setting, in config order."""
-        cells = self.cell_list
-        return list(dict.fromkeys(c.variant for c in cells if exp in c.experiments and c.setting == setting))
 
 
 def _runs_used(row: Row) -> tuple[int, int]:
@@ -528,21 +360,6 @@ def optr_summary(cache: Cache) -> dict | None:
     }
 
 
-def interval_variants(cache: Cache, setting: str) -> list[tuple[int, str]]:
-    """(f, variant) of plain SCOUT variants on a setting (the sweep plus the main SCOUT), sorted by f."""
-    out = []
-    for (s, v), _ in cache.seeds.items():
-        cell = cache.cells.get(v)
-        if (
-            s == setting
-            and cell
-            and cell.method == "scout"
-            and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}
-        ):
-            out.append((cache.f_of(v), v))
-    return sorted(out)
-
-
 def fsweep_tables(cache: Cache) -> list[dict]:
     cfg = cache.config
     exp = cfg["experiments"].get("interval")
@@ -550,7 +367,7 @@ def fsweep_tables(cache: Cache) -> list[dict]:
         return []
     out = []
     for s in exp["settings"]:
-        sweep = interval_variants(cache, s)
+        sweep = cache.interval_variants(s)
         variants = ["base-student", "base-teacher", "opd"] + [v for _, v in sweep]
         rank = [v for _, v in sweep]
         cells = _summary_cells(cache, s, variants, 1, rank)
@@ -588,6 +405,19 @@ def _joined(values: list) -> str:
     return " / ".join(str(v) for v in uniq)
 
 
+def _scout_k_and_f(config: dict) -> tuple[str, str]:
+    """K and f of the grid's SCOUT runs, as their specs hold them (a setting may override either):
+    one value, or each setting's ("8 (toy-l-s-math), 4 (toy-l-s-code)")."""
+    specs = {c.setting: grid.cell_spec(config, c)["method_cfg"]["scout"] for c in grid.cells(config) if c.variant == "scout"}
+    specs = specs or {"": config["methods"]["scout"]}
+    out = []
+    for key in ("k", "interval"):
+        values = {s: sc[key] for s, sc in specs.items()}
+        same = len(set(values.values())) == 1
+        out.append(str(next(iter(values.values()))) if same else ", ".join(f"{v} ({s})" for s, v in values.items()))
+    return out[0], out[1]
+
+
 def hyper_table(config: dict) -> dict:
     tr, ev = config["training"], config["evaluation"]
     domains = list(dict.fromkeys(s["domain"] for s in config["settings"].values()))
@@ -617,14 +447,14 @@ def hyper_table(config: dict) -> dict:
         ]
         panels.append({"title": f"{d.capitalize()}", "rows": rows})
     g = tr["grpo"]
-    sc = config["methods"]["scout"]
+    k, f = _scout_k_and_f(config)
     return {
         "name": "hyperparameters",
         "template": "hyper",
         "label": "tab:hyper",
         "caption": f"Training and inference hyperparameters per task (from the config). GRPO: n = {g['n']}, learning "
-        f"rate {g['lr']:g}, β = {g['kl_beta']}; SCOUT's teacher: GRPO with K = {sc['k']} continuations per prefix "
-        f"every f = {sc['interval']} steps.",
+        f"rate {g['lr']:g}, β = {g['kl_beta']}; SCOUT's teacher: GRPO with K = {k} continuations per prefix "
+        f"every f = {f} steps.",
         "panels": panels,
     }
 
@@ -653,7 +483,7 @@ def lr_table(config: dict) -> dict:
 
 def benchmark_table(config: dict) -> dict:
     domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
-    cols = [(d, b) for d in domains for b in grid.benchmarks_for(config, d)]
+    cols = [(d, b) for d in domains for b in jobs.benchmarks_for(config, d)]
     return {
         "name": "benchmarks",
         "template": "benchmarks",

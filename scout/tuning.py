@@ -27,6 +27,9 @@ import json
 import math
 from pathlib import Path
 
+from scout.config import ConfigError, method_cfg, validation_sets
+from scout.methods import METHODS
+
 TUNED = "tuned"
 PARAMS = ("student_lr", "teacher_lr", "teacher_lora_lr")
 AFTER = {"student_lr": (), "teacher_lr": ("student_lr",), "teacher_lora_lr": ("student_lr",)}  # trains at their choices
@@ -52,20 +55,24 @@ def before(params: list[str], param: str) -> list[str]:
 
 
 def lora_ranks(config: dict, setting: str) -> set[int]:
-    """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full)."""
-    from scout import grid
-    from scout.methods import METHODS
-
-    cells = [c for c in grid.cells(config) if c.setting == setting and c.method in METHODS]
-    return {grid.teacher_lora_rank(config, c) for c in cells} - {0}
+    """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full):
+    a variant's ``teacher_lora_rank``, else the setting's ``methods.scout.teacher_lora.rank``."""
+    default = (method_cfg(config, setting, "scout").get("teacher_lora") or {}).get("rank", 0)
+    ranks = set()
+    for e in config["experiments"].values():
+        if setting not in e["settings"]:
+            continue
+        for m in e["methods"]:
+            entry = {"name": m, "method": m} if isinstance(m, str) else m
+            if entry["method"] in METHODS and METHODS[entry["method"]].trains_teacher:
+                ranks.add(entry.get("teacher_lora_rank", default))
+    return ranks - {0}
 
 
 def lora_rank(config: dict, setting: str) -> int:
     """The rank the LoRA teacher LR is searched at: the one every LoRA variant of the setting uses."""
     ranks = lora_ranks(config, setting)
     if len(ranks) != 1:
-        from scout.config import ConfigError
-
         raise ConfigError(f"settings.{setting}.teacher_lora_lr: tuned, but its LoRA teachers have ranks "
                           f"{sorted(ranks)}; the search runs at one rank")  # fmt: skip
     return ranks.pop()
@@ -87,6 +94,29 @@ def tuned_settings(config: dict) -> dict[str, list[str]]:
     out = {s: tuned_params(spec) for s, spec in config["settings"].items() if s in used}
     out = {s: [x for x in p if x != "teacher_lora_lr" or lora_ranks(config, s)] for s, p in out.items()}
     return {s: p for s, p in out.items() if p}
+
+
+def errors(config: dict) -> list[str]:
+    """What keeps a config's tuned settings from being searched: a tuned LR needs its domain's
+    validation set, held out of the training data and the benchmarks (``grid.check``)."""
+    errs, t = [], config.get("tuning", {})
+    sets = validation_sets(config)
+    for name, s in config["settings"].items():
+        params = tuned_params(s)
+        if not params:
+            continue
+        v = t.get("validation", {}).get(s["domain"])
+        if v is None:
+            errs.append(f"settings.{name}: tuned, but tuning.validation has no {s['domain']} validation set")
+        elif v["data"] not in sets:
+            where = "toy.validation" if config["world"] == "toy" else "a dataset's holdout, named DATASET.holdout"
+            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where}); "
+                        f"expected one of {sorted(sets)}")
+        elif sets[v["data"]]["domain"] != s["domain"]:
+            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is not a {s['domain']} set")
+        elif v["data"] == s["train_data"] or v["data"] in config["benchmarks"]:
+            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is a training set or a benchmark, not held out")
+    return errs
 
 
 def independent_settings(config: dict) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from scout import claims, grid, results, tables
+from scout import claims, grid, jobs, results, stats
 from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
 from tests.conftest import REPO, toy_config
 
@@ -24,7 +24,7 @@ def test_welch_by_hand():
     # t(0.9, 4) = 1.5332: bounds at 0.1 are 2 -/+ 1.2518
     diff, se, df = claims.welch([3, 4, 5], [1, 2, 3])
     assert diff == 2 and se == pytest.approx(0.81650, abs=1e-5) and df == pytest.approx(4)
-    low, high = claims.bounds(diff, se, df, 0.1)
+    low, high = stats.bounds(diff, se, df, 0.1)
     assert low == pytest.approx(0.74818, abs=1e-4) and high == pytest.approx(3.25182, abs=1e-4)
     assert all(math.isnan(v) for v in claims.welch([3], [1, 2]))
 
@@ -32,20 +32,20 @@ def test_welch_by_hand():
 def test_against_one_evaluation_by_hand():
     # runs (0.5, 0.6, 0.7) against 0.3 with SEM 0.05: diff 0.3; se = sqrt(0.01 / 3 + 0.0025) = 0.07638,
     # df 2; t(0.9, 2) = 1.8856: bounds at 0.1 are 0.3 -/+ 0.14402
-    diff, se, df = claims.against_one_evaluation([0.5, 0.6, 0.7], 0.3, 0.05)
+    diff, se, df = stats.against_one_evaluation([0.5, 0.6, 0.7], 0.3, 0.05)
     assert diff == pytest.approx(0.3) and se == pytest.approx(0.07638, abs=1e-5) and df == 2
-    low, high = claims.bounds(diff, se, df, 0.1)
+    low, high = stats.bounds(diff, se, df, 0.1)
     assert low == pytest.approx(0.15598, abs=1e-4) and high == pytest.approx(0.44402, abs=1e-4)
 
 
 def test_detectable_effect_and_p_by_hand():
     # se 0.8165 on 4 df at level 0.1 with 80% power: (t(0.9, 4) + t(0.8, 4)) x se
     # = (1.5332 + 0.9410) x 0.8165 = 2.0202; on the normal (df inf): (1.2816 + 0.8416) x 1 = 2.1232
-    assert claims.detectable(0.81650, 4, 0.1) == pytest.approx(2.0202, abs=1e-3)
-    assert claims.detectable(1.0, math.inf, 0.1) == pytest.approx(2.1232, abs=1e-3)
+    assert stats.detectable(0.81650, 4, 0.1) == pytest.approx(2.0202, abs=1e-3)
+    assert stats.detectable(1.0, math.inf, 0.1) == pytest.approx(2.1232, abs=1e-3)
     # an effect of 1.5332 x se on 4 df sits exactly at the 0.1 quantile: p = 0.1
-    assert claims.p_value(1.5332 * 0.8165, 0.8165, 4) == pytest.approx(0.1, abs=1e-4)
-    assert claims.p_value(1.0, 0.0, 4) == 0.0 and claims.p_value(-1.0, 0.0, 4) == 1.0
+    assert stats.one_sided_p(1.5332 * 0.8165, 0.8165, 4) == pytest.approx(0.1, abs=1e-4)
+    assert stats.one_sided_p(1.0, 0.0, 4) == 0.0 and stats.one_sided_p(-1.0, 0.0, 4) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -69,11 +69,11 @@ def test_the_verdicts(bounds, paper, kind, margin, expected):
 
 def test_the_bootstrap_resamples_clusters_and_seeds():
     # every cluster the same value: no spread
-    assert claims.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5) == (2.0, 0.0)
+    assert stats.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5) == (2.0, 0.0)
     # the mean of 20 values of 0 and 1: standard error sqrt(0.25 / 20) = 0.112, the same for the same seed
-    point, se = claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10)
+    point, se = stats.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10)
     assert point == 0.5 and se == pytest.approx(0.112, abs=0.01)
-    assert claims.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10) == (point, se)
+    assert stats.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10) == (point, se)
 
 
 def _raw(effect, se, df=4.0, paper=None, measured=True):
@@ -100,10 +100,10 @@ def test_the_page_tests_each_row_at_alpha_over_its_number_of_tests():
 
 def test_the_paired_difference_by_hand():
     # differences 0.02, 0.03, 0.01, 0.04: mean 0.025, sd sqrt(0.0005 / 3) = 0.012910, se 0.006455, 3 df
-    effect, se, df = claims.paired([0.60, 0.63, 0.61, 0.66], [0.58, 0.60, 0.60, 0.62])
+    effect, se, df = stats.paired([0.60, 0.63, 0.61, 0.66], [0.58, 0.60, 0.60, 0.62])
     assert effect == pytest.approx(0.025) and se == pytest.approx(0.006455, abs=1e-6) and df == 3
-    assert claims.paired([0.6, 0.7], [0.5, 0.6])[1:] == (0.0, math.inf)  # every pair 0.1 apart
-    assert all(math.isnan(v) for v in claims.paired([0.6], [0.5]))
+    assert stats.paired([0.6, 0.7], [0.5, 0.6])[1:] == (0.0, math.inf)  # every pair 0.1 apart
+    assert all(math.isnan(v) for v in stats.paired([0.6], [0.5]))
 
 
 def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
@@ -148,12 +148,12 @@ def cfg(tmp_path):
 
 
 def _cache(cfg):
-    return tables.Cache(cfg, results.load(cfg))
+    return results.Cache(cfg, results.load(cfg))
 
 
 def _runs(cfg, setting, variant, means):
     for seed, mean in enumerate(means, start=1):
-        for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             _record(cfg, setting, variant, seed, b, mean)
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scout import config as C
-from scout import grid
+from scout import grid, jobs
 from tests.conftest import REPO, dry_run
 
 
@@ -107,7 +107,7 @@ def test_bad_config_names_key_and_expectation(paper, mutate, expected):
     cfg = copy.deepcopy(paper)
     mutate(cfg)
     with pytest.raises(C.ConfigError) as err:
-        C.validate(cfg)
+        grid.check(C.validate(cfg))  # as the workflow and scout check a config
     assert expected in str(err.value)
 
 
@@ -236,10 +236,10 @@ def test_compute_matched_checkpoints_every_40_steps(paper):
 
 
 def test_eval_units_include_base_rows(paper):
-    units = grid.eval_units(paper)
+    units = jobs.eval_units(paper)
     assert ("q4b-q1.7b-code", "base-teacher", "0", "final") in units
     assert sum(1 for u in units if u[1].startswith("base-")) == 8
-    spec = grid.eval_spec(paper, "q4b-q1.7b-code", "base-student", "0", "final")
+    spec = jobs.eval_spec(paper, "q4b-q1.7b-code", "base-student", "0", "final")
     assert sorted(spec["benchmarks"]) == ["humaneval_plus", "lcb_v5", "mbpp"]
     assert spec["benchmarks"]["lcb_v5"]["repeats"] == 4 and spec["model"] == "Qwen/Qwen3-1.7B"
 
@@ -323,11 +323,11 @@ def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
     assert scout["probe_steps"] == [160] and grid.checkpoints(scout) == ["step160", "final"]
     other = grid.cell_spec(paper, grid.find_cell(paper, "q8b-q1.7b-math", "scout", 2))  # not probed
     assert "probe_steps" not in other and grid.checkpoints(other) == ["final"]
-    runs = grid.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
+    runs = jobs.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
     assert [(r["seed"], r["checkpoint"]) for r in runs][:2] == [(1, "step160"), (1, "final")]
     assert runs[0]["teacher"].endswith("scout/s1/model/step160-teacher")
     assert runs[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
-    assert ("q4b-q1.7b-math", "scout", "3", "step160") in grid.eval_units(paper)
+    assert ("q4b-q1.7b-math", "scout", "3", "step160") in jobs.eval_units(paper)
 
 
 def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
@@ -342,7 +342,7 @@ def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
     assert list(back["experiments"]) == list(cfg["experiments"])
     scout_cm = grid.find_cell(cfg, "toy-l-s-math", "scout-cm", 1)
     assert grid.run_plans(back)[scout_cm].shares == grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
-    assert grid.eval_records(back) == grid.eval_records(cfg)
+    assert jobs.eval_records(back) == jobs.eval_records(cfg)
     # the order is the config's, not the memo's: listing compute_matched first makes it the trainer
     reordered = {**cfg, "experiments": dict(reversed(list(cfg["experiments"].items())))}
     scout = grid.find_cell(reordered, "toy-l-s-math", "scout", 1)
@@ -372,7 +372,7 @@ def test_select_keeps_the_named_cells_and_nothing_else():
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
     assert sorted((c.setting, c.variant, c.seed) for c in grid.cells(C.validate(cfg))) == keys  # as jobs see it
     # the base rows evaluated and reported are the chosen setting's, not every setting's
-    for units in (grid.eval_units(cfg), grid.report_units(cfg)):
+    for units in (jobs.eval_units(cfg), jobs.report_units(cfg)):
         assert {u[0] for u in units} == {"toy-l-s-math"} and ("toy-l-s-math", "base-teacher", "0", "final") in units
 
 
@@ -403,9 +403,9 @@ def test_make_demo_selects_opd_and_scout_with_two_seeds_and_the_probes_of_their_
     cells = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
     assert cells == [("toy-l-s-math", v, s) for v in ("opd", "scout") for s in (1, 2)]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
-    assert grid.settings_in_grid(cfg) == ["toy-l-s-math"]  # no toy-medium, no DAPO mirror to prepare
+    assert jobs.settings_in_grid(cfg) == ["toy-l-s-math"]  # no toy-medium, no DAPO mirror to prepare
     first = re.search(r"--prioritize (\S+)", make).group(1)
-    assert first == f"{grid.analysis_dir(cfg, 'toy-l-s-math')}/continuation.csv"
+    assert first == f"{jobs.analysis_dir(cfg, 'toy-l-s-math')}/continuation.csv"
 
 
 def test_select_on_the_command_line_runs_a_reduced_paper_experiment(tmp_path):
@@ -433,7 +433,7 @@ def test_numbers_given_through_snakemake_config_get_a_hint(tmp_path):
 
 def test_an_overlay_reads_to_scout_as_to_snakemake(tmp_path, capsys):
     """`scout check-config A B` and `scout plan --config A --config B` merge B into A key by key, as
-    `snakemake --configfile A B` does: the README's one-node overlay puts OPD and SCOUT on one node."""
+    `snakemake --configfile A B` does: docs/real-models.md's one-node overlay puts OPD and SCOUT on one node."""
     from scout.cli import main
 
     overlay = tmp_path / "one-node.yaml"
@@ -563,7 +563,7 @@ def test_a_selection_builds_only_what_it_needs(select, settings, probed):
     from tests.conftest import toy_config
 
     cfg = C.validate({**toy_config(), "select": select})
-    assert grid.settings_in_grid(cfg) == settings
+    assert jobs.settings_in_grid(cfg) == settings
     assert cfg.get("analysis", {}).get("settings", []) == probed
 
 

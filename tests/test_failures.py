@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from scout import grid
+from scout import jobs
 from tests.conftest import REPO, mini_config
 
 
@@ -21,7 +21,7 @@ def scout(*args, cwd=None) -> subprocess.CompletedProcess:
 
 def eval_spec(world, tmp_path, **over) -> Path:
     cfg = world["config"]
-    spec = grid.eval_spec(cfg, "toy-l-s-math", "base-student", 0, "final")
+    spec = jobs.eval_spec(cfg, "toy-l-s-math", "base-student", 0, "final")
     spec["model"] = world["student"]
     spec |= over
     path = tmp_path / "spec.json"
@@ -63,12 +63,12 @@ def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
     remake command, and the job's command line is one short line (the config travels as a file)."""
     cfg = mini_config("results")
     (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
-    for path in grid.eval_records(cfg):
+    for path in jobs.eval_records(cfg):
         p = tmp_path / path
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps({"setting": "s", "variant": "v", "seed": 1, "checkpoint": "final", "benchmark": "b",
                                  "mean": 0.5, "sem": 0.1}))  # fmt: skip
-    bad = grid.eval_records(cfg)[0]
+    bad = jobs.eval_records(cfg)[0]
     (tmp_path / bad).write_text('{"mean": 0.')
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from scout import grid, report, resources, status
+from scout import grid, jobs, plan, report, status
 from scout.freshness import Freshness
 from scout.workflow import spec_digest
 from tests.conftest import toy_config
@@ -21,17 +21,17 @@ def _train(work, cfg, variant, seed=1):
     cell = grid.find_cell(cfg, S, variant, seed)
     d = work / grid.train_dir(cfg, S, variant, seed)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "train.json").write_text(json.dumps({"spec": grid.train_job_spec(cfg, cell), "seconds": 1.0}))
+    (d / "train.json").write_text(json.dumps({"spec": jobs.train_job_spec(cfg, cell), "seconds": 1.0}))
     safetensors(d / "model" / "final" / "model.safetensors")  # a whole model: status would call it damaged
     return cell
 
 
 def _evaluate(work, cfg, variant, seed=1):
-    spec = grid.eval_spec(cfg, S, variant, seed, "final")
+    spec = jobs.eval_spec(cfg, S, variant, seed, "final")
     trained = json.loads((work / grid.train_dir(cfg, S, variant, seed) / "train.json").read_text())["spec"]
     d = work / grid.eval_dir(cfg, S, variant, seed, "final")
     d.mkdir(parents=True, exist_ok=True)
-    for b in grid.benchmarks_for(cfg, "math"):
+    for b in jobs.benchmarks_for(cfg, "math"):
         rec = {"setting": S, "variant": variant, "method": variant, "seed": seed, "checkpoint": "final",
                "benchmark": b, "mean": 0.5, "sem": 0.01, "spec_digest": spec_digest(spec),
                "trained": spec_digest(trained)}  # fmt: skip
@@ -44,11 +44,11 @@ def finished(tmp_path):
     for v in ("opd", "scout"):
         _train(tmp_path, cfg, v)
         _evaluate(tmp_path, cfg, v)
-    d = tmp_path / grid.analysis_dir(cfg, S)
+    d = tmp_path / jobs.analysis_dir(cfg, S)
     d.mkdir(parents=True)
     run = grid.train_dir(cfg, S, "scout", 1)
     trained = json.loads((tmp_path / run / "train.json").read_text())["spec"]
-    (d / "analysis.json").write_text(json.dumps({"spec_digest": spec_digest(grid.analysis_spec(cfg, S)),
+    (d / "analysis.json").write_text(json.dumps({"spec_digest": spec_digest(jobs.analysis_spec(cfg, S)),
                                                  "trained": {run: spec_digest(trained)}}))  # fmt: skip
     return tmp_path, cfg
 
@@ -72,10 +72,10 @@ def test_a_changed_hyperparameter_makes_its_runs_their_records_and_the_probes_st
     assert st["evaluations"][0] == 1 and st["evaluations_stale"] == 1
     assert "method_cfg.scout.k: 8 -> 4" in status.render(st)
     # scout plan: the stale training and its evaluation are to run again
-    jobs = resources.plan(new, exists=lambda t: (work / t).exists(), stale=frozenset(x.target for x in stale.values()))
+    jobs = plan.grid_jobs(new, exists=lambda t: (work / t).exists(), stale=frozenset(x.target for x in stale.values()))
     again = jobs[jobs["stale"]]
     assert set(again["rule"]) == {"train", "evaluate", "analysis"} and not again["done"].any()
-    assert "rerun because their outputs are stale" in resources.render(jobs)
+    assert "rerun because their outputs are stale" in plan.render(jobs)
     # the report refuses to label the old K = 8 results with K = 4, naming them
     monkeypatch.chdir(work)
     with pytest.raises(report.ReportError, match=r"toy-l-s-math/scout/s1: its spec changed: .*scout.k: 8 -> 4"):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from scout import grid
+from scout import grid, jobs
 from scout.config import ConfigError, validate
 from scout.embedded import lm, lora
 from scout.embedded.qwen3 import Qwen3
@@ -168,7 +168,7 @@ def test_lora_variant_resolves_into_the_spec_and_leaves_full_teacher_specs_alone
     assert lora_spec["teacher_lora"] == {"rank": 8, "alpha": 16, "target_modules": TARGETS}
     full = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "scout", 1))["method_cfg"]["scout"]
     assert "teacher_lora" not in full  # rank 0: the paper's spec, byte for byte
-    assert grid.compared_teachers(cfg, "toy-l-s-math")[-1] == ("scout-lora", "scout-lora")
+    assert jobs.compared_teachers(cfg, "toy-l-s-math")[-1] == ("scout-lora", "scout-lora")
 
 
 def test_lora_rank_on_a_method_without_teacher_updates_is_refused():

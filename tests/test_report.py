@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from scout import analysis, behaviour, grid, results, tables
+from scout import analysis, behaviour, grid, jobs, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
 from scout.report import ReportError, build
@@ -30,13 +30,13 @@ def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
     """An evaluation record for every unit of the grid (SCOUT a little better than the rest)."""
     rng = random.Random(seed)
     n = 0
-    for unit in grid.eval_units(cfg):
+    for unit in jobs.eval_units(cfg):
         if skip(unit):
             continue
         setting, variant, s, ckpt = unit
         out = Path(grid.eval_dir(cfg, *unit))
         out.mkdir(parents=True, exist_ok=True)
-        for b in grid.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
             rec = {"setting": setting, "variant": variant, "method": variant, "seed": int(s), "checkpoint": ckpt}
             rec |= {"benchmark": b, "mean": mean, "sem": 0.01, "repeats": cfg["benchmarks"][b]["repeats"]}
@@ -223,7 +223,7 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     # SCOUT lost its third run on toy-l-s-math; OPD lost tm-hard of its second run
     fake_records(cfg, skip=lambda u: u[:3] == ("toy-l-s-math", "scout", "3"))
     (Path(grid.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
-    cache = tables.Cache(cfg, results.load(cfg))
+    cache = results.Cache(cfg, results.load(cfg))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)
     n = len(cache.row("toy-l-s-math", "scout").seeds)  # the headline experiment's seeds
@@ -236,7 +236,7 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     # OPD's second run has no Avg (a benchmark is missing), and its Avg aggregate uses 2 runs
     opd = cache.row("toy-l-s-math", "opd")
     m = len(opd.seeds)
-    assert pd.isna(opd.run_avg.loc[2]) and opd.agg(tables.AVG).n == m - 1 and opd.agg("tm-easy").n == m
+    assert pd.isna(opd.run_avg.loc[2]) and opd.agg(results.AVG).n == m - 1 and opd.agg("tm-easy").n == m
     manifest = build(cfg, pdf=False, log=lambda m: None)
     assert "toy-l-s-math/scout/s3/final: all benchmarks" in manifest["missing"]
     assert "toy-l-s-math/opd/s2/final: tm-hard" in manifest["missing"]
@@ -246,7 +246,7 @@ def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
     cfg = toy(tmp_path)
     # SCOUT, the best method in these records, has 1 of its runs on toy-l-s-math
     fake_records(cfg, skip=lambda u: u[:2] == ("toy-l-s-math", "scout") and u[2] != "1")
-    cache = tables.Cache(cfg, results.load(cfg))
+    cache = results.Cache(cfg, results.load(cfg))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)
     (scout,) = [line for line in text.splitlines() if "SCOUT" in line]
@@ -259,7 +259,7 @@ def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
 def test_empty_cache_renders_dashes(tmp_path):
     cfg = toy(tmp_path)
     manifest = build(cfg, pdf=False, log=lambda m: None)
-    assert manifest["records"] == 0 and len(manifest["missing"]) == len(grid.report_units(cfg))
+    assert manifest["records"] == 0 and len(manifest["missing"]) == len(jobs.report_units(cfg))
     text = (Path(cfg["results"]) / "report" / "tables" / "main_toy-l-s-math.tex").read_text()
     assert "--" in text and r"\res{" not in text and r"\val{" not in text
     assert any("skipped" in n for n in manifest["skipped"])
@@ -480,3 +480,16 @@ def test_the_page_names_its_scope_and_prints_small_detectable_effects():
     assert svg.startswith("<svg") and svg.count("<circle") == 5 and svg.count("<line") == 2
     assert "SCOUT: 69.0, 70.0, 71.0; OPD: 68.0, 69.5" in svg
     assert strip_svg(()) == "" and strip_svg((("a", [1.0]), ("b", []))) == ""
+
+
+def test_a_settings_own_interval_reaches_the_sweep_and_the_caption(tmp_path):
+    """f is read from the cells' specs, not the config's methods section: a setting that overrides
+    SCOUT's interval shows its own f in the f-sweep table and in the hyperparameters' caption."""
+    cfg = toy(tmp_path)
+    cfg["settings"]["toy-mg-s-math"]["overrides"] = {"scout": {"interval": 5}}
+    cache = results.Cache(cfg, results.load(cfg))
+    sweep = dict((v, f) for f, v in cache.interval_variants("toy-mg-s-math"))
+    assert sweep == {"scout-f1": 1, "scout-f3": 3, "scout-f4": 4, "scout": 5}
+    assert dict((v, f) for f, v in cache.interval_variants("toy-l-s-math"))["scout"] == 2
+    caption = tables.hyper_table(cfg)["caption"]
+    assert "every f = 2 (toy-l-s-math), 5 (toy-mg-s-math), 2 (toy-l-s-code) steps" in caption

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from scout import config as scout_config
-from scout import results, stats, tables
+from scout import results, stats
 from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data"
@@ -106,7 +106,7 @@ def paper_cache(tmp_path_factory):
 
 
 def _cache(cfg, df, test):
-    return tables.Cache(cfg, df, test=test)
+    return results.Cache(cfg, df, test=test)
 
 
 def test_paper_mean_and_sd_rows(paper_cache):
@@ -162,7 +162,7 @@ def test_paper_highlights(paper_cache):
     hl = {
         (m, b)
         for m in ("esr", "prune_opd", "relay_opd", "scout")
-        for b in [*cache.benchmarks(s), tables.AVG]
+        for b in [*cache.benchmarks(s), results.AVG]
         if stats.significant(cache.p(s, m, b), cache.row(s, m).agg(b).mean, base.agg(b).mean)
     }
     assert hl == {
@@ -172,3 +172,11 @@ def test_paper_highlights(paper_cache):
         ("scout", "math500"),
         ("scout", "avg"),
     }
+
+
+def test_a_runs_avg_sem_by_hand():
+    """Two benchmarks with SEMs 0.3 and 0.4: the Avg's is sqrt(0.09 + 0.16) / 2 = 0.25; a missing one
+    leaves the run's Avg without an error, as it leaves it without an average."""
+    assert stats.avg_sem([0.3, 0.4]) == pytest.approx(0.25)
+    assert stats.avg_sem([0.2]) == pytest.approx(0.2)
+    assert math.isnan(stats.avg_sem([0.3, float("nan")])) and math.isnan(stats.avg_sem([]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from scout import resources
+from scout import plan
 from scout import teacher_cost as tc
 from scout.config import validate
 from tests.conftest import REPO
@@ -52,7 +52,7 @@ def test_the_fewest_nodes_by_hand():
 
 
 def test_where_opd_runs_on_one_node_the_search_starts_there():
-    """OPD on one node of 8 (README's one-node overlay): a rank-16 LoRA teacher fits it, on its own
+    """OPD on one node of 8 (docs/real-models.md's one-node overlay): a rank-16 LoRA teacher fits it, on its own
     quarter (16.6 GB over 2 GPUs: 7.7 GiB + 19.0) or on the engine's half (3.9 GiB + 19.0 a GPU);
     a full teacher shared over 4 GPUs is 18.7 + 19.0 > 36 GiB, so it takes OPD's two nodes again, and
     on a pool of its own three."""
@@ -68,13 +68,13 @@ def test_where_opd_runs_on_one_node_the_search_starts_there():
 
 def test_scout_plan_costs_the_paper_grids_teachers():
     cfg = validate(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()))
-    table = resources.teacher_options(cfg)
+    table = plan.teacher_options(cfg)
     q8 = table[table.setting == "q8b-q1.7b-math"].set_index("option")
     assert q8.loc["OPD", "gpus"] == 16 and q8.loc["OPD", "gpu_hours"] == 16 * 2880 / 60
     assert q8.loc["full teacher, own pool (configured)", "nodes"] == 4  # the paper's placement
     assert q8.loc["full teacher, own pool", "nodes"] == 4 and q8.loc["full teacher, shared", "nodes"] == 3
     assert q8.loc["LoRA r16 teacher, shared", "nodes"] == 2 and q8.loc["LoRA r16 teacher, shared", "fits"] == "yes"
-    text = resources.render_teacher_options(cfg)
+    text = plan.render_teacher_options(cfg)
     assert text.startswith("SCOUT's teacher: GPUs per training job") and "sky7b-ds1.5b-math" in text
     toy = validate(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert resources.render_teacher_options(toy) == ""  # the toy world gives no sizes
+    assert plan.render_teacher_options(toy) == ""  # the toy world gives no sizes

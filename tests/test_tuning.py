@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import grid, tuning
+from scout import grid, jobs, tuning
 from scout.evaluate import check_disjoint
 from scout.toy.world import build_data
 from tests.conftest import dry_run, mini_config
@@ -143,15 +143,15 @@ def test_the_chosen_search_runs_are_the_grids_and_are_never_trained_twice(tmp_pa
     opd, scout = (grid.find_cell(done, "toy-l-s-math", v, 1) for v in ("opd", "scout"))
     assert plans[opd].shares == search[1] and plans[scout].shares == search[2]
     assert plans[grid.find_cell(done, "toy-l-s-math", "opd-2ep", 1)].continues == search[1]
-    assert grid.run_dir(done, "toy-l-s-math", "scout", 1).endswith("train/toy-l-s-math/scout-tlr1.5e-4/s1")
-    assert grid.record_source(done, "toy-l-s-math", "opd", 1, "final") == ("toy-l-s-math", "opd-lr3e-4", "1", "final")
+    assert jobs.run_dir(done, "toy-l-s-math", "scout", 1).endswith("train/toy-l-s-math/scout-tlr1.5e-4/s1")
+    assert jobs.record_source(done, "toy-l-s-math", "opd", 1, "final") == ("toy-l-s-math", "opd-lr3e-4", "1", "final")
     # the chosen runs are evaluated on the test benchmarks; the others on the validation set only
     evaluated = {
-        (v, ck) for s, v, seed, ck in grid.eval_units(done) if s == "toy-l-s-math" and v in {c.variant for c in search}
+        (v, ck) for s, v, seed, ck in jobs.eval_units(done) if s == "toy-l-s-math" and v in {c.variant for c in search}
     }
     assert evaluated == {("opd-lr3e-4", "step2"), ("opd-lr3e-4", "final"), ("scout-tlr1.5e-4", "step2"),
                          ("scout-tlr1.5e-4", "final")}  # fmt: skip
-    assert not any(v in {c.variant for c in search} for _, v, _, _ in grid.report_units(done))
+    assert not any(v in {c.variant for c in search} for _, v, _, _ in jobs.report_units(done))
 
 
 def test_the_teachers_search_trains_at_the_chosen_student_lr(tmp_path):
@@ -202,7 +202,7 @@ def test_a_tuned_setting_without_what_its_search_needs_is_refused(tmp_path, chan
     cfg = mini_config(str(tmp_path / "results"), tuned=True)
     change(cfg)
     with pytest.raises(scout_config.ConfigError, match=message):
-        scout_config.validate(cfg)
+        grid.check(scout_config.validate(cfg))  # as the workflow and scout check a config
 
 
 def test_the_workflow_runs_the_searches_first_and_the_independent_settings_beside_them(tmp_path):

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from scout import algorithms as alg
-from scout import grid, resources
+from scout import grid, jobs, resources
 from scout.catalogue import DataError
 from tests.conftest import REPO
 
@@ -112,7 +112,7 @@ def test_the_student_is_trained_without_thinking_as_it_is_evaluated(world, tmp_p
     msgs = [{"role": "user", "content": MATH["prompt"]}]
     trained = tok.decode(preflight.rendered_prompt(paper_cfg(variant), tok, msgs))
     evaluated = tok.decode(
-        lm.prompt_ids(tok, msgs, grid.eval_spec(PAPER, "q4b-q1.7b-math", variant, 1, "final")["chat"])
+        lm.prompt_ids(tok, msgs, jobs.eval_spec(PAPER, "q4b-q1.7b-math", variant, 1, "final")["chat"])
     )
     assert trained == evaluated and trained.endswith("The answer is\n(Wait)\n\n")
     sky = tok.decode(preflight.rendered_prompt(paper_cfg(variant, setting="sky7b-ds1.5b-math"), tok, msgs))
@@ -326,7 +326,7 @@ def test_optr_keeps_the_k1_signal_only_inside_the_trust_region(monkeypatch):
 
 
 def test_a_method_rows_advantage_function_runs_in_verls_loss(monkeypatch):
-    """A user's method that only reshapes the advantage (README, "Add a method") gets scout's K1
+    """A user's method that only reshapes the advantage (docs/extending.md, "Add a method") gets scout's K1
     loss in verl, which applies the function its row names with its config section: halving the
     advantages of the OPTR example halves verl's plain K1 loss, (-ln 0.05 - 1 + 2) / 5 / 2."""
     from scout.methods import METHODS, Method
@@ -966,7 +966,7 @@ def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok)
     paper["results"] = str(tmp_path / "results")
     paper["datasets"]["openr1-math-46k"]["rows"] = len(rows)
     paper["training"].update(batch_size=batch, mini_batch_size=batch)
-    student_view = grid.data_spec(paper, "openr1-math-46k")["views"][0]
+    student_view = jobs.data_spec(paper, "openr1-math-46k")["views"][0]
     meta = Path(grid.meta_path(paper, "openr1-math-46k"))
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scout.resources import job_resources
 from scout.verl import config as vc
 
 GIB = 1 << 30
@@ -201,7 +202,6 @@ def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -
 def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) -> Row:
     """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
     from scout import grid
-    from scout.resources import job_resources
     from scout.verl.trainer import shared_trainer, teacher_worker_config
 
     spec = grid.cell_spec(config, cell)
@@ -265,7 +265,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")
         return row
-    view = grid._view(config, setting["student"], spec["max_prompt_length"])
+    view = grid.data_view(config, setting["student"], spec["max_prompt_length"])
     key = (setting["train_data"], grid.view_key(view))
     if key not in counts:
         from scout.verl import data as vdata

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from scout import config as scout_config
-from scout import grid
+from scout import grid, jobs
 from scout import resources as scout_resources
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
@@ -19,6 +19,7 @@ if _twice:
         f"give all values after one flag (--configfile A B, --config KEY=VALUE KEY=VALUE)"
     )
 scout_config.validate(config)
+grid.check(config)  # what only the resolved cells show (intervals a run never reaches, validation sets)
 
 RES = config.get("results", "results")
 # Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
@@ -165,30 +166,30 @@ def _search_runs(setting, param):
 
 
 def validate_spec(wc):
-    spec = grid.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    spec = jobs.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
     return job_spec(f"tuning/{wc.setting}/{wc.variant}/s{wc.seed}", spec)
 
 
 def validate_inputs(wc):
-    spec = grid.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    spec = jobs.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
     files = [b["path"] for b in spec["benchmarks"].values()] + list(spec["disjoint_from"].values())
     return files + [f"{grid.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def choice_inputs(wc):
-    return [grid.validation_record(config, c) for c in _search_runs(wc.setting, wc.param)]
+    return [jobs.validation_record(config, c) for c in _search_runs(wc.setting, wc.param)]
 
 
 def choice_spec(wc):
     runs = _search_runs(wc.setting, wc.param)
     s = config["settings"][wc.setting]
-    name, rows, repeats = grid.validation_data(config, s["domain"])
+    name, rows, repeats = jobs.validation_data(config, s["domain"])
     points = {}
     for c in runs:
         lr = dict(c.overrides)[scout_tuning.OVERRIDE[wc.param]]
         p = points.setdefault(lr, {"lr": lr, "variant": c.variant, "seeds": [], "records": []})
         p["seeds"].append(c.seed)
-        p["records"].append(grid.validation_record(config, c))
+        p["records"].append(jobs.validation_record(config, c))
     before = scout_tuning.before(TUNED[wc.setting], wc.param)  # chosen before this search, which trained at them
     spec = {
         "setting": wc.setting,
@@ -206,12 +207,12 @@ def choice_spec(wc):
 
 
 def dataset_spec(wc):
-    return job_spec(f"data/{wc.dataset}", grid.data_spec(config, wc.dataset))
+    return job_spec(f"data/{wc.dataset}", jobs.data_spec(config, wc.dataset))
 
 
 def holdout_inputs(wc):
     """A dataset with a validation slice reads its domain's test benchmarks (the slice skips their prompts)."""
-    return grid.data_spec(config, wc.dataset).get("tests", [])
+    return jobs.data_spec(config, wc.dataset).get("tests", [])
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -219,20 +220,20 @@ def holdout_inputs(wc):
 
 def train_spec(wc):
     cfg = config_for(wc)
-    cell = grid.trained_cell(cfg, wc.setting, wc.variant, wc.seed)
-    return job_spec(f"train/{cell.key}", grid.train_job_spec(cfg, cell))
+    cell = jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)
+    return job_spec(f"train/{cell.key}", jobs.train_job_spec(cfg, cell))
 
 
 def train_inputs(wc):
     cfg = config_for(wc)
-    return grid.train_inputs(cfg, grid.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
+    return jobs.train_inputs(cfg, jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
 
 
 def training_data():
     """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
-    names = {config["settings"][s]["train_data"] for s in grid.settings_in_grid(config)}
+    names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(config)}
     models = config["models"]
-    names |= {models[m]["prepare"]["data"] for m in grid.models_in_grid(config) if "prepare" in models[m]}
+    names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(config) if "prepare" in models[m]}
     return sorted(grid.data_path(config, n) for n in names)
 
 
@@ -241,7 +242,7 @@ def preflight_files():
 
 
 def teacher_spec(wc):
-    return job_spec(f"teachers/{wc.model}", grid.teacher_job_spec(config, wc.model))
+    return job_spec(f"teachers/{wc.model}", jobs.teacher_job_spec(config, wc.model))
 
 
 def teacher_inputs(wc):
@@ -253,14 +254,14 @@ def teacher_inputs(wc):
 
 
 def eval_spec(wc):
-    spec = grid.eval_spec(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
+    spec = jobs.eval_spec(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     return job_spec(f"eval/{wc.setting}/{wc.variant}/s{wc.seed}/{wc.ckpt}", spec)
 
 
 def eval_inputs(wc):
-    grid.check_evaluated(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
+    jobs.check_evaluated(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
-    data = [grid.data_path(config, b) for b in grid.benchmarks_for(config, s["domain"])]
+    data = [grid.data_path(config, b) for b in jobs.benchmarks_for(config, s["domain"])]
     if wc.variant == "base-student":
         return data + grid.model_inputs(config, s["student"])
     if wc.variant == "base-teacher":
@@ -270,12 +271,12 @@ def eval_inputs(wc):
 
 def eval_outputs(domain):
     return [
-        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in grid.benchmarks_for(config, domain)
+        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in jobs.benchmarks_for(config, domain)
     ]
 
 
 def eval_records(wc=None):
-    return grid.eval_records(resolved() if TUNED else config)
+    return jobs.eval_records(resolved() if TUNED else config)
 
 
 def summary_files():
@@ -290,11 +291,11 @@ def _config_of_setting(setting):
 
 
 def analysis_spec(wc):
-    return job_spec(f"analysis/{wc.setting}", grid.analysis_spec(_config_of_setting(wc.setting), wc.setting))
+    return job_spec(f"analysis/{wc.setting}", jobs.analysis_spec(_config_of_setting(wc.setting), wc.setting))
 
 
 def analysis_inputs(wc):
-    return grid.analysis_inputs(_config_of_setting(wc.setting), wc.setting)
+    return jobs.analysis_inputs(_config_of_setting(wc.setting), wc.setting)
 
 
 def independent_targets():
@@ -302,17 +303,17 @@ def independent_targets():
     the searches run (the aggregate, which needs every choice, waits for them)."""
     if not TUNED:
         return []
-    units = [u for u in grid.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
+    units = [u for u in jobs.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
     out = []
     for setting, variant, seed, ckpt in units:
         folder = grid.eval_dir(config, setting, variant, seed, ckpt)
-        out += [f"{folder}/{b}.json" for b in grid.benchmarks_for(config, config["settings"][setting]["domain"])]
+        out += [f"{folder}/{b}.json" for b in jobs.benchmarks_for(config, config["settings"][setting]["domain"])]
     probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
-    return out + [f"{grid.analysis_dir(config, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
+    return out + [f"{jobs.analysis_dir(config, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
 
 
 def toy_pretrain_spec(wc):
-    return job_spec(f"toy/pretrain-{wc.model}", grid.toy_pretrain_spec(config, wc.model))
+    return job_spec(f"toy/pretrain-{wc.model}", jobs.toy_pretrain_spec(config, wc.model))
 
 
 def config_spec():
@@ -327,7 +328,7 @@ def tuning_files():
 
 def analysis_files():
     settings = config.get("analysis", {}).get("settings", [])
-    return [f"{grid.analysis_dir(config, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
+    return [f"{jobs.analysis_dir(config, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
 
 
 # -- report -------------------------------------------------------------------------------------

@@ -1,0 +1,400 @@
+"""What each job of the workflow is given and needs, from the grid of cells (``scout.grid``): the
+units the rules expand (evaluations, validations, teacher probes), each job's spec (its params, which
+the results record, so that what exists can be compared with what the config asks for now:
+``scout.freshness``), its inputs, and where a cell's run and records live once runs are shared.
+"""
+
+from __future__ import annotations
+
+import json
+
+from scout import tuning
+from scout.config import HOLDOUT, ConfigError, validation_sets
+from scout.grid import (
+    BASE_VARIANTS,
+    CONTROL,
+    Cell,
+    all_cells,
+    cell_spec,
+    cells,
+    chat_options,
+    checkpoint_steps,
+    checkpoints,
+    data_path,
+    data_view,
+    eval_dir,
+    find_cell,
+    model_inputs,
+    model_path,
+    run_plans,
+    run_spec,
+    serves,
+    teacher_prep_spec,
+    train_dir,
+    variant_seeds,
+    view_key,
+)
+from scout.resources import job_resources
+
+
+def data_spec(config: dict, name: str) -> dict:
+    """What ``scout prepare-data`` needs for one dataset or benchmark: its entry, the source, and for
+    a training set the views verl will load it through (tokenizer, chat options, prompt limit), so
+    that preparation counts the rows verl's overlong-prompt filter keeps. A dataset with a
+    ``holdout`` is written without its validation slice, and ``DATASET.holdout`` is that slice
+    (``part``); both skip rows whose prompt is a test prompt (``tests``)."""
+    part = "holdout" if name.endswith(HOLDOUT) else "train"
+    base = name.removesuffix(HOLDOUT)
+    entry = config.get("datasets", {}).get(base) or config["benchmarks"][base]
+    spec = {"name": base, **entry, **config.get("data", {})}
+    if entry.get("holdout"):
+        spec["part"] = part
+        spec["tests"] = [data_path(config, b) for b in benchmarks_for(config, entry["domain"])]
+    if part == "holdout":
+        return spec
+    if name in config.get("datasets", {}):
+        spec["views"] = sorted(
+            {json.dumps(v, sort_keys=True): v for v in _training_views(config, name)}.values(), key=view_key
+        )
+    return spec
+
+
+def _training_views(config: dict, data: str) -> list[dict]:
+    out = []
+    for s in config["settings"].values():
+        if s["train_data"] == data:
+            out.append(data_view(config, s["student"], s.get("max_prompt_length", config["training"]["max_prompt_length"])))
+    for spec in config["models"].values():
+        if spec.get("prepare", {}).get("data") == data:
+            out.append(data_view(config, spec["prepare"]["base"], config["training"]["max_prompt_length"]))
+    return out
+
+
+def _with_resources(config: dict, spec: dict, family: str, cell: Cell | None = None) -> dict:
+    """The verl backend places its pools from the job's resources; the embedded one needs none."""
+    if config["backend"] != "verl":
+        return spec
+    where = (cell.setting, cell.method, cell.variant) if cell else ()
+    return {**spec, "resources": job_resources(config, family, *where)}
+
+
+def train_job_spec(config: dict, cell: Cell) -> dict:
+    """The spec of a cell's training job."""
+    return _with_resources(config, run_spec(config, cell), "train", cell)
+
+
+def teacher_job_spec(config: dict, model_id: str) -> dict:
+    """The spec of a teacher-preparation job."""
+    return _with_resources(config, teacher_prep_spec(config, model_id), "prepare_teacher")
+
+
+def toy_pretrain_spec(config: dict, model_id: str) -> dict:
+    """The spec of a toy model's pretraining job."""
+    res = config.get("results", "results")
+    return {
+        "arch": config["models"][model_id]["toy"],
+        "tokenizer": f"{res}/toy/tokenizer",
+        "data": [data_path(config, s) for s in config["toy"]["pretrain_mix"]],
+        "seed": config["toy"]["seed"],
+    }
+
+
+def record_source(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> tuple[str, str, str, str]:
+    """The evaluated unit whose records stand for this one: itself, or the run it shares or
+    continues from (its step N in the shorter run's naming: ``final`` at that run's last step)."""
+    if variant in BASE_VARIANTS:
+        return setting, variant, str(seed), ckpt
+    cell = find_cell(config, setting, variant, int(seed))
+    plan = run_plans(config)[cell]
+    if plan.shares is not None:
+        s = plan.shares
+        return record_source(config, s.setting, s.variant, s.seed, ckpt)
+    if plan.continues is not None:
+        step = cell_spec(config, cell)["total_steps"] if ckpt == "final" else int(ckpt[4:])
+        base = cell_spec(config, plan.continues)
+        if step <= base["total_steps"]:
+            name = "final" if step == base["total_steps"] else f"step{step}"
+            s = plan.continues
+            return record_source(config, s.setting, s.variant, s.seed, name)
+    return setting, variant, str(seed), ckpt
+
+
+def trained_cell(config: dict, setting: str, variant: str, seed: str | int) -> Cell:
+    """The cell of a training job; a cell whose run is another cell's has no job of its own."""
+    cell = find_cell(config, setting, variant, int(seed))
+    owner = run_plans(config)[cell].shares
+    if owner is not None:
+        raise ConfigError(f"{cell.key} shares the run of {owner.key} (the same training spec): target that one")
+    return cell
+
+
+def train_inputs(config: dict, cell: Cell) -> list[str]:
+    """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
+    s = config["settings"][cell.setting]
+    out = [data_path(config, s["train_data"]), *model_inputs(config, s["student"]), *model_inputs(config, s["teacher"])]
+    start = run_plans(config)[cell].continues
+    if start is not None:
+        out.append(f"{train_dir(config, start.setting, start.variant, start.seed)}/train.json")
+    return out
+
+
+def check_evaluated(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> None:
+    """Refuse an evaluation job for a unit whose records are another run's (a shared run)."""
+    source = record_source(config, setting, variant, seed, ckpt)
+    if source != (setting, variant, str(seed), ckpt):
+        s, v, n, c = source
+        raise ConfigError(f"{setting}/{variant}/s{seed}/{ckpt} is evaluated as {s}/{v}/s{n}/{c} (a shared run): "
+                          "target that one")  # fmt: skip
+
+
+def shared_runs(config: dict) -> dict[tuple[str, str], tuple[str, str]]:
+    """(setting, variant) -> (setting, variant) whose runs it reports, for variants that train none of
+    their own (every seed shares another cell's run): the tables say so."""
+    plans = run_plans(config)
+    out: dict[tuple[str, str], set] = {}
+    for c in cells(config):
+        s = plans[c].shares
+        out.setdefault((c.setting, c.variant), set()).add((s.setting, s.variant) if s else None)
+    return {k: next(iter(v)) for k, v in out.items() if len(v) == 1 and None not in v}
+
+
+def benchmarks_for(config: dict, domain: str) -> list[str]:
+    return [b for b, spec in config["benchmarks"].items() if spec["domain"] == domain]
+
+
+def _base_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """The untrained student and teacher of each setting the grid trains (a reduced experiment,
+    ``select``, evaluates and reports its own settings only)."""
+    used = {c.setting for c in cells(config)}
+    return [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
+
+
+def report_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """(setting, variant, seed, checkpoint) of every result the report shows: base rows and every
+    cell's checkpoints, whichever run they come from (``record_source``)."""
+    units = _base_units(config)
+    for cell in cells(config):
+        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(cell_spec(config, cell))]
+    return units
+
+
+def settings_in_grid(config: dict) -> list[str]:
+    """The settings a job of the grid touches: those its cells train and those its teacher probes
+    visit (a reduced experiment, ``select``, builds the models and data of these only)."""
+    used = {c.setting for c in cells(config)} | set(config.get("analysis", {}).get("settings", []))
+    return [s for s in config["settings"] if s in used]
+
+
+def models_in_grid(config: dict) -> list[str]:
+    """The models the grid's jobs load: teacher and student of each setting it touches, and the base
+    each prepared teacher starts from (what pretraining, teacher preparation and data serve)."""
+    settings = [config["settings"][s] for s in settings_in_grid(config)]
+    used = {s[role] for s in settings for role in ("teacher", "student")}
+    used |= {config["models"][m]["prepare"]["base"] for m in used if "prepare" in config["models"][m]}
+    return sorted(used)
+
+
+def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
+    """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
+    of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
+    units = _base_units(config)
+    plans = run_plans(config)
+    needed = {k: v for k, v in config.items() if k != "selected_from"}  # a selection evaluates what it uses
+    for cell in all_cells(config):
+        if plans[cell].shares is None and serves(config, cell):  # a tuning run the grid does not use: validation only
+            spec = run_spec(needed, cell)
+            units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
+    return units
+
+
+def eval_records(config: dict) -> list[str]:
+    """Every evaluation record the grid writes (one per unit and benchmark of its domain)."""
+    out = []
+    for setting, variant, seed, ckpt in eval_units(config):
+        domain = config["settings"][setting]["domain"]
+        out += [f"{eval_dir(config, setting, variant, seed, ckpt)}/{b}.json" for b in benchmarks_for(config, domain)]
+    return out
+
+
+def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
+    """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
+    s = config["settings"][setting]
+    evaluated = s["teacher"] if variant == "base-teacher" else s["student"]
+    run_dir, step = None, None
+    if variant in BASE_VARIANTS:
+        model = model_path(config, evaluated)
+    else:
+        run_dir = train_dir(config, setting, variant, seed)
+        model = f"{run_dir}/model/{ckpt}"
+        cell = find_cell(config, setting, variant, int(seed))
+        step = int(ckpt[4:]) if ckpt.startswith("step") else cell_spec(config, cell)["total_steps"]
+    method = variant
+    if variant not in BASE_VARIANTS:
+        method = find_cell(config, setting, variant, int(seed)).method
+    return {
+        "world": config["world"],
+        "setting": setting,
+        "variant": variant,
+        "method": method,
+        "seed": int(seed),
+        "checkpoint": ckpt,
+        "model": model,
+        "domain": s["domain"],
+        "benchmarks": {
+            b: {**config["benchmarks"][b], "path": data_path(config, b), "repeats": _repeats(config, b, ckpt)}
+            for b in benchmarks_for(config, s["domain"])
+        },
+        "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
+        "engine": config["evaluation"].get("engine", "transformers"),
+        "engine_options": config["evaluation"].get("engine_options", {}),
+        "chat": chat_options(config, evaluated),
+        "threads": config["training"].get("threads", 1),
+        "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
+        "step": step,
+    }
+
+
+def validation_data(config: dict, domain: str) -> tuple[str, int, int]:
+    """(dataset, rows, repeats) of a domain's validation set (``tuning.validation``)."""
+    v = config["tuning"]["validation"][domain]
+    return v["data"], validation_sets(config)[v["data"]]["rows"], v["repeats"]
+
+
+def validation_record(config: dict, cell: Cell) -> str:
+    """The record of a tuning run's validation (the workflow's ``validate`` output)."""
+    name, _, _ = validation_data(config, config["settings"][cell.setting]["domain"])
+    return f"{tuning.validation_dir(config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
+
+
+def validation_spec(config: dict, setting: str, variant: str, seed: str | int) -> dict:
+    """A tuning run's evaluation on its domain's validation set: the final checkpoint, the test
+    benchmarks' files named so that the job refuses a validation prompt that is also a test one."""
+    s = config["settings"][setting]
+    name, rows, repeats = validation_data(config, s["domain"])
+    spec = eval_spec(config, setting, variant, seed, "final")
+    spec["disjoint_from"] = {b: v["path"] for b, v in spec["benchmarks"].items()}
+    spec["benchmarks"] = {name: {"domain": s["domain"], "rows": rows, "repeats": repeats,
+                                 "path": data_path(config, name)}}  # fmt: skip
+    spec["run_dir"] = None  # the run's tracking logs its test evaluations only
+    return spec
+
+
+def _repeats(config: dict, benchmark: str, ckpt: str) -> int:
+    """Samples per question: the benchmark's ``repeats`` at final checkpoints, whose precision the
+    tables and claims rest on; ``evaluation.intermediate_repeats`` (fewer) at the curves' points."""
+    full = config["benchmarks"][benchmark]["repeats"]
+    if ckpt == "final":
+        return full
+    return min(full, config["evaluation"].get("intermediate_repeats", full))
+
+
+def analysis_dir(config: dict, setting: str) -> str:
+    return f"{config.get('results', 'results')}/analysis/{setting}"
+
+
+def analysis_spec(config: dict, setting: str) -> dict:
+    """The teacher probes of one setting: the initial teacher on the initial student's and its own
+    responses to one benchmark (the base rows' evaluation generations), and each SCOUT run's
+    trained teacher on the initial and the final student's responses."""
+    a = config["analysis"]
+    bench = a["benchmark"]
+    teacher = config["settings"][setting]["teacher"]
+    return {
+        "setting": setting,
+        "teacher": model_path(config, teacher),
+        "benchmark_path": data_path(config, bench),
+        "student_generations": f"{eval_dir(config, setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher_generations": f"{eval_dir(config, setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
+        "runs": [
+            {
+                "seed": seed,
+                "checkpoint": ckpt,
+                "teacher": f"{run_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
+                "generations": f"{source_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
+            }
+            for seed in probed_seeds(config, setting, "scout")
+            for ckpt in _probed_checkpoints(config, setting, seed)
+        ],
+        # other trained teachers, probed on the initial student's prefixes: the prefix-0 control's
+        # (label "control") and each LoRA teacher's (labelled by its variant)
+        "controls": [
+            {"label": label, "seed": seed, "teacher": f"{run_dir(config, setting, variant, seed)}/model/final-teacher"}
+            for variant, label in compared_teachers(config, setting)
+            for seed in probed_seeds(config, setting, variant)
+        ],
+        "ratios": a["ratios"],
+        "split": config["methods"]["scout"].get("split", "response"),  # prefixes cut as SCOUT cuts them
+        "answer_marker": config["methods"]["scout"].get("answer_marker", {}).get(config["settings"][setting]["domain"]),
+        "k": a["k"],
+        "responses": a.get("responses"),
+        "questions": a.get("questions"),
+        "max_new_tokens": a["max_new_tokens"],
+        "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
+        "engine_options": config["evaluation"].get("engine_options", {}),
+        "engine": config["evaluation"].get("engine", "transformers"),
+        "chat": chat_options(config, teacher),
+        "threads": config["training"].get("threads", 1),
+    }
+
+
+def probed_seeds(config: dict, setting: str, variant: str) -> list[int]:
+    """The seeds of a variant whose trained teachers the probes visit: ``analysis.seeds`` where the
+    config limits them (a claim's extra seeds need not all be probed), else every seed."""
+    seeds = variant_seeds(config).get((setting, variant), [])
+    wanted = (config.get("analysis") or {}).get("seeds")
+    return [s for s in seeds if wanted is None or s in wanted]
+
+
+def compared_teachers(config: dict, setting: str) -> list[tuple[str, str]]:
+    """(variant, probe label) of the trained teachers the probes set beside SCOUT's on a setting: the
+    prefix-0 control's, then every SCOUT variant whose teacher trains LoRA adapters."""
+    out = [(CONTROL, "control")] if (setting, CONTROL) in variant_seeds(config) else []
+    lora = {c.variant for c in cells(config)
+            if c.setting == setting and c.method == "scout" and dict(c.overrides).get("teacher_lora_rank")}  # fmt: skip
+    return out + [(v, v) for v in sorted(lora)]
+
+
+def probe_labels(checkpoint: str) -> tuple[str, str]:
+    """(teacher, prefixes) labels of a SCOUT run's ``checkpoint`` in the analysis' continuation.csv;
+    the final checkpoint keeps the plain names ("scout", "final-student")."""
+    if checkpoint == "final":
+        return "scout", "final-student"
+    return f"scout@{checkpoint}", f"student@{checkpoint}"
+
+
+def _probed_checkpoints(config: dict, setting: str, seed: int) -> list[str]:
+    """The matched checkpoints of a SCOUT run the probes visit (``analysis.checkpoints``) and final."""
+    spec = cell_spec(config, find_cell(config, setting, "scout", seed))
+    return [f"step{s}" for s in checkpoint_steps(spec) if s in spec.get("probe_steps", [])] + ["final"]
+
+
+def analysis_inputs(config: dict, setting: str) -> list[str]:
+    bench = config["analysis"]["benchmark"]
+    out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
+    out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
+    for variant, _ in compared_teachers(config, setting):
+        out += [f"{run_dir(config, setting, variant, seed)}/train.json" for seed in probed_seeds(config, setting, variant)]
+    for seed in probed_seeds(config, setting, "scout"):
+        out.append(f"{run_dir(config, setting, 'scout', seed)}/train.json")
+        out += [
+            f"{source_dir(config, setting, 'scout', seed, c)}/{bench}.json"
+            for c in _probed_checkpoints(config, setting, seed)
+        ]
+    return out
+
+
+def run_owner(config: dict, setting: str, variant: str, seed: int | str) -> Cell:
+    """The cell whose job trains a cell's run: itself, or the one it shares (a tuning run, say)."""
+    cell = find_cell(config, setting, variant, int(seed))
+    return run_plans(config)[cell].shares or cell
+
+
+def run_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
+    """The folder of the run a cell's training is (``run_owner``'s)."""
+    owner = run_owner(config, setting, variant, seed)
+    return train_dir(config, owner.setting, owner.variant, owner.seed)
+
+
+def source_dir(config: dict, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
+    """The evaluation folder whose records stand for a unit's (``record_source``)."""
+    return eval_dir(config, *record_source(config, setting, variant, seed, ckpt))

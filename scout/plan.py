@@ -1,0 +1,261 @@
+"""What the whole grid requests from the cluster, before anything is submitted: every job with its
+time limit, nodes and GPUs (``scout.resources``), the disk its checkpoints take at their largest,
+what sharing runs saves, and the GPUs SCOUT's teacher takes by how it trains (``scout plan``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pandas as pd
+
+from scout import grid, jobs
+from scout import teacher_cost as tc
+from scout.methods import METHODS
+from scout.resources import job_resources
+
+# ------------------------------------------------------------------------------------------------
+# Disk: what a training run's checkpoints hold at their largest
+# ------------------------------------------------------------------------------------------------
+
+# A resumable checkpoint (verl's FSDP one) holds fp32 weights and Adam's two fp32 moments per
+# parameter; an evaluated export holds bf16 weights.
+CHECKPOINT_BYTES_PER_PARAM = 12
+EXPORT_BYTES_PER_PARAM = 2
+
+
+def model_params(config: dict, model: str) -> float | None:
+    """Parameters of a model in billions (``models.<id>.params``; a prepared teacher has its
+    base's), or None where the config does not say."""
+    spec = config["models"][model]
+    if "prepare" in spec:
+        return model_params(config, spec["prepare"]["base"])
+    return spec.get("params")
+
+
+def model_arch(config: dict, model: str) -> dict | None:
+    """A model's architecture (``models.<id>.arch``: its config.json's keys; a prepared teacher has
+    its base's), or None where the config does not say."""
+    spec = config["models"][model]
+    if "prepare" in spec:
+        return model_arch(config, spec["prepare"]["base"])
+    return spec.get("arch")
+
+
+def peak_disk_gb(config: dict, cell: grid.Cell) -> float | None:
+    """The most disk a cell's training run holds at once, in GB: the checkpoints the grid
+    evaluates (kept, with optimizer state, so the run can also resume from them), the latest one
+    and the next one while it is written (the latest is deleted only after the next is whole),
+    each of the student and, for a method that trains it, the teacher; plus the student's bf16
+    exports of every evaluated checkpoint. None where a model's size is not in the config."""
+    setting = config["settings"][cell.setting]
+    student = model_params(config, setting["student"])
+    teacher = model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
+    if student is None or teacher is None:
+        return None
+    kept = len(grid.checkpoint_steps(grid.run_spec(config, cell)))
+    checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
+    exports = (kept + 1) * student * EXPORT_BYTES_PER_PARAM
+    return checkpoints + exports  # billions of parameters x bytes = GB
+
+
+# ------------------------------------------------------------------------------------------------
+# The plan: every job of the grid with what it requests
+# ------------------------------------------------------------------------------------------------
+
+
+def _rows(config: dict) -> list[dict]:
+    """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
+    preparation, aggregation, report) request no cluster time and are left out."""
+    res = config.get("results", "results")
+    rows = []
+
+    def add(experiment, rule, target, r, disk=None):
+        rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk})
+
+    models = config["models"]
+    used = jobs.models_in_grid(config)  # a reduced experiment's only
+    prepared = [m for m in used if "prepare" in models[m]]
+    if config["world"] == "toy":
+        toy = job_resources(config, "toy")
+        add("toy world", "toy_data", f"{res}/toy/data", toy)
+        add("toy world", "toy_tokenizer", f"{res}/toy/tokenizer/tokenizer.json", toy)
+        for m in sorted(m for m in used if "toy" in models[m]):
+            add("toy world", "toy_pretrain", f"{res}/toy/models/{m}/model.safetensors", toy)
+    for m in prepared:
+        add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
+    experiment_of = {}
+    plans = grid.run_plans(config)
+    for c in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
+        experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
+        if plans[c].shares is not None:  # trained (and evaluated) as another cell
+            continue
+        r = job_resources(config, "train", c.setting, c.method, c.variant)
+        target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
+        add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
+        if grid.is_search(c):
+            add("tuning", "validate", jobs.validation_record(config, c), job_resources(config, "evaluate"))
+    for setting, variant, seed, ckpt in jobs.eval_units(config):
+        first = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
+        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"))
+    for s in config.get("analysis", {}).get("settings", []):
+        add(
+            "analysis",
+            "analysis",
+            f"{jobs.analysis_dir(config, s)}/continuation.csv",
+            job_resources(config, "analysis"),
+        )
+    return rows
+
+
+def grid_jobs(
+    config: dict, exists: Callable[[str], bool] = os.path.exists, stale: frozenset[str] = frozenset()
+) -> pd.DataFrame:
+    """One row per job: what it requests (time limit x nodes x GPUs) and whether its output is
+    already there and fresh (``stale``: the targets whose outputs another spec made,
+    ``scout.freshness``). Requested hours are upper bounds: a job that ends early gives the rest
+    back."""
+    df = pd.DataFrame(_rows(config))
+    df["gpus"] = df["nodes"] * df["gpus_per_node"]
+    df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
+    df["node_hours"] = df["nodes"] * df["runtime"] / 60
+    df["stale"] = [t in stale for t in df["target"]]
+    df["done"] = [exists(t) and not st for t, st in zip(df["target"], df["stale"], strict=True)]
+    return df
+
+
+def sharing(config: dict) -> str:
+    """What sharing runs saves (``grid.run_plans``): the jobs and requested GPU-hours of training
+    every cell on its own, against the plan."""
+    alone = grid_jobs({**config, "training": {**config["training"], "share_runs": False}}, exists=lambda _: False)
+    shared = grid_jobs(config, exists=lambda _: False)
+    plans = grid.run_plans(config)
+    n_shared = sum(p.shares is not None for p in plans.values())
+    n_cont = sum(p.continues is not None for p in plans.values())
+    if not n_shared and not n_cont:
+        return "Every cell trains a run of its own (no two cells have the same training spec)."
+    keys = [f"{c.key} = {p.shares.key}" for c, p in plans.items() if p.shares is not None]
+    keys += [f"{c.key} continues {p.continues.key}" for c, p in plans.items() if p.continues is not None]
+    saved = alone["gpu_hours"].sum() - shared["gpu_hours"].sum()
+    return (
+        f"Shared runs: {n_shared} cells share another cell's run and {n_cont} continue a shorter one; "
+        f"{len(alone) - len(shared)} jobs fewer, {saved:,.0f} GPU-hours fewer requested:\n  " + "\n  ".join(keys)
+    )
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment: jobs (all and still to run) and the GPU- and node-hours still to request."""
+    todo = table[~table["done"]]
+    order = list(dict.fromkeys(table["experiment"]))
+    out = pd.DataFrame(
+        {
+            "jobs": table.groupby("experiment").size(),
+            "to_run": todo.groupby("experiment").size(),
+            "max_nodes": todo.groupby("experiment")["nodes"].max(),
+            "gpu_hours": todo.groupby("experiment")["gpu_hours"].sum(),
+            "node_hours": todo.groupby("experiment")["node_hours"].sum(),
+        }
+    ).reindex(order)
+    out = out.fillna(0).astype({"jobs": int, "to_run": int, "max_nodes": int})
+    out.loc["total"] = [
+        len(table),
+        len(todo),
+        int(todo["nodes"].max() if len(todo) else 0),
+        *todo[["gpu_hours", "node_hours"]].sum(),
+    ]
+    out.index.name = "experiment"
+    return out
+
+
+def render(table: pd.DataFrame) -> str:
+    """The plan as the text ``scout plan`` prints: per experiment, then per rule and size."""
+    todo = table[~table["done"]]
+    if not len(todo):
+        return f"Nothing to run: all {len(table)} jobs of the grid have their outputs, made with the config's specs."
+    by_shape = todo.groupby(["rule", "nodes", "gpus_per_node", "runtime"]).size().rename("jobs").reset_index()
+    lines = [
+        "Jobs and requested hours still to run (hours = Slurm time limit x nodes [x GPUs]; an upper bound):",
+        summary(table).to_string(float_format=lambda x: f"{x:,.0f}"),
+        "",
+        "Job shapes still to run (runtime in minutes):",
+        by_shape.to_string(index=False),
+    ]
+    if table["stale"].any():
+        lines[0:0] = [f"{int(table['stale'].sum())} of them rerun because their outputs are stale (made with another "
+                      "spec than the config gives now; scout status says why).", ""]  # fmt: skip
+    disk = disk_table(todo)
+    if len(disk):
+        lines += [
+            "",
+            f"Peak disk per training run still to run (GB; checkpoints at {CHECKPOINT_BYTES_PER_PARAM} B/parameter, "
+            f"exports at {EXPORT_BYTES_PER_PARAM}):",
+            disk.to_string(index=False, float_format=lambda x: f"{x:,.0f}"),
+        ]
+    return "\n".join(lines)
+
+
+def disk_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Training runs grouped by their peak disk (one row per size, largest first): the runs, the
+    settings and variants they are, and the disk they hold together at their peaks."""
+    train = table[(table["rule"] == "train") & table["peak_disk_gb"].notna()].copy()
+    if not len(train):
+        return pd.DataFrame()
+    parts = train["target"].str.split("/")
+    train["run"] = parts.str[-4] + "/" + parts.str[-3] + "/" + parts.str[-2]
+    out = (
+        train.groupby("peak_disk_gb")
+        .agg(runs=("run", "size"), examples=("run", lambda r: ", ".join(list(r)[:2]) + (", ..." if len(r) > 2 else "")))
+        .reset_index()
+        .sort_values("peak_disk_gb", ascending=False)
+    )
+    out["all_at_once_gb"] = out["runs"] * out["peak_disk_gb"]
+    return out[["peak_disk_gb", "runs", "all_at_once_gb", "examples"]]
+
+
+# ------------------------------------------------------------------------------------------------
+# SCOUT's teacher: GPUs per training job by how the teacher trains and where it sits
+# ------------------------------------------------------------------------------------------------
+
+
+def teacher_options(config: dict) -> pd.DataFrame:
+    """Per setting the grid trains SCOUT on: OPD's training job, SCOUT's as configured, and the
+    fewest nodes for a full teacher, a LoRA one, and each on the engine's GPUs (``scout.teacher_cost``):
+    nodes, GPUs, GPU-hours at the requested runtime, what the teacher's trainer holds per GPU and
+    what each weight sync moves. Empty where the config gives no sizes (the toy world)."""
+    lora = config["methods"]["scout"].get("teacher_lora") or {}
+    rows = []
+    scout_settings = dict.fromkeys(c.setting for c in grid.cells(config) if METHODS[c.method].trains_teacher)
+    for setting in scout_settings:
+        teacher = config["settings"][setting]["teacher"]
+        params, arch = model_params(config, teacher), model_arch(config, teacher)
+        opd = job_resources(config, "train", setting, "opd", "opd")
+        sc = job_resources(config, "train", setting, "scout", "scout")
+        if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
+            continue
+        s, tr = config["settings"][setting], config["training"]
+        tokens = s.get("max_prompt_length", tr["max_prompt_length"]) + tr["max_response_length"]
+        gpus = opd["nodes"] * opd["gpus_per_node"]
+        rows.append({"setting": setting, "option": "OPD", "nodes": opd["nodes"], "gpus": gpus,
+                     "gpu_hours": tc.gpu_hours(gpus, opd["runtime"])})  # fmt: skip
+        found = tc.options(params, arch, tokens, sc["nodes"], sc["gpus_per_node"], sc["gpu_mem_gb"],
+                           lora.get("rank", 0), lora.get("target_modules") or grid.LORA_TARGETS, opd["nodes"])  # fmt: skip
+        for o in found:
+            rows.append({"setting": setting, "option": o.name, "nodes": o.nodes, "gpus": o.gpus,
+                         "gpu_hours": tc.gpu_hours(o.gpus, sc["runtime"]), "trainer_gpus": o.trainer_gpus,
+                         "state_gib": o.state_gib_per_gpu, "activation_gib": o.activation_gib, "sync_mib": o.sync_mib,
+                         "fits": "yes" if o.fits else "no"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def render_teacher_options(config: dict) -> str:
+    """``teacher_options`` as ``scout plan`` prints it (empty where there is nothing to cost)."""
+    table = teacher_options(config)
+    if not len(table):
+        return ""
+    head = (f"SCOUT's teacher: GPUs per training job (GPU-hours at the requested runtime; scout/teacher_cost.py). "
+            f"The teacher's trainer fits when its state ({tc.TRAINED_BYTES} B a trained parameter, {tc.FROZEN_BYTES} B "
+            f"a frozen one, per GPU) and one micro-batch's activations take at most {tc.USABLE:.0%} of a GPU; 'shared' "
+            f"puts it on the engine's GPUs (the engine sleeps while it trains); sync: what one teacher update sends "
+            f"to the engine.")  # fmt: skip
+    return head + "\n" + table.to_string(index=False, na_rep="", float_format=lambda x: f"{x:,.1f}")
