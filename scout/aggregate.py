@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout.behaviour import behaviour_table
-from scout.results import read_record
+from scout.results import read_record, with_shared
 from scout.stats import avg_sem
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
@@ -58,8 +58,6 @@ def summarize(
     behaviour = behaviour_table(records.to_dict("records"), [generations_of(p) for p in record_paths])
     behaviour = behaviour.assign(checkpoint="final")
     if config is not None:
-        from scout.results import with_shared
-
         records = with_shared(config, records.astype({"seed": int}))
         behaviour = with_shared(config, behaviour)
     runs = per_run(records)

@@ -39,6 +39,7 @@ from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
 from scout.prepare import load_rows
+from scout.workflow import spec_digest
 
 CONTINUATION = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "accuracy", "n", "prefix_tokens",
                 "continuation_tokens", "committed"]  # fmt: skip
@@ -156,8 +157,6 @@ def by_position(curves: list[list[float]]) -> list[tuple[int, float, int]]:
 def provenance(spec: dict) -> dict:
     """The spec these probes ran (its digest) and the spec each probed run was trained with, so that
     a changed config or a retrained run shows the analysis as stale (``scout.freshness``)."""
-    from scout.workflow import spec_digest
-
     trained = {}
     for r in [*spec["runs"], *spec.get("controls", [])]:
         run = Path(r["teacher"]).parent.parent / "train.json"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 
 def _embedded():
-    from scout.embedded.trainer import train
+    from scout.embedded.trainer import train  # deferred: a backend loads only when chosen
 
     return SimpleNamespace(train=lambda spec, out, log=print: train(spec, out, log=log))
 

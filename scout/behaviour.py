@@ -26,6 +26,7 @@ import pandas as pd
 
 from scout.algorithms import REFLECTION_WORDS, reflection_variants
 from scout.io import read_jsonl
+from scout.toy.tasks import worked_steps
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "responses", "reflections_per_response", "with_reflection",
                "accuracy", "accuracy_with", "accuracy_without"]  # fmt: skip
@@ -88,8 +89,6 @@ def toy_step_verdicts(prompt: str, paragraphs: Sequence[str]) -> list[bool | Non
     a step off it (a wrong result, a miscopied operand or running value, or a step carried on from
     one), None for anything else (a reflection, the answer line). None for a prompt that is not a
     toy math problem: its steps cannot be judged."""
-    from scout.toy.tasks import worked_steps
-
     steps = worked_steps(prompt)
     if steps is None:
         return None

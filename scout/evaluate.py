@@ -18,8 +18,12 @@ from scout.algorithms import sem
 from scout.catalogue import DataError
 from scout.generation import make_generator
 from scout.grading import Grader
+from scout.grading.sandbox import isolation, run_program, sandbox_python
 from scout.io import read_jsonl, write_jsonl
 from scout.prepare import load_rows
+from scout.tracking import Tracker
+from scout.tuning import overlap
+from scout.workflow import spec_digest
 
 META = ("setting", "variant", "method", "seed", "checkpoint")
 
@@ -65,8 +69,6 @@ def check_sandbox(data: dict[str, list[dict]]) -> None:
     """Fail before generating if the code the tests run in the sandbox imports numpy and the
     sandbox's interpreter lacks it. HumanEval+'s comparisons import numpy too, but run here, in the
     grader's own environment, which has it."""
-    from scout.grading.sandbox import run_program, sandbox_python
-
     needs = {
         b for b, rows in data.items() for r in rows[:50] if "numpy" in _sandboxed_text(r.get("tests") or {})
     }
@@ -80,8 +82,6 @@ def check_sandbox(data: dict[str, list[dict]]) -> None:
 def check_disjoint(validation: dict[str, list[dict]], tests: dict[str, list[dict]]) -> None:
     """Refuse a validation set that shares a prompt with a test benchmark: choosing on it would
     choose on the test."""
-    from scout.tuning import overlap
-
     for name, rows in validation.items():
         hits = overlap(rows, tests)
         if hits:
@@ -93,8 +93,6 @@ def provenance(spec: dict) -> dict:
     """What a record was made from: its job's spec (``spec_digest``) and, for a trained checkpoint,
     the spec its run was trained with (``trained``), so that a changed config or a retrained run
     shows its records as stale (``scout.freshness``)."""
-    from scout.workflow import spec_digest
-
     out = {"spec_digest": spec_digest(spec)}
     run = Path(spec["run_dir"]) / "train.json" if spec.get("run_dir") else None
     if run is not None and run.exists():
@@ -120,8 +118,6 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     records = {}
     with _grader() as grader:
         if spec.get("domain") == "code":
-            from scout.grading.sandbox import isolation
-
             log(isolation())
         n_bench = len(spec["benchmarks"])
         for i, (bench, b) in enumerate(spec["benchmarks"].items()):
@@ -145,8 +141,6 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
             records[bench] = rec
             log(f"{bench}: avg@{k} = {rec['mean']:.3f} ± {rec['sem']:.3f} (graded in {time.perf_counter() - t1:.1f}s)")
     if spec.get("run_dir"):  # into the training run this checkpoint comes from
-        from scout.tracking import Tracker
-
         means = {b: r["mean"] for b, r in records.items()}
         with Tracker(spec["run_dir"], spec) as tracker:
             tracker.log({**means, "avg": sum(means.values()) / len(means)}, spec["step"], prefix="eval/")

@@ -49,7 +49,7 @@ class Method:
     def advantage_fn(self) -> Callable | None:
         if not self.advantage:
             return None
-        from scout import algorithms
+        from scout import algorithms  # torch: config reads the method table without it
 
         fn = getattr(algorithms, self.advantage, None)
         if not callable(fn):

@@ -20,7 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scout.catalogue import DataError, Unconvertible, check_row, entry
+from scout.grid import view_key
 from scout.io import DamagedInput, read_jsonl, write_jsonl
+from scout.tuning import normalized
 
 
 def _read_files(spec: dict, files: Iterable[str]) -> list[dict]:
@@ -133,8 +135,6 @@ def kept_by_view(rows: list[dict], views: list[dict], log=print) -> dict[str, in
     """Rows verl keeps for each view (tokenizer, chat options, prompt limit) after its filter."""
     from transformers import AutoTokenizer
 
-    from scout.grid import view_key
-
     kept = {}
     for view in views:
         tok = AutoTokenizer.from_pretrained(view["tokenizer"])
@@ -202,8 +202,6 @@ def holdout_rows(rows: list[dict], n: int, name: str, tests: list[dict]) -> tupl
     """The validation slice of a training set: ``n`` rows in an order fixed by their ids (SHA-256 of
     ``name:id``), skipping rows whose prompt is also a test prompt; and how many were skipped. The
     training set is the rest, so both files come out the same from every preparation."""
-    from scout.tuning import normalized
-
     test_prompts = {normalized(r["prompt"]) for r in tests}
     order = sorted(rows, key=lambda r: hashlib.sha256(f"{name}:{r['id']}".encode()).hexdigest())
     held, skipped = [], 0

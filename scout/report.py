@@ -23,7 +23,11 @@ import yaml
 from markupsafe import Markup
 
 from scout import claims, jobs, render, results, tables, tuning
+from scout import reproducibility as rep
 from scout.figures import all_figures
+from scout.freshness import Freshness
+from scout.status import grid_wall_time
+from scout.workflow import CHECKOUT
 
 TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
 
@@ -242,9 +246,6 @@ VERSIONS = ("scout-pipeline", "torch", "transformers", "tokenizers", "safetensor
 
 def provenance(config: dict) -> dict:
     """Where the numbers come from: the checkout's commit, package versions, the grid's wall time."""
-    from scout.status import grid_wall_time
-    from scout.workflow import CHECKOUT
-
     try:
         commit = subprocess.run(["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"], capture_output=True,
                                 text=True, timeout=10).stdout.strip() or "not a git checkout"  # fmt: skip
@@ -287,8 +288,6 @@ def digits(config: dict) -> str:
     """Whether a toy grid's files carry the recorded digits (config/fingerprints.yaml)."""
     if config["world"] != "toy":
         return "not fingerprinted (the paper grid's digits follow its GPUs)"
-    from scout import reproducibility as rep
-
     c = rep.check(config)
     n = c.counts
     recorded = n["same"] + n["differs"] + n["missing"] + n["other numerics"]
@@ -374,8 +373,6 @@ STALE_SHOWN = 15
 def refuse_stale(config: dict) -> None:
     """The report labels results with the config's specs (the hyperparameter tables, the variants'
     names): results made with another spec would be mislabelled, so it refuses, naming them."""
-    from scout.freshness import Freshness
-
     stale = Freshness(config).stale()
     if not stale:
         return

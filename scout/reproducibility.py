@@ -150,7 +150,7 @@ def probe(steps: int = 24) -> str:
     trained ``steps`` AdamW steps on random sequences, one thread, then sampled at the evaluation's
     temperature and nucleus. Two processes with the same probe take the same code paths through
     every kind of kernel a toy job uses, so they compute the same digits for the toy grid."""
-    import torch
+    import torch  # here, not at the top: this module pins the numerics before torch is first imported
 
     from scout.embedded import lm
     from scout.embedded.optim import AdamW
@@ -230,7 +230,7 @@ def toy_files(config: dict) -> list[str]:
     """What the record fingerprints of a toy grid (paths under its results folder): the data, the
     tokenizer, the pretrained and prepared models, the first setting's first seed of each method
     family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
-    from scout import jobs
+    from scout import jobs  # not at the top: the grid imports torch, which must wait for pin_numerics
 
     names = (*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {}))
     out = [f"toy/data/{name}.jsonl" for name in names]

@@ -167,7 +167,7 @@ def grid_wall_time(results: Path, running: bool) -> tuple[float, float] | None:
 def render(st: dict) -> str:
     from datetime import datetime
 
-    from scout.embedded.trainer import eta
+    from scout.embedded.trainer import eta  # a second of imports that only rendering needs
 
     widths = {"done": 6, "stale": 7, "running": 9, "failed": 8, "interrupted": 13, "pending": 9, "damaged": 9}
     lines = [f"{'experiment':<18}" + "".join(f"{k:>{w}}" for k, w in widths.items())]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from scout import grid, jobs, stats, tuning
+from scout import render as renderers
 from scout.methods import METHODS
 from scout.render import Entry, label, lr_entry, num, ok, p_entry
 from scout.results import AVG, Cache, Row
@@ -507,6 +508,4 @@ def all_tables(cache: Cache) -> list[dict]:
 
 def render(table: dict, fmt: str = "tex") -> str:
     """A table as LaTeX (``tex``) or HTML (``html``): ``scout.render``."""
-    from scout import render as renderers
-
     return renderers.render(table, fmt)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scout.grid import LORA_TARGETS
+from scout.verl.config import VerlConfigError, placement
 
 GIB = 1 << 30
 TRAINED_BYTES = 16  # fp32 weights, gradients, Adam's two moments
@@ -94,8 +95,6 @@ class Option:
 
 def _option(name: str, nodes: int, gpus_per_node: int, gpu_gib: float, params: float, adapters: float,
             shared: bool, activations: float) -> Option:  # fmt: skip
-    from scout.verl.config import placement
-
     # shared: the trainer on the engine's pool, placed as OPD's teacher (the student's node and the engine's)
     res = {"nodes": nodes, "gpus_per_node": gpus_per_node, "teacher_trainer": "shared" if shared else "own"}
     pools = placement("scout", res)
@@ -108,8 +107,6 @@ def _option(name: str, nodes: int, gpus_per_node: int, gpu_gib: float, params: f
 def fewest_nodes(name: str, gpus_per_node: int, gpu_gib: float, params: float, adapters: float, shared: bool,
                  activations: float, least: int = 2, most: int = 16) -> Option:  # fmt: skip
     """The smallest placement (from OPD's nodes, ``least``, up) whose teacher trainer fits its GPUs."""
-    from scout.verl.config import VerlConfigError
-
     for nodes in range(least, max(least, most) + 1):
         try:
             opt = _option(name, nodes, gpus_per_node, gpu_gib, params, adapters, shared, activations)
