@@ -15,7 +15,7 @@ from scout import tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, method_cfg
 from scout.methods import METHODS
-from scout.runs import NOT_WEIGHTS
+from scout.runs import NOT_WEIGHTS, checkpoint_steps
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
@@ -321,23 +321,6 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
         "temperature": prep.get("temperature", tr["temperature"]),
         "chat": chat_options(config, prep["base"]),
     }
-
-
-def checkpoint_steps(spec: dict) -> list[int]:
-    """Intermediate steps that are exported and evaluated: every ``eval_every`` steps (compute-matched
-    runs) and the analysis' matched checkpoints (``probe_steps``), before the last step; a run that
-    serves other cells too has them all in ``export_steps`` (``run_spec``)."""
-    if "export_steps" in spec:
-        return list(spec["export_steps"])
-    every = spec.get("eval_every")
-    steps = set(range(every, spec["total_steps"], every)) if every else set()
-    steps |= {s for s in spec.get("probe_steps", []) if 0 < s < spec["total_steps"]}
-    return sorted(steps)
-
-
-def checkpoints(spec: dict) -> list[str]:
-    """Checkpoints that get evaluated: the intermediate ones and final."""
-    return [f"step{s}" for s in checkpoint_steps(spec)] + ["final"]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,8 +18,6 @@ from scout.grid import (
     cell_spec,
     cells,
     chat_options,
-    checkpoint_steps,
-    checkpoints,
     data_path,
     data_view,
     eval_dir,
@@ -35,6 +33,7 @@ from scout.grid import (
     view_key,
 )
 from scout.resources import job_resources
+from scout.runs import checkpoint_steps, checkpoints
 
 
 def data_spec(config: dict, name: str) -> dict:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import grid, jobs
+from scout import grid, jobs, runs
 from scout import teacher_cost as tc
 from scout.methods import METHODS
 from scout.resources import job_resources
@@ -53,7 +53,7 @@ def peak_disk_gb(config: dict, cell: grid.Cell) -> float | None:
     teacher = model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
-    kept = len(grid.checkpoint_steps(grid.run_spec(config, cell)))
+    kept = len(runs.checkpoint_steps(grid.run_spec(config, cell)))
     checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
     exports = (kept + 1) * student * EXPORT_BYTES_PER_PARAM
     return checkpoints + exports  # billions of parameters x bytes = GB

@@ -86,6 +86,23 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def checkpoint_steps(spec: dict) -> list[int]:
+    """Intermediate steps that are exported and evaluated: every ``eval_every`` steps (compute-matched
+    runs) and the analysis' matched checkpoints (``probe_steps``), before the last step; a run that
+    serves other cells too has them all in ``export_steps`` (``grid.run_spec``)."""
+    if "export_steps" in spec:
+        return list(spec["export_steps"])
+    every = spec.get("eval_every")
+    steps = set(range(every, spec["total_steps"], every)) if every else set()
+    steps |= {s for s in spec.get("probe_steps", []) if 0 < s < spec["total_steps"]}
+    return sorted(steps)
+
+
+def checkpoints(spec: dict) -> list[str]:
+    """Checkpoints that get evaluated: the intermediate ones and final."""
+    return [f"step{s}" for s in checkpoint_steps(spec)] + ["final"]
+
+
 class RunMismatch(RuntimeError):
     """A run folder was written under another spec than the job expects."""
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scout import config as C
-from scout import grid, jobs
+from scout import grid, jobs, runs
 from tests.conftest import REPO, dry_run
 
 
@@ -229,10 +229,10 @@ def test_paper_specs_carry_the_papers_hyperparameters(paper):
 
 def test_compute_matched_checkpoints_every_40_steps(paper):
     by = {(c.setting, c.variant): c for c in grid.cells(paper)}
-    opd3 = grid.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd-3ep")]))
+    opd3 = runs.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd-3ep")]))
     assert opd3[:3] == ["step40", "step80", "step120"] and opd3[-1] == "final"
     assert len(opd3) == 1077 // 40 + 1
-    assert grid.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd")])) == ["final"]
+    assert runs.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd")])) == ["final"]
 
 
 def test_eval_units_include_base_rows(paper):
@@ -320,13 +320,13 @@ def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
     """analysis.checkpoints (step 160 in the paper): the SCOUT runs the probes visit export and
     evaluate that step, verl keeps its checkpoint, and the probes pair teacher and student of it."""
     scout = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "scout", 2))
-    assert scout["probe_steps"] == [160] and grid.checkpoints(scout) == ["step160", "final"]
+    assert scout["probe_steps"] == [160] and runs.checkpoints(scout) == ["step160", "final"]
     other = grid.cell_spec(paper, grid.find_cell(paper, "q8b-q1.7b-math", "scout", 2))  # not probed
-    assert "probe_steps" not in other and grid.checkpoints(other) == ["final"]
-    runs = jobs.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
-    assert [(r["seed"], r["checkpoint"]) for r in runs][:2] == [(1, "step160"), (1, "final")]
-    assert runs[0]["teacher"].endswith("scout/s1/model/step160-teacher")
-    assert runs[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
+    assert "probe_steps" not in other and runs.checkpoints(other) == ["final"]
+    probed = jobs.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
+    assert [(r["seed"], r["checkpoint"]) for r in probed][:2] == [(1, "step160"), (1, "final")]
+    assert probed[0]["teacher"].endswith("scout/s1/model/step160-teacher")
+    assert probed[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
     assert ("q4b-q1.7b-math", "scout", "3", "step160") in jobs.eval_units(paper)
 
 

@@ -128,7 +128,7 @@ def test_checkpoint_layout_and_export_to_hugging_face(world, tmp_path, math_rows
     from transformers import AutoModelForCausalLM
 
     spec = paper_spec("q4b-q1.7b-math", "scout-cm", math_rows)
-    assert grid.checkpoints(spec)[0] == "step40"
+    assert runs.checkpoints(spec)[0] == "step40"
     ck = tmp_path / "run" / "checkpoints"
     states = {}
     for step in (40, 60):

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from scout import algorithms as alg
-from scout import grid, runs
+from scout import runs
 from scout.embedded import lm, lora
 from scout.embedded.optim import AdamW
 from scout.grading import Grader
@@ -335,7 +335,7 @@ class Trainer:
         """Exported checkpoints up to the last saved step that a resume would need but are gone."""
         done = self._checkpoints()
         last = int(done[-1].name.split("_")[1]) if done else 0
-        wanted = [s for s in grid.checkpoint_steps(self.spec) if s <= last]
+        wanted = [s for s in runs.checkpoint_steps(self.spec) if s <= last]
         return [f"model/step{s}" for s in wanted if not (out / "model" / f"step{s}" / "model.safetensors").exists()]
 
     def try_resume(self, log=print) -> bool:
@@ -428,7 +428,7 @@ class Trainer:
                     fh.write(json.dumps(line) + "\n")
         log(f"{'resumed' if resumed else 'training'} from step {start} of {self.spec['total_steps']}")
         total = self.spec["total_steps"]
-        exported = set(grid.checkpoint_steps(self.spec))
+        exported = set(runs.checkpoint_steps(self.spec))
         t0 = time.perf_counter()
         tracker = Tracker(self.out, self.spec)
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
-from scout import grid
+from scout import runs
 from scout.methods import METHODS
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
@@ -264,7 +264,7 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         if pools["train_shared"]:  # the engine sleeps while its GPUs train (verl's defaults, stated)
             o[f"{TEACHER_INFERENCE}.free_cache_engine"] = True
             extra[f"+{TEACHER_INFERENCE}.enable_sleep_mode"] = True  # a dataclass default, not in the yaml
-    kept = grid.checkpoint_steps(spec)
+    kept = runs.checkpoint_steps(spec)
     extra["+scout.keep_steps"] = kept  # evaluated intermediate checkpoints: kept, the rest deleted
     if kept:
         o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)

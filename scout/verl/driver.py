@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from scout import grid, runs
+from scout import runs
 from scout.methods import METHODS
 from scout.verl import config as vc
 from scout.verl import data
@@ -38,7 +38,7 @@ def latest_step(ckpt_dir: str | Path) -> int | None:
 
 def checkpoint_steps(spec: dict, final: int) -> dict[str, int]:
     """Export name -> verl global step: ``step{N}`` for evaluated intermediate checkpoints, ``final``."""
-    return {name: (final if name == "final" else int(name[4:])) for name in grid.checkpoints(spec)}
+    return {name: (final if name == "final" else int(name[4:])) for name in runs.checkpoints(spec)}
 
 
 def merge(src: Path, dst: Path) -> None:
@@ -128,7 +128,7 @@ def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:
         last = latest_step(ckpt) or 0
     except ValueError:
         return [f"checkpoints/{TRACKER} (unreadable)"]
-    wanted = [s for s in grid.checkpoint_steps(spec) if s <= last] + ([last] if last else [])
+    wanted = [s for s in runs.checkpoint_steps(spec) if s <= last] + ([last] if last else [])
     return [f"checkpoints/global_step_{s}" for s in wanted if not (ckpt / f"global_step_{s}" / "actor").is_dir()]
 
 
