@@ -338,8 +338,10 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
     res = summary["spec"]["resources"]
     assert res["teacher_trainer"] == "shared" and res["nodes"] * res["gpus_per_node"] == 2
     killed = (cpu_world["root"] / "runs" / f"{LORA}.killed.log").read_text()
-    # every teacher phase (steps 1-4) slept the engine through its update and woke it for the sync
-    assert len(re.findall(r"scout/teacher_engine_asleep_s:[0-9.e+-]+", killed + log)) >= 4
+    # every teacher phase slept the engine through its update and woke it for the sync: step 1's in
+    # the killed run (its step 2 was checkpointed, and verl logs a step's metrics only after its
+    # checkpoint, so the kill may come first), steps 3 and 4 in the resumed one
+    assert re.search(r"step:1 - .*scout/teacher_engine_asleep_s:[0-9.e+-]+", killed)
     assert len(re.findall(r"scout/teacher_engine_asleep_s", log)) == 2  # steps 3 and 4
     sent = [int(m[1]) for m in re.findall(r"sent (\d+) tensors, (\d+) B", killed + log)]
     assert sent and set(sent) == {_lora_bytes(config, rank)}, sent  # adapters only, every sync
@@ -352,9 +354,11 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
     # teacher's rank-16 adapter is a 120th, scout plan --config config/paper.yaml)
     assert len(full_sent) == 1 and next(iter(full_sent)) > 4 * _lora_bytes(config, rank)
     print(f"bytes per teacher sync: LoRA r{rank} {sent[0]:,}, full teacher {next(iter(full_sent)):,}")
-    # after each sync (phases 2-4: the first follows none) the engine serves the trainer's weights
-    pearson = [float(x) for x in re.findall(r"scout/teacher_engine_trainer_pearson:([-+0-9.e]+)", killed + log)]
-    assert len(pearson) >= 3 and min(pearson) > 0.99, pearson
+    # after each sync (phases 2-4: the first follows none; step 2's line may be lost to the kill)
+    # the engine serves the trainer's weights
+    pattern = r"scout/teacher_engine_trainer_pearson:([-+0-9.e]+)"
+    pearson = [float(x) for x in re.findall(pattern, killed + log)]
+    assert len(re.findall(pattern, log)) == 2 and min(pearson) > 0.99, pearson
     from safetensors.torch import load_file
 
     initial = load_file(str(Path(grid.model_path(config, "toy-large")) / "model.safetensors"))
