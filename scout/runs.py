@@ -129,9 +129,13 @@ def move_aside(out: Path) -> Path:
         target = out.with_name(f"{out.name}.superseded-{stamp}-{n}")
         n += 1
     target.mkdir(parents=True)
-    for item in list(out.iterdir()):
-        shutil.move(str(item), str(target / item.name))
+    _move_contents(out, target)
     return target
+
+
+def _move_contents(src: Path, dst: Path) -> None:
+    for item in list(src.iterdir()):
+        shutil.move(str(item), str(dst / item.name))
 
 
 def why_not_resumable(out: Path, wspec: dict, missing: Callable[[Path], list[str]] | None = None) -> list[str] | None:
@@ -187,21 +191,6 @@ def mark_complete(out: str | Path, record: dict | None = None) -> None:
         _write(out, {**owner, "complete": True, **kept})
 
 
-def kept_runs(out: str | Path) -> list[Path]:
-    """Finished runs of this cell that :func:`restore` can put back, newest first: the folder
-    itself when its ``train.json`` was deleted, then the folders moved aside from it."""
-    out = Path(out)
-    aside = sorted(out.parent.glob(f"{out.name}.superseded-*"), key=lambda p: p.name, reverse=True)
-    found = [out] if not (out / "train.json").exists() else []
-    return [p for p in found + aside if _finished(p)]
-
-
-def _finished(folder: Path) -> bool:
-    owner = _read(folder)
-    has_record = (folder / "train.json").exists() or isinstance((owner or {}).get("record"), dict)
-    return bool(owner and owner.get("complete")) and has_record
-
-
 def restorable(out: str | Path) -> Path:
     """The finished run :func:`restore` would put back in ``out``: the newest of those trained to
     the spec the folder holds now (a failed rerun's claim wrote it), or any when it holds none.
@@ -209,17 +198,22 @@ def restorable(out: str | Path) -> Path:
     out = Path(out)
     if (out / "train.json").exists():
         raise RunMismatch(f"{out} is finished (its train.json is there): nothing to restore")
-    kept = kept_runs(out)
+    aside = sorted(out.parent.glob(f"{out.name}.superseded-*"), key=lambda p: p.name, reverse=True)
+    kept = []  # (folder, its run.json), newest first: the folder itself, then the folders moved aside
+    for folder in [out, *aside]:
+        owner = _read(folder)
+        if owner and owner.get("complete") and ((folder / "train.json").exists() or isinstance(owner.get("record"), dict)):
+            kept.append((folder, owner))
     if not kept:
         raise RunMismatch(f"{out}: no finished run of this cell to restore (none in the folder or beside it "
                           f"as {out.name}.superseded-*, with its train.json or its record)")  # fmt: skip
     current = _read(out)
-    same = [p for p in kept if current is None or _read(p)["fingerprint"] == current["fingerprint"]]
+    same = [folder for folder, owner in kept if current is None or owner["fingerprint"] == current["fingerprint"]]
     if not same:
-        diff = differences(_read(kept[0]).get("spec", {}), current.get("spec", {}))
+        newest, theirs = kept[0]
         raise RunMismatch(f"{out}: the finished runs beside it were trained to another spec than the one it holds "
                           "now, so restoring one would make stale results; train the cell instead. The newest, "
-                          f"{kept[0]}, differs in: " + "; ".join(diff))  # fmt: skip
+                          f"{newest}, differs in: " + "; ".join(differences(theirs.get("spec", {}), current.get("spec", {}))))  # fmt: skip
     return same[0]
 
 
@@ -234,8 +228,7 @@ def restore(out: str | Path, log=print) -> Path:
         if out.is_dir() and any(out.iterdir()):
             log(f"{out}: the partial run there moved to {move_aside(out)}")
         out.mkdir(parents=True, exist_ok=True)
-        for item in list(source.iterdir()):
-            shutil.move(str(item), str(out / item.name))
+        _move_contents(source, out)
         source.rmdir()
     record = out / "train.json"
     if not record.exists():  # deleted by Snakemake before the rerun: written again from run.json
