@@ -370,6 +370,15 @@ def method_cfg(config: dict, setting: str, name: str) -> dict:
     return deep_merge(config["methods"].get(name, {}), overrides)
 
 
+def teacher_lora_rank(config: dict, setting: str, method: str, overrides: dict) -> int:
+    """A teacher's LoRA rank in a setting: the variant's ``teacher_lora_rank`` (in ``overrides``), else
+    the setting's ``methods.scout.teacher_lora.rank``; 0 for a full teacher, or a method that trains none."""
+    if not METHODS[method].trains_teacher:
+        return 0
+    sc = method_cfg(config, setting, "scout")
+    return overrides.get("teacher_lora_rank", (sc.get("teacher_lora") or {}).get("rank", 0))
+
+
 def deep_merge(base: dict, over: dict) -> dict:
     """``over`` merged into a copy of ``base`` as Snakemake merges config files: mappings key by
     key, anything else replaced."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from scout import tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, method_cfg
+from scout.config import teacher_lora_rank as lora_rank_of
 from scout.methods import METHODS
 from scout.runs import NOT_WEIGHTS, checkpoint_steps
 
@@ -280,12 +281,8 @@ def cell_spec(config: dict, cell: Cell) -> dict:
 
 
 def teacher_lora_rank(config: dict, cell: Cell) -> int:
-    """A cell's LoRA teacher rank: its variant's ``teacher_lora_rank``, else the setting's
-    ``methods.scout.teacher_lora.rank``; 0 for a full teacher, or a method that trains none."""
-    if not METHODS[cell.method].trains_teacher:
-        return 0
-    sc = method_cfg(config, cell.setting, "scout")
-    return dict(cell.overrides).get("teacher_lora_rank", (sc.get("teacher_lora") or {}).get("rank", 0))
+    """A cell's LoRA teacher rank (``scout.config.teacher_lora_rank``)."""
+    return lora_rank_of(config, cell.setting, cell.method, dict(cell.overrides))
 
 
 def teacher_lr_param(setting: dict, rank: int) -> str:

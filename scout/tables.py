@@ -409,8 +409,11 @@ def _joined(values: list) -> str:
 def _scout_k_and_f(config: dict) -> tuple[str, str]:
     """K and f of the grid's SCOUT runs, as their specs hold them (a setting may override either):
     one value, or each setting's ("8 (toy-l-s-math), 4 (toy-l-s-code)")."""
-    specs = {c.setting: grid.cell_spec(config, c)["method_cfg"]["scout"] for c in grid.cells(config) if c.variant == "scout"}
-    specs = specs or {"": config["methods"]["scout"]}
+    first = {}  # a setting's SCOUT cells differ by seed alone: one spec each
+    for c in grid.cells(config):
+        if c.variant == "scout":
+            first.setdefault(c.setting, c)
+    specs = {s: grid.cell_spec(config, c)["method_cfg"]["scout"] for s, c in first.items()} or {"": config["methods"]["scout"]}
     out = []
     for key in ("k", "interval"):
         values = {s: sc[key] for s, sc in specs.items()}

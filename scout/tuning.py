@@ -27,7 +27,7 @@ import json
 import math
 from pathlib import Path
 
-from scout.config import ConfigError, method_cfg, validation_sets
+from scout.config import ConfigError, teacher_lora_rank, validation_sets
 from scout.methods import METHODS
 
 TUNED = "tuned"
@@ -55,17 +55,16 @@ def before(params: list[str], param: str) -> list[str]:
 
 
 def lora_ranks(config: dict, setting: str) -> set[int]:
-    """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full):
-    a variant's ``teacher_lora_rank``, else the setting's ``methods.scout.teacher_lora.rank``."""
-    default = (method_cfg(config, setting, "scout").get("teacher_lora") or {}).get("rank", 0)
+    """The LoRA ranks of the teachers the grid trains in ``setting`` (none: every teacher is full),
+    read from the experiments' entries (``scout.config.teacher_lora_rank``)."""
     ranks = set()
     for e in config["experiments"].values():
         if setting not in e["settings"]:
             continue
         for m in e["methods"]:
             entry = {"name": m, "method": m} if isinstance(m, str) else m
-            if entry["method"] in METHODS and METHODS[entry["method"]].trains_teacher:
-                ranks.add(entry.get("teacher_lora_rank", default))
+            if entry["method"] in METHODS:
+                ranks.add(teacher_lora_rank(config, setting, entry["method"], entry))
     return ranks - {0}
 
 
