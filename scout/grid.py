@@ -1,14 +1,20 @@
 """Config -> the list of experiment cells, their resolved specs, the runs they share, and where
 their outputs live.
 
-The Snakefile's targets, the workflow rules and the aggregation all read the cells from here, so
-a cell exists in exactly one place; ``scout.jobs`` turns them into what each job is given.
+The Snakefile's targets, the workflow rules and the report all read the cells from here, so a
+cell exists in exactly one place; ``scout.jobs`` turns them into what each job is given. ``Grid``
+is one config's grid resolved once: a stage builds it at its entry (``Grid.of``) and reads every
+cell, spec, seed list and run plan through it; the functions of a config below answer from the
+same object.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from scout import tuning
@@ -112,7 +118,7 @@ def model_inputs(config: dict, model_id: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 
 
-def cells(config: dict) -> list[Cell]:
+def _expand_cells(config: dict) -> list[Cell]:
     """Every training cell of every experiment; a cell named by two experiments appears once
     (and must be defined identically in both)."""
     found: dict[tuple[str, str, int], Cell] = {}
@@ -137,7 +143,7 @@ def cells(config: dict) -> list[Cell]:
     return list(found.values())
 
 
-def search_cells(config: dict) -> list[Cell]:
+def _expand_search_cells(config: dict) -> list[Cell]:
     """The tuning stage's runs (``scout.tuning``): per tuned setting, one OPD run per student LR of
     ``tuning.student_lr``, one SCOUT run per teacher LR of ``tuning.teacher_lr`` and, for a LoRA
     teacher, one per LR of ``tuning.teacher_lora_lr`` at its rank, per seed of ``tuning.seeds``;
@@ -155,10 +161,16 @@ def search_cells(config: dict) -> list[Cell]:
     return out
 
 
+def cells(config: dict) -> list[Cell]:
+    return Grid.of(config).cells
+
+
+def search_cells(config: dict) -> list[Cell]:
+    return Grid.of(config).search_cells
+
+
 def all_cells(config: dict) -> list[Cell]:
-    """Every training run the workflow knows: the tuning stage's first (it trains a run the chosen
-    grid cells then share), then the experiments'."""
-    return search_cells(config) + cells(config)
+    return Grid.of(config).runs
 
 
 def is_search(cell: Cell) -> bool:
@@ -166,18 +178,11 @@ def is_search(cell: Cell) -> bool:
 
 
 def variant_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
-    """Sorted seeds of every (setting, variant), base rows included (seed 0): run r is the r-th."""
-    out: dict[tuple[str, str], list[int]] = {(s, v): [0] for s in config["settings"] for v in BASE_VARIANTS}
-    for c in cells(config):
-        out.setdefault((c.setting, c.variant), []).append(c.seed)
-    return {k: sorted(v) for k, v in out.items()}
+    return Grid.of(config).seeds
 
 
 def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
-    for c in all_cells(config):
-        if (c.setting, c.variant, c.seed) == (setting, variant, int(seed)):
-            return c
-    raise ConfigError(f"no cell {setting}/{variant}/s{seed} in the configured experiments")
+    return Grid.of(config).find(setting, variant, seed)
 
 
 def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
@@ -221,6 +226,10 @@ def chat_options(config: dict, model_id: str) -> dict:
 
 def cell_spec(config: dict, cell: Cell) -> dict:
     """Everything a backend needs to train one cell, fully resolved (no further config lookups)."""
+    return Grid.of(config).spec(cell)
+
+
+def _resolve_spec(config: dict, cell: Cell) -> dict:
     setting = config["settings"][cell.setting]
     method = METHODS[cell.method]
     tr = config["training"]
@@ -343,39 +352,36 @@ def _identity(spec: dict, with_length: bool = True) -> str:
     return json.dumps({k: v for k, v in spec.items() if k not in skip}, sort_keys=True)
 
 
-_PLANS: dict[str, dict[Cell, Plan]] = {}
-
-
 def run_plans(config: dict) -> dict[Cell, Plan]:
+    return Grid.of(config).plans
+
+
+def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
     """The plan of every cell. The first cell (in config order: the main grid first) of a weights
     spec trains it; a longer run continues the longest shorter one of the same spec where its
     method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
     tested in tests/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
-    memo = json.dumps(config, default=str)  # in order: the order decides which cell trains a run
-    if memo in _PLANS:
-        return _PLANS[memo]
-    every = all_cells(config)
     plans = {c: Plan() for c in every}
-    if config["training"].get("share_runs", True):
-        specs = {c: cell_spec(config, c) for c in every}
-        first: dict[str, Cell] = {}
-        for c in every:
-            key = _identity(specs[c])
-            if key in first:
-                plans[c] = Plan(shares=first[key])
-            else:
-                first[key] = c
-        if config["backend"] == "embedded":
-            owners = list(first.values())
-            for c in owners:
-                if not METHODS[c.method].length_free:
-                    continue
-                mine = _identity(specs[c], with_length=False)
-                shorter = [d for d in owners if _identity(specs[d], with_length=False) == mine
-                           and specs[d]["total_steps"] < specs[c]["total_steps"]]  # fmt: skip
-                if shorter:
-                    plans[c] = Plan(continues=max(shorter, key=lambda d: specs[d]["total_steps"]))
-    _PLANS[memo] = plans
+    if not config["training"].get("share_runs", True):
+        return plans
+    specs = {c: spec_of(c) for c in every}
+    first: dict[str, Cell] = {}
+    for c in every:
+        key = _identity(specs[c])
+        if key in first:
+            plans[c] = Plan(shares=first[key])
+        else:
+            first[key] = c
+    if config["backend"] == "embedded":
+        owners = list(first.values())
+        for c in owners:
+            if not METHODS[c.method].length_free:
+                continue
+            mine = _identity(specs[c], with_length=False)
+            shorter = [d for d in owners if _identity(specs[d], with_length=False) == mine
+                       and specs[d]["total_steps"] < specs[c]["total_steps"]]  # fmt: skip
+            if shorter:
+                plans[c] = Plan(continues=max(shorter, key=lambda d: specs[d]["total_steps"]))
     return plans
 
 
@@ -498,3 +504,92 @@ def _step_no_ops(config: dict) -> list[str]:
                 f"{total} steps, so only the final checkpoint would be evaluated"
             )
     return errs
+
+
+# ------------------------------------------------------------------------------------------------
+# The grid of one config, resolved once
+# ------------------------------------------------------------------------------------------------
+
+
+class Grid:
+    """One config's cells, the tuning stage's runs, each cell's spec, the seeds of each variant and
+    how each run is trained, each computed once. What a spec says depends on the prepared data as
+    well (``kept_rows``), so ``Grid.of`` hands out the same object while the config and the training
+    sets' metadata files stay as they were, and a new one after either changes."""
+
+    _MEMO: OrderedDict[tuple, Grid] = OrderedDict()
+
+    def __init__(self, config: dict):
+        self.config = config
+        self._specs: dict[Cell, dict] = {}
+
+    @classmethod
+    def of(cls, config: dict) -> Grid:
+        key = (json.dumps(config, default=str), _metadata_state(config))
+        grid = cls._MEMO.get(key)
+        if grid is None:
+            grid = cls._MEMO[key] = cls(config)
+            while len(cls._MEMO) > 16:
+                cls._MEMO.popitem(last=False)
+        return grid
+
+    @cached_property
+    def cells(self) -> list[Cell]:
+        return _expand_cells(self.config)
+
+    @cached_property
+    def search_cells(self) -> list[Cell]:
+        return _expand_search_cells(self.config)
+
+    @cached_property
+    def runs(self) -> list[Cell]:
+        """Every training run the workflow knows: the tuning stage's first (it trains a run the
+        chosen grid cells then share), then the experiments'."""
+        return self.search_cells + self.cells
+
+    @cached_property
+    def seeds(self) -> dict[tuple[str, str], list[int]]:
+        """Sorted seeds of every (setting, variant), base rows included (seed 0): run r is the r-th."""
+        out: dict[tuple[str, str], list[int]] = {(s, v): [0] for s in self.config["settings"] for v in BASE_VARIANTS}
+        for c in self.cells:
+            out.setdefault((c.setting, c.variant), []).append(c.seed)
+        return {k: sorted(v) for k, v in out.items()}
+
+    @cached_property
+    def variants(self) -> dict[str, Cell]:
+        """The first cell of each variant: a variant's method and overrides are the same everywhere."""
+        out: dict[str, Cell] = {}
+        for c in self.cells:
+            out.setdefault(c.variant, c)
+        return out
+
+    @cached_property
+    def _index(self) -> dict[tuple[str, str, int], Cell]:
+        return {(c.setting, c.variant, c.seed): c for c in reversed(self.runs)}  # the first one wins
+
+    def find(self, setting: str, variant: str, seed: int | str) -> Cell:
+        cell = self._index.get((setting, variant, int(seed)))
+        if cell is None:
+            raise ConfigError(f"no cell {setting}/{variant}/s{seed} in the configured experiments")
+        return cell
+
+    def spec(self, cell: Cell) -> dict:
+        """``cell_spec``, computed once per cell; a copy, so a caller's edits stay its own."""
+        if cell not in self._specs:
+            self._specs[cell] = _resolve_spec(self.config, cell)
+        return copy.deepcopy(self._specs[cell])
+
+    @cached_property
+    def plans(self) -> dict[Cell, Plan]:
+        return _plan_runs(self.config, self.runs, lambda c: self._specs.get(c) or self.spec(c))
+
+
+def _metadata_state(config: dict) -> tuple:
+    """When each training set's metadata changed (a spec's steps per epoch read it), or None."""
+    out = []
+    for name in sorted({s["train_data"] for s in config.get("settings", {}).values()}):
+        try:
+            out.append(Path(meta_path(config, name)).stat().st_mtime_ns)
+        except (OSError, KeyError):
+            out.append(None)
+    return tuple(out)

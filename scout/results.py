@@ -316,20 +316,22 @@ class Cache:
         return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
 
     @cached_property
+    def grid(self) -> grid.Grid:
+        """The config's grid, resolved once (the same object every stage of this process reads)."""
+        return grid.Grid.of(self.config)
+
+    @property
     def seeds(self) -> dict[tuple[str, str], list[int]]:
-        return grid.variant_seeds(self.config)
+        return self.grid.seeds
 
-    @cached_property
+    @property
     def cell_list(self) -> list[grid.Cell]:
-        return grid.cells(self.config)
+        return self.grid.cells
 
-    @cached_property
+    @property
     def cells(self) -> dict[str, grid.Cell]:
         """The first cell of each variant: a variant's method and overrides are the same everywhere."""
-        out: dict[str, grid.Cell] = {}
-        for c in self.cell_list:
-            out.setdefault(c.variant, c)
-        return out
+        return self.grid.variants
 
     def method_of(self, variant: str) -> str:
         cell = self.cells.get(variant)
@@ -343,7 +345,7 @@ class Cache:
         """The teacher update interval a SCOUT-family variant's runs on a setting train with: read
         from the cell's spec, so a setting's own ``overrides.scout.interval`` counts."""
         cell = next(c for c in self.cell_list if (c.setting, c.variant) == (setting, variant))
-        return grid.cell_spec(self.config, cell)["method_cfg"]["scout"]["interval"]
+        return self.grid.spec(cell)["method_cfg"]["scout"]["interval"]
 
     def interval_variants(self, setting: str) -> list[tuple[int, str]]:
         """(f, variant) of the plain SCOUT variants on a setting (the f-sweep and the main SCOUT),

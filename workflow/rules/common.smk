@@ -27,8 +27,10 @@ RES = config.get("results", "results")
 scout_tracking.export(config.get("tracking", {}))
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
-CELLS = grid.cells(config)
-RUNS = grid.all_cells(config)  # the grid's cells and the tuning stage's runs
+# The grid, resolved once (scout.grid.Grid): every input function below reads the same cells and specs
+GRID = grid.Grid.of(config)
+CELLS = GRID.cells
+RUNS = GRID.runs  # the grid's cells and the tuning stage's runs
 TUNED = scout_tuning.tuned_settings(config)  # setting -> LRs the tuning stage chooses
 INDEPENDENT = set(scout_tuning.independent_settings(config))  # settings whose jobs need no choice
 TOY = config["world"] == "toy"
@@ -135,7 +137,7 @@ def _run_choices(wc):
     (no tuned setting, or a base model's row)."""
     if not TUNED or wc.variant in grid.BASE_VARIANTS:
         return None
-    return grid.choices_needed(config, grid.find_cell(config, wc.setting, wc.variant, wc.seed))
+    return grid.choices_needed(config, GRID.find(wc.setting, wc.variant, wc.seed))
 
 
 def config_for(wc):
@@ -150,7 +152,7 @@ def train_priority(wc):
     many short evaluations (0) fill the cores at the end of the grid."""
     if not TUNED:
         return 1
-    cell = grid.find_cell(config, wc.setting, wc.variant, wc.seed)
+    cell = GRID.find(wc.setting, wc.variant, wc.seed)
     return 3 if grid.is_search(cell) else 1 if cell.setting in INDEPENDENT else 2
 
 
