@@ -21,7 +21,6 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/tuning.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
-include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 

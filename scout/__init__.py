@@ -1,3 +1,3 @@
-"""SCOUT experiment pipeline: config -> grid -> train -> evaluate -> aggregate."""
+"""SCOUT experiment pipeline: config -> grid -> train -> evaluate -> report (aggregate, render)."""
 
 __version__ = "0.1.0"

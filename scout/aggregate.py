@@ -1,7 +1,10 @@
-"""Collect evaluation records into summary tables: one row per run, and per method over seeds.
+"""The report's records as summary tables: one row per run and benchmark, and per method over seeds.
 
-The per-method table carries the macro-average over benchmarks ("avg", computed within each run
-first, as the paper does) and the number of runs each aggregate uses.
+The report writes them (``results/summary/``) from the same records it renders, so there is one
+read of the results cache and the CSVs say what the tables say. The per-method table carries the
+macro-average over benchmarks ("avg", computed within each run first, as the paper does) and the
+number of runs each aggregate uses; ``behaviour.csv`` each run's reflection words and accuracy with
+and without them (``scout.behaviour``), from the final evaluations' generations.
 """
 
 from __future__ import annotations
@@ -11,15 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from scout.behaviour import behaviour_table
-from scout.results import read_record, with_shared
+from scout.grid import eval_dir
 from scout.stats import avg_sem
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
-
-
-def load_records(paths: list[str | Path]) -> pd.DataFrame:
-    rows = [{c: rec.get(c) for c in RUN_COLUMNS} for rec in map(read_record, map(Path, paths))]
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+# where the records come from: own evaluations or imported, and the run a shared unit reports
+SOURCE_COLUMNS = ["source", "shared_with"]
 
 
 def per_run(records: pd.DataFrame) -> pd.DataFrame:
@@ -40,26 +40,29 @@ def per_method(runs: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def generations_of(record: str | Path) -> Path:
-    """The generations file beside an evaluation record (``{benchmark}.generations.jsonl``)."""
-    return Path(record).with_name(Path(record).name.removesuffix(".json") + ".generations.jsonl")
+def generations_of(config: dict, record: dict) -> Path | None:
+    """The generations file of a record's evaluation (``{benchmark}.generations.jsonl``): that of the
+    run it shares where it is another run's; None for an imported record (it has none)."""
+    if record.get("source") == "imported":
+        return None
+    unit = (record["setting"], record["variant"], record["seed"], record["checkpoint"])
+    if isinstance(record.get("shared_with"), str):
+        setting, variant, seed, ckpt = record["shared_with"].split("/")
+        unit = (setting, variant, seed.removeprefix("s"), ckpt)
+    return Path(eval_dir(config, *unit)) / f"{record['benchmark']}.generations.jsonl"
 
 
-def summarize(
-    record_paths: list[str | Path], out_dir: str | Path, config: dict | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """With ``config``, cells that share another cell's run get its records under their own labels
-    (``shared_with`` names the run). Beside runs.csv and methods.csv, behaviour.csv: each run's
-    reflection words and accuracy with and without them (``scout.behaviour``), from the final
-    evaluations' generations."""
+def summarize(config: dict, records: pd.DataFrame, out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write runs.csv, methods.csv and behaviour.csv for ``records`` (``results.load``'s frame, the
+    units the report shows) into ``out_dir``; returns the per-run and per-method tables."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = load_records(record_paths)
-    behaviour = behaviour_table(records.to_dict("records"), [generations_of(p) for p in record_paths])
-    behaviour = behaviour.assign(checkpoint="final")
-    if config is not None:
-        records = with_shared(config, records.astype({"seed": int}))
-        behaviour = with_shared(config, behaviour)
+    columns = RUN_COLUMNS + [c for c in SOURCE_COLUMNS if c in records]
+    records = records.reindex(columns=columns)
+    rows = records.to_dict("records")
+    gens = [generations_of(config, r) for r in rows]
+    kept = [(r, g) for r, g in zip(rows, gens, strict=True) if g is not None]
+    behaviour = behaviour_table([r for r, _ in kept], [g for _, g in kept]).assign(checkpoint="final")
     runs = per_run(records)
     methods = per_method(runs)
     runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")

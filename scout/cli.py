@@ -78,8 +78,10 @@ def cmd_train(args) -> int:
     lrs = {"lr": spec.get("lr"), "teacher_lr": spec.get("method_cfg", {}).get("scout", {}).get("teacher_lr")}
     pending = [k for k, v in lrs.items() if v == TUNED]
     if pending:
-        raise SystemExit(f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
-                         "(snakemake runs it before the cells that read its choice), or give a number")
+        raise SystemExit(
+            f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
+            "(snakemake runs it before the cells that read its choice), or give a number"
+        )
     extra = {"dry_run": True} if args.dry_run else {}
     try:
         get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
@@ -148,17 +150,6 @@ def cmd_choose_lr(args) -> int:
 
     result = write_choice(_spec(args.spec), args.out, log=_log)
     _log(f"{result['setting']}: {result['param']} = {result['chosen']:g} -> {args.out}")
-    return 0
-
-
-def cmd_aggregate(args) -> int:
-    from scout import jobs
-    from scout.aggregate import summarize
-
-    cfg = _config(args) if (args.spec or not args.records) else None
-    records = args.records or jobs.eval_records(cfg)
-    runs, methods = summarize(records, args.out, cfg)
-    _log(f"{len(runs)} run rows, {len(methods)} method rows -> {args.out}")
     return 0
 
 
@@ -236,7 +227,9 @@ def cmd_fingerprints(args) -> int:
 
     cfg = _config(args)
     if cfg["world"] != "toy":
-        raise SystemExit("scout fingerprints: only toy grids are fingerprinted (the paper grid's digits follow its GPUs)")
+        raise SystemExit(
+            "scout fingerprints: only toy grids are fingerprinted (the paper grid's digits follow its GPUs)"
+        )
     if args.record:
         got = rep.measure(cfg)
         rep.write_record(args.section, got, args.record)
@@ -321,7 +314,9 @@ class _Once(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if getattr(namespace, self.dest, None) is not None:
-            parser.error(f"{option_string} given twice (snakemake would keep only the last): give all its values after one {option_string}")
+            parser.error(
+                f"{option_string} given twice (snakemake would keep only the last): give all its values after one {option_string}"
+            )
         setattr(namespace, self.dest, values)
 
 
@@ -352,7 +347,11 @@ def _export_remake_args(args) -> None:
     from scout.workflow import remake_args
 
     pairs = [*(args.config or []), *([f"select={args.select}"] if args.select else [])]
-    argv = ["snakemake", *(["--configfile", *args.configfile] if args.configfile else []), *(["--config", *pairs] if pairs else [])]
+    argv = [
+        "snakemake",
+        *(["--configfile", *args.configfile] if args.configfile else []),
+        *(["--config", *pairs] if pairs else []),
+    ]
     os.environ.setdefault(REMAKE_ENV, shlex.join(remake_args(argv)))
 
 
@@ -378,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check-config", help="validate a config file and count its grid")
-    s.add_argument("config", nargs="+", help="config file; more files are merged into it, as snakemake --configfile A B")
+    s.add_argument(
+        "config", nargs="+", help="config file; more files are merged into it, as snakemake --configfile A B"
+    )
     _add_select_arg(s)
     s.set_defaults(func=cmd_check_config)
     for name, func, help_ in [
@@ -410,11 +411,6 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("toy-tokenizer", help="write the toy tokenizer")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_toy_tokenizer)
-    s = sub.add_parser("aggregate", help="summarise evaluation records into CSV tables")
-    s.add_argument("--out", required=True)
-    _add_config_args(s)
-    s.add_argument("records", nargs="*", help="record files (default: every evaluation of the config's grid)")
-    s.set_defaults(func=cmd_aggregate)
     s = sub.add_parser("report", help="render every table and figure, and the PDF, from cached results")
     _add_config_args(s)
     s.add_argument("--out", help="output folder (default: {results}/report)")
@@ -430,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_args(s)
     s.add_argument("--csv", help="also write every job with its resources to this CSV file")
     s.set_defaults(func=cmd_plan)
-    s = sub.add_parser("fingerprints", help="compare a toy grid's files with the recorded digits (config/fingerprints.yaml)")
+    s = sub.add_parser(
+        "fingerprints", help="compare a toy grid's files with the recorded digits (config/fingerprints.yaml)"
+    )
     _add_config_args(s)
     s.add_argument("--section", default="toy", help="the record to compare with (toy: config/config.yaml's grid)")
     s.add_argument("--strict", action="store_true", help="exit 1 when a file differs or is missing")

@@ -63,7 +63,9 @@ def _legend(ax, handles=None, labels=None) -> None:
     twin axis holds the right side (its ticks and label)."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
-    twinned = any(other is not ax and other.get_position().bounds == ax.get_position().bounds for other in ax.figure.axes)
+    twinned = any(
+        other is not ax and other.get_position().bounds == ax.get_position().bounds for other in ax.figure.axes
+    )
     if twinned:
         ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     else:
@@ -347,7 +349,9 @@ def continuation_figures(paths: list[Path], out_dir: Path) -> list[dict]:
         _legend(ax)
         committed = ""
         if "committed" in d:
-            share = d[(d.teacher == "initial") & (d.prefixes == "initial-student")].groupby("prefix_ratio").committed.mean()
+            share = (
+                d[(d.teacher == "initial") & (d.prefixes == "initial-student")].groupby("prefix_ratio").committed.mean()
+            )
             committed = "; prefixes that already hold the final answer: " + ", ".join(
                 f"{r:.0%}: {c:.0%}" for r, c in share.items()
             )  # fmt: skip
@@ -454,7 +458,11 @@ def reflection_figures(paths: list[Path], out_dir: Path) -> list[dict]:
     and wrong steps (mean ± SD over seeds)."""
     df = _read_analysis(paths, ["setting", "teacher", "seed", "after", "judged", "p_reflect"])
     out = []
-    names = {"initial": "initial\nteacher", "scout": "SCOUT's\ntrained teacher", "control": "prefix-0\ncontrol's teacher"}
+    names = {
+        "initial": "initial\nteacher",
+        "scout": "SCOUT's\ntrained teacher",
+        "control": "prefix-0\ncontrol's teacher",
+    }
     for setting, d in df.groupby("setting", sort=False):
         judged = "step" if (d.judged == "step").any() else "response"
         d = d[d.judged == judged]
@@ -524,7 +532,7 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
     if behaviour.exists():
         figs += behaviour_figures(behaviour, cache, out_dir)
     else:
-        notices.append(f"figure behaviour skipped: no {behaviour} (the aggregate stage writes it)")
+        notices.append(f"figure behaviour skipped: no {behaviour} (the report writes it)")
     for name, make in (("continuation", continuation_figures), ("entropy", entropy_figures),
                        ("reflection", reflection_figures)):  # fmt: skip
         paths = sorted(analysis_dir.glob(f"*/{name}.csv")) + sorted(analysis_dir.glob(f"{name}.csv"))

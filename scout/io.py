@@ -41,6 +41,20 @@ class DamagedInput(ValueError):
         super().__init__(f"{path}: {why}; remake it: {remake_command(path)}")
 
 
+def read_record(path: str | Path, required: tuple[str, ...], what: str) -> dict:
+    """A job's JSON record with the keys it must have; a missing, unreadable or foreign file is a
+    ``DamagedInput`` that names it and the command that remakes it."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedInput(path, f"unreadable {what} ({exc})") from exc
+    missing = [k for k in required if k not in rec] if isinstance(rec, dict) else list(required)
+    if missing:
+        article = "an" if what[0] in "aeiou" else "a"
+        raise DamagedInput(path, f"not {article} {what} (missing {', '.join(missing)})")
+    return rec
+
+
 def remake_command(path: str | Path) -> str:
     """The narrowest Snakemake call that rebuilds ``path``: the job output it belongs to, forced, as
     the one target, with the config files, ``--config`` pairs and cores of the command that ran the
@@ -102,4 +116,3 @@ def model_problems(run: str | Path) -> list[tuple[str, str]]:
             if why:
                 out.append((str(f), why))
     return out
-

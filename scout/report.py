@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from scout import claims, jobs, render, results, tables, tuning
 from scout import reproducibility as rep
+from scout.aggregate import summarize
 from scout.figures import all_figures
 from scout.freshness import Freshness
 from scout.status import grid_wall_time
@@ -86,7 +87,11 @@ def effect_text(c) -> str:
     """The effect with its one-sided bounds, e.g. ``+2.1 [-0.4, 4.6]``; -- when not measured."""
     if c.effect != c.effect:
         return "--"
-    return f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]" if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+    return (
+        f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]"
+        if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT
+        else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
+    )
 
 
 def detectable_text(c) -> str:
@@ -120,7 +125,9 @@ def strip_svg(arms: tuple, width: int = 170, height: int = 30) -> str:
     for i, ((_, vs), colour) in enumerate(zip(arms, colours, strict=True)):
         y = 8 + i * 12
         mean = sum(vs) / len(vs)
-        parts.append(f'<line x1="{x(mean):.1f}" x2="{x(mean):.1f}" y1="{y - 5}" y2="{y + 5}" stroke="{colour}" stroke-width="2"/>')
+        parts.append(
+            f'<line x1="{x(mean):.1f}" x2="{x(mean):.1f}" y1="{y - 5}" y2="{y + 5}" stroke="{colour}" stroke-width="2"/>'
+        )
         parts += [f'<circle cx="{x(v):.1f}" cy="{y}" r="2.6" fill="{colour}" fill-opacity="0.55"/>' for v in vs]
     title = "; ".join(f"{label}: {', '.join(f'{v:.1f}' for v in vs)}" for label, vs in arms)
     return (f'<svg class="strip" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
@@ -316,9 +323,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
                      "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
                      "where": c.where or "beyond the paper", "strip": Markup(strip_svg(c.arms)), "family": c.family,
                      "detectable": detectable_text(c), "test": test_text(c), "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
-    figures = [
-        {**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs
-    ]
+    figures = [{**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs]
     return env.get_template("report.html.j2").render(
         r={
             "world": config["world"],
@@ -329,8 +334,10 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "expected": n_expected,
             "alpha": f"{opts['alpha']:g}",
             "family": family_text(found, opts["alpha"], config),
-            "verdicts": [{"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
-                         for v in claims.VERDICTS],  # fmt: skip
+            "verdicts": [
+                {"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
+                for v in claims.VERDICTS
+            ],  # fmt: skip
             "claims": rows,
             "caveats": [{"setting": k, "text": v} for k, v in notes],
             "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
@@ -405,6 +412,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     df = reported(config, results.load(config, damaged))
     for d in damaged:  # left out, each named with the command that remakes it
         log(f"damaged: {d}")
+    summarize(config, df, root / "summary")  # the CSVs of what this report shows
     cache = results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
     env = render.tex_environment()

@@ -22,11 +22,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scout import grid, jobs, stats
+from scout import grid, io, jobs, stats
 from scout.io import DamagedInput
 from scout.methods import METHODS
 
-COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "source"]
+COLUMNS = [
+    "setting",
+    "variant",
+    "method",
+    "seed",
+    "checkpoint",
+    "benchmark",
+    "mean",
+    "sem",
+    "repeats",
+    "rows",
+    "source",
+]
 # records that stand for another unit too (a shared run) appear under it with `shared_with` set
 IMPORT_COLUMNS = ["setting", "method", "run", "benchmark", "mean", "sem"]
 _REQUIRED = ("setting", "variant", "seed", "checkpoint", "benchmark", "mean", "sem")
@@ -45,14 +57,7 @@ def _record_files(root: Path) -> list[Path]:
 
 
 def read_record(path: Path) -> dict:
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DamagedInput(path, f"unreadable evaluation record ({exc})") from exc
-    missing = [k for k in _REQUIRED if k not in rec] if isinstance(rec, dict) else list(_REQUIRED)
-    if missing:
-        raise DamagedInput(path, f"not an evaluation record (missing {', '.join(missing)})")
-    return rec
+    return io.read_record(path, _REQUIRED, "evaluation record")
 
 
 def records_frame(paths: list[Path], source: str, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
@@ -353,7 +358,12 @@ class Cache:
         out = []
         for s, v in self.seeds:
             cell = self.cells.get(v)
-            if s == setting and cell and cell.method == "scout" and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}:
+            if (
+                s == setting
+                and cell
+                and cell.method == "scout"
+                and not {k for k, _ in cell.overrides} - {"interval", "teacher_lr"}
+            ):
                 out.append((self.f_of(s, v), v))
         return sorted(out)
 
@@ -403,7 +413,11 @@ class Cache:
         source = self.shared.get((setting, variant))
         if source is None:
             return ""
-        other = source[0] if source[1] == variant else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
+        other = (
+            source[0]
+            if source[1] == variant
+            else self.label(source[1]) + ("" if source[0] == setting else f", {source[0]}")
+        )
         return f"(the runs of {other})"
 
     def has_variant(self, setting: str, variant: str) -> bool:

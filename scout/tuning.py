@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 
 from scout.config import ConfigError, teacher_lora_rank, validation_sets
+from scout.io import read_record
 from scout.methods import METHODS
 
 TUNED = "tuned"
@@ -109,12 +110,16 @@ def errors(config: dict) -> list[str]:
             errs.append(f"settings.{name}: tuned, but tuning.validation has no {s['domain']} validation set")
         elif v["data"] not in sets:
             where = "toy.validation" if config["world"] == "toy" else "a dataset's holdout, named DATASET.holdout"
-            errs.append(f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where}); "
-                        f"expected one of {sorted(sets)}")
+            errs.append(
+                f"tuning.validation.{s['domain']}.data: unknown validation set {v['data']!r} ({where}); "
+                f"expected one of {sorted(sets)}"
+            )
         elif sets[v["data"]]["domain"] != s["domain"]:
             errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is not a {s['domain']} set")
         elif v["data"] == s["train_data"] or v["data"] in config["benchmarks"]:
-            errs.append(f"tuning.validation.{s['domain']}.data: {v['data']!r} is a training set or a benchmark, not held out")
+            errs.append(
+                f"tuning.validation.{s['domain']}.data: {v['data']!r} is a training set or a benchmark, not held out"
+            )
     return errs
 
 
@@ -212,7 +217,7 @@ def write_choice(spec: dict, out: str | Path, log=print) -> dict:
     """Read every search point's validation record, choose, and write the choice with the table."""
     points = []
     for p in spec["points"]:
-        records = [json.loads(Path(f).read_text()) for f in p["records"]]
+        records = [read_record(f, ("mean", "sem"), "validation record") for f in p["records"]]
         scores = [r["mean"] for r in records]
         # the evaluation's standard error of the seeds' mean (each seed's over its repeats, in quadrature):
         # how far apart two points must be before the choice between them is more than a draw
@@ -234,8 +239,10 @@ def write_choice(spec: dict, out: str | Path, log=print) -> dict:
     Path(out).write_text(json.dumps(result, indent=1))
     for p in points:
         mark = "  <- chosen" if p is best else ""
-        log(f"{spec['setting']} {spec['param']} {p['lr']:g}: validation {100 * p['score']:.1f} "
-            f"(± {100 * p['sem']:.1f}){mark}")
+        log(
+            f"{spec['setting']} {spec['param']} {p['lr']:g}: validation {100 * p['score']:.1f} "
+            f"(± {100 * p['sem']:.1f}){mark}"
+        )
     return result
 
 

@@ -98,8 +98,11 @@ def test_the_reflection_claim_by_hand(tmp_path):
     assert other.verdict == UNMEASURED
 
 
-def test_aggregate_writes_each_runs_behaviour(tmp_path):
+def test_the_summary_has_each_runs_behaviour(tmp_path):
+    """The summary's behaviour.csv (the report writes it): a run's reflection words and accuracy
+    with and without them, from the generations beside its record."""
     from scout.aggregate import summarize
+    from scout.results import records_frame
 
     out = tmp_path / "eval" / "toy-l-s-math" / "opd" / "s1" / "final"
     out.mkdir(parents=True)
@@ -109,7 +112,7 @@ def test_aggregate_writes_each_runs_behaviour(tmp_path):
     gens = [{"id": "q", "repeat": 0, "response": "Wait, 1+1=2", "correct": False},
             {"id": "q", "repeat": 1, "response": "1+1=2", "correct": True}]  # fmt: skip
     (out / "tm-easy.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
-    summarize([out / "tm-easy.json"], tmp_path / "summary")
+    summarize({"results": str(tmp_path)}, records_frame([out / "tm-easy.json"], "eval"), tmp_path / "summary")
     b = pd.read_csv(tmp_path / "summary" / "behaviour.csv")
     assert b.loc[0, "reflections_per_response"] == 0.5 and b.loc[0, "accuracy_with"] == 0.0
     assert b.loc[0, "accuracy_without"] == 1.0

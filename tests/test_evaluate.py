@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from scout import config as scout_config
-from scout import jobs
+from scout import jobs, results
 from scout.aggregate import per_method, per_run, summarize
 from scout.catalogue import DataError
 from scout.cli import main
@@ -91,7 +91,8 @@ def _records(tmp_path):
 
 
 def test_aggregation_by_hand(tmp_path):
-    runs, methods = summarize(_records(tmp_path), tmp_path / "out")
+    records = results.records_frame(_records(tmp_path), "eval")
+    runs, methods = summarize({"results": str(tmp_path)}, records, tmp_path / "out")
     avg = runs[runs.benchmark == "avg"].set_index("seed")["mean"]
     assert avg.to_dict() == pytest.approx({1: 0.3, 2: 0.6})
     m = methods.set_index("benchmark")
@@ -106,7 +107,7 @@ def test_aggregation_refuses_non_records(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text(json.dumps({"benchmark": "x"}))
     with pytest.raises(ValueError, match="not an evaluation record"):
-        summarize([p], tmp_path / "out")
+        results.records_frame([p], "eval")
 
 
 def test_per_method_uses_sample_sd_and_counts_runs():

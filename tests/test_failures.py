@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from scout import jobs
+from scout import grid, jobs, tuning
 from tests.conftest import REPO, mini_config
 
 
@@ -34,7 +34,9 @@ def test_a_missing_data_file_is_one_line_with_the_remake_command(world, tmp_path
     data = json.loads(spec.read_text())["benchmarks"]["tm-hard"]["path"]
     moved = Path(data).rename(tmp_path / "tm-hard.jsonl")
     try:
-        done = scout("--log", str(tmp_path / "eval.log"), "evaluate", "--spec", f"@{spec}", "--out", str(tmp_path / "e"))
+        done = scout(
+            "--log", str(tmp_path / "eval.log"), "evaluate", "--spec", f"@{spec}", "--out", str(tmp_path / "e")
+        )
     finally:
         moved.rename(data)
     assert done.returncode == 1 and done.stdout == ""
@@ -59,33 +61,35 @@ def test_a_truncated_checkpoint_is_named_with_the_job_that_remakes_it(world, tmp
 
 
 def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
-    """A damaged evaluation record fails the aggregation job: the console shows the reason and the
-    remake command, and the job's command line is one short line (the config travels as a file)."""
-    cfg = mini_config("results")
+    """A damaged validation record fails the tuning stage's choice: the console shows the reason and
+    the remake command, and the job's command line is one short line (the config travels as a file)."""
+    cfg = mini_config("results", tuned=True)
     (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
-    for path in jobs.eval_records(cfg):
+    search = [c for c in grid.search_cells(cfg) if tuning.param_of(c.variant) == "student_lr"]
+    records = [jobs.validation_record(cfg, c) for c in search]
+    for path in records:
         p = tmp_path / path
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps({"setting": "s", "variant": "v", "seed": 1, "checkpoint": "final", "benchmark": "b",
-                                 "mean": 0.5, "sem": 0.1}))  # fmt: skip
-    bad = jobs.eval_records(cfg)[0]
+        p.write_text(json.dumps({"mean": 0.5, "sem": 0.1}))
+    bad = records[0]
     (tmp_path / bad).write_text('{"mean": 0.')
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-           "--configfile", str(tmp_path / "mini.yaml"), "--cores", "1", "results/summary/runs.csv",
-           "--allowed-rules", "aggregate"]  # fmt: skip
+           "--configfile", str(tmp_path / "mini.yaml"), "--cores", "1", "results/tuning/toy-l-s-math/student_lr.json",
+           "--allowed-rules", "choose_lr"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert done.returncode != 0
     text = done.stdout + done.stderr
-    assert "scout aggregate failed (exit 1); the last lines of results/logs/aggregate.log:" in text
-    assert f"{bad}: unreadable evaluation record" in text
+    log = "results/logs/tuning/toy-l-s-math/student_lr.log"
+    assert f"scout choose-lr failed (exit 1); the last lines of {log}:" in text
+    assert f"{bad}: unreadable validation record" in text
     # the narrowest remake: that record as the one target, with the command's Snakefile, folder,
     # config file and cores (not --allowed-rules)
     assert (f"remake it: snakemake --snakefile {REPO / 'Snakefile'} --directory {tmp_path} --configfile "
             f"{tmp_path / 'mini.yaml'} --cores 1 --force -- {bad}") in text  # fmt: skip
     shell = text[text.index("    shell:\n") :].splitlines()[1].strip()
-    assert shell.startswith("scout --log results/logs/aggregate.log aggregate --spec @results/specs/config.")
-    assert len(shell) < 150
+    assert shell.startswith(f"scout --log {log} choose-lr --spec @results/specs/")
+    assert "{" not in shell and len(shell) < 200  # its spec inline would be thousands of characters
 
 
 def test_another_checkouts_code_is_named(tmp_path):

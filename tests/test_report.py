@@ -301,11 +301,13 @@ def write_analysis(cfg: dict) -> None:
                for t, seed, p in (("initial", 0, 0.2), ("scout", 1, 0.3), ("scout", 2, 0.35), ("control", 1, 0.1))
                for q in range(4) for after in ("right", "wrong")]  # fmt: skip
     pd.DataFrame(reflect, columns=behaviour.REFLECTION_COLUMNS).to_csv(d / "reflection.csv", index=False)
-    summary = Path(cfg["results"]) / "summary"
-    summary.mkdir(parents=True, exist_ok=True)
-    runs = [("toy-l-s-math", v, v, seed, 384, 0.3 + 0.1 * seed, 0.2, 0.6, 0.5, 0.62, "final")
-            for v in ("base-student", "opd", "scout") for seed in ((0,) if v.startswith("base") else (1, 2))]  # fmt: skip
-    pd.DataFrame(runs, columns=[*behaviour.RUN_COLUMNS, "checkpoint"]).to_csv(summary / "behaviour.csv", index=False)
+    gens = [{"id": f"q{q}", "repeat": r, "response": ("Wait, " if (q + r) % 3 == 0 else "") + "2+2=4",
+             "correct": (q + r) % 2 == 0} for q in range(4) for r in range(2)]  # fmt: skip
+    for v, seeds in (("base-student", (0,)), ("opd", (1, 2)), ("scout", (1, 2))):  # the summary's behaviour.csv
+        for seed in seeds:
+            out = Path(grid.eval_dir(cfg, "toy-l-s-math", v, seed, "final"))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "tm-easy.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
     for variant in ("scout", "opd"):
         for seed in (1, 2):  # the training logs as the trainer writes them (SCOUT's with its teacher phase)
             run = Path(grid.train_dir(cfg, "toy-l-s-math", variant, seed))

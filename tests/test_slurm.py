@@ -110,7 +110,7 @@ def test_sbatch_received_each_rule_family_resources(grid_run):
         comment = j.get("Comment", "")
         name = re.match(r"rule_([a-z_]+?)(_wildcards|$)", comment)
         by_rule.setdefault(name.group(1) if name else comment, []).append(j)
-    # local rules (aggregate, report) never went to Slurm; everything else did
+    # the local rule (grid_report) never went to Slurm; everything else did
     assert set(by_rule) == {"toy_data", "toy_tokenizer", "toy_pretrain", "train", "evaluate_math"}
     assert all(j["JobState"] == "COMPLETED" for j in jobs)
     evals = by_rule["evaluate_math"]

@@ -302,7 +302,7 @@ def analysis_inputs(wc):
 
 def independent_targets():
     """What the grid makes of the settings that need no choice, so that Snakemake starts it while
-    the searches run (the aggregate, which needs every choice, waits for them)."""
+    the searches run (the report, which needs every choice, waits for them)."""
     if not TUNED:
         return []
     units = [u for u in jobs.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]

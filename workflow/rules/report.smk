@@ -1,11 +1,11 @@
-# Report: every table and figure of the paper plus one PDF, rendered from the results cache.
+# Report: every table and figure of the paper plus one PDF, rendered from the results cache, and
+# the summary CSVs of the same records (results/summary/: per run, per method, each run's behaviour).
 #   snakemake report   renders from whatever is cached, every time it is asked for: it has no
 #                      inputs and no outputs in the DAG, so it never trains or evaluates anything
 #   snakemake          (the default target) renders the same report once the whole grid is done
 
 
 localrules:
-    aggregate,
     report,
     grid_report,
 
@@ -24,12 +24,13 @@ rule report:
 
 rule grid_report:
     input:
-        summary_files(),
+        eval_records,
         analysis_files(),
         tuning_files(),
     output:
         # update: the report stays in place while it is rendered again, and comes back if that fails
         [update(f) for f in report_files()],
+        [update(f) for f in summary_files()],
         report(update(f"{RES}/report/index.html"), caption="../report/claims.rst", category="Report"),
         report(
             update(directory(f"{RES}/report/figures")),
