@@ -30,4 +30,7 @@ rule all:
     input:
         summary_files(),
         report_files(),
+        # the choices too: the report's inputs wait on them (a checkpoint), so a search added to a
+        # finished grid is planned from here
+        tuning_files(),
         independent_targets(),

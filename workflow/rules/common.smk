@@ -328,6 +328,12 @@ def tuning_files():
     return choice_files([(s, p) for s, params in TUNED.items() for p in params])
 
 
+def report_inputs(wc):
+    """What the report reads: every choice first (a choice not made yet makes Snakemake run its
+    search, then ask again), every evaluation record, and the teacher probes' tables."""
+    return tuning_files() + eval_records() + analysis_files()
+
+
 def analysis_files():
     settings = config.get("analysis", {}).get("settings", [])
     return [f"{jobs.analysis_dir(config, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]

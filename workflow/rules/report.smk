@@ -24,9 +24,7 @@ rule report:
 
 rule grid_report:
     input:
-        eval_records,
-        analysis_files(),
-        tuning_files(),
+        report_inputs,
     output:
         # update: the report stays in place while it is rendered again, and comes back if that fails
         [update(f) for f in report_files()],
