@@ -279,13 +279,17 @@ def cmd_preflight(args) -> int:
         raise SystemExit("scout preflight: the config's backend is not verl (the embedded backend needs no preflight)")
     rows = preflight.run(cfg, log=_log)
     print(preflight.render(rows))
-    problems = [f"{r.cell}: {p}" for r in rows for p in r.problems]
+    pairs = preflight.pairs(cfg)
+    for pair in pairs:  # the tokenizer and template check of each teacher-student pair
+        print(f"\n{pair.pair}: {pair.verdict}" + "".join(f"\n  {k}: {v}" for k, v in pair.checks.items()))
+    problems = [f"{r.cell}: {p}" for r in rows for p in r.problems] + [f"{x.pair}: {p}" for x in pairs for p in x.problems]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(_json.dumps([{"cell": r.cell, **r.checks} for r in rows], indent=1))
+        found = [{"cell": r.cell, **r.checks} for r in rows] + [{"pair": x.pair, **x.checks} for x in pairs]
+        Path(args.out).write_text(_json.dumps(found, indent=1))
     if problems:
         raise SystemExit("scout preflight: refused\n  " + "\n  ".join(problems))
-    _log(f"preflight: {len(rows)} cells pass")
+    _log(f"preflight: {len(rows)} cells and {len(pairs)} teacher-student pairs pass")
     return 0
 
 
@@ -510,14 +514,14 @@ def _exit_now(code: int) -> None:
 def _dispatch(args) -> int:
     from scout.catalogue import DataError
     from scout.config import ConfigError
-    from scout.io import DamagedInput
+    from scout.io import DamagedInput, JobStopped
 
     try:
         return args.func(args)
     except ConfigError as exc:
         print(f"scout: {exc}", file=sys.stderr)
         return 2
-    except (DataError, DamagedInput) as exc:  # bad, missing or damaged data: one line naming it
+    except (DataError, DamagedInput, JobStopped) as exc:  # bad, missing or damaged data, a check: one line
         raise SystemExit(f"scout {args.cmd}: {exc}") from exc
 
 

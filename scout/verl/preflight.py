@@ -295,10 +295,52 @@ def _tokenizer(name: str):
 
 
 def _first_prompt(path: str) -> list[dict]:
+    return _prompts(path, 1)[0]
+
+
+def _prompts(path: str, n: int) -> list[list[dict]]:
+    """The first ``n`` prompts of a prepared dataset, as chat messages."""
     from scout.io import read_jsonl
 
-    prompt = read_jsonl(path)[0]["prompt"]
-    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    rows = read_jsonl(path)[:n]
+    return [r["prompt"] if isinstance(r["prompt"], list) else [{"role": "user", "content": r["prompt"]}] for r in rows]
+
+
+# A stand-in prompt where the training data is not prepared yet: the template check needs a conversation
+STAND_IN = [[{"role": "user", "content": "Find the sum of 2 and 3. Put the final answer in \\boxed{}."}]]
+
+
+def _tokenizer_model(config: dict, model_id: str) -> str:
+    """Where a model's tokenizer is read from: a prepared teacher's is its base model's."""
+    from scout import grid
+
+    spec = config["models"][model_id]
+    return _tokenizer_model(config, spec["prepare"]["base"]) if "prepare" in spec else grid.model_path(config, model_id)
+
+
+def pairs(config: dict, cells=None, tokenizers: dict | None = None) -> list:
+    """The tokenizer and template check (``scout.pairing``) of every teacher-student pair the cells
+    distil from, once per setting."""
+    from scout import grid
+    from scout.methods import METHODS
+    from scout.pairing import check_pair
+
+    tokenizers = {} if tokenizers is None else tokenizers
+    settings = dict.fromkeys(c.setting for c in (cells or grid.cells(config)) if METHODS[c.method].needs_teacher)
+    out = []
+    for name in settings:
+        s = config["settings"][name]
+        toks = []
+        for model in (s["student"], s["teacher"]):
+            path = _tokenizer_model(config, model)
+            if path not in tokenizers:
+                tokenizers[path] = _tokenizer(path)
+            toks.append(tokenizers[path])
+        data = grid.data_path(config, s["train_data"])
+        convs = _prompts(data, 4) if Path(data).exists() else STAND_IN
+        out.append(check_pair(f"{name}: {s['teacher']} scores {s['student']}", *toks, convs,
+                              grid.chat_options(config, s["student"]), grid.chat_options(config, s["teacher"])))  # fmt: skip
+    return out
 
 
 def run(config: dict, log=print, cells=None) -> list[Row]:
