@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from scout.io import JobStopped
+
 # --------------------------------------------------------------------------------------------
 # Shared policy-gradient pieces
 # --------------------------------------------------------------------------------------------
@@ -299,3 +301,45 @@ def sem(values: list[float]) -> float:
     mean = sum(values) / k
     var = sum((v - mean) ** 2 for v in values) / (k - 1)
     return math.sqrt(var / k)
+
+
+# The teacher self-test: the engine's log-probs of a few sampled responses against a reference
+# forward of the same weights, measured against the per-token signal the loss is made of.
+SELF_TEST_RESPONSES = 4  # sampled responses a self-test scores twice
+SELF_TEST_RATIO = 0.1  # the engine may disagree by at most 10% of the per-token signal...
+SELF_TEST_FLOOR = 1e-3  # ...or 0.001 nats, where teacher and student already agree
+
+
+class TeacherSelfTestError(JobStopped):
+    """The teacher's engine disagrees with a reference forward of its own weights by more than the limit."""
+
+
+def teacher_self_test(
+    engine_logp: torch.Tensor, reference_logp: torch.Tensor, student_logp: torch.Tensor, mask: torch.Tensor,
+    ratio: float = SELF_TEST_RATIO, floor: float = SELF_TEST_FLOOR,
+) -> dict[str, float]:  # fmt: skip
+    """Mean and largest |engine - reference| log-prob over the response tokens, beside the signal
+    (the mean |reference - student|: the per-token gap K1 distils) and the limit, max(ratio x
+    signal, floor). A disagreement above the limit means the loss would carry engine error of the
+    size of its own signal."""
+    m = mask.bool()
+    gap = (engine_logp - reference_logp).abs()[m]
+    signal = float((reference_logp - student_logp).abs()[m].mean()) if m.any() else 0.0
+    return {
+        "teacher_selftest_diff": float(gap.mean()) if m.any() else 0.0,
+        "teacher_selftest_max_diff": float(gap.max()) if m.any() else 0.0,
+        "teacher_selftest_signal": signal,
+        "teacher_selftest_limit": max(ratio * signal, floor),
+    }
+
+
+def check_self_test(metrics: dict[str, float], where: str) -> None:
+    """Stop on a failed self-test, naming the disagreement and the limit it broke."""
+    diff, limit = metrics["teacher_selftest_diff"], metrics["teacher_selftest_limit"]
+    if diff > limit:
+        raise TeacherSelfTestError(
+            f"teacher self-test failed {where}: the engine's log-probs differ from a reference forward of the same "
+            f"weights by {diff:.4g} nats a token (largest {metrics['teacher_selftest_max_diff']:.4g}), above the limit "
+            f"{limit:.4g} ({SELF_TEST_RATIO:g} of the per-token signal {metrics['teacher_selftest_signal']:.4g}, or "
+            f"{SELF_TEST_FLOOR:g}): the distillation loss would be made of engine error"
+        )

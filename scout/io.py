@@ -41,6 +41,10 @@ class DamagedInput(ValueError):
         super().__init__(f"{path}: {why}; remake it: {remake_command(path)}")
 
 
+class JobStopped(RuntimeError):
+    """A check stopped the job on purpose (a teacher self-test, say): its message is the whole story."""
+
+
 def read_record(path: str | Path, required: tuple[str, ...], what: str) -> dict:
     """A job's JSON record with the keys it must have; a missing, unreadable or foreign file is a
     ``DamagedInput`` that names it and the command that remakes it."""

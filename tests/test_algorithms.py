@@ -227,3 +227,24 @@ def test_sem_over_repeats():
 
 def test_token_entropy_uniform():
     assert alg.token_entropy(torch.zeros(1, 4)).item() == pytest.approx(math.log(4))
+
+
+def test_teacher_self_test_by_hand():
+    """Two response tokens and a padded third: |engine - reference| = 0.1 and 0 (mean 0.05); the
+    signal |reference - student| = 0.9 and 1.0 (mean 0.95); the limit max(0.1 x 0.95, 0.001)."""
+    engine = torch.tensor([[-1.0, -2.0, 9.0]])
+    reference = torch.tensor([[-1.1, -2.0, 0.0]])
+    student = torch.tensor([[-2.0, -1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    got = alg.teacher_self_test(engine, reference, student, mask)
+    assert got["teacher_selftest_diff"] == pytest.approx(0.05)
+    assert got["teacher_selftest_max_diff"] == pytest.approx(0.1)
+    assert got["teacher_selftest_signal"] == pytest.approx(0.95)
+    assert got["teacher_selftest_limit"] == pytest.approx(0.095)
+    alg.check_self_test(got, "at step 1")  # 0.05 <= 0.095: passes
+    strict = alg.teacher_self_test(engine, reference, student, mask, ratio=0.05)
+    assert strict["teacher_selftest_limit"] == pytest.approx(0.0475)
+    with pytest.raises(alg.TeacherSelfTestError, match=r"by 0\.05 nats a token \(largest 0\.1\), above the limit 0\.0475"):
+        alg.check_self_test(strict, "at step 1")
+    agree = alg.teacher_self_test(reference, reference, reference, mask)  # no signal: the floor holds
+    assert agree["teacher_selftest_limit"] == alg.SELF_TEST_FLOOR and agree["teacher_selftest_diff"] == 0.0

@@ -34,6 +34,12 @@ def test_every_method_trains_and_writes_outputs(method, spec_for, tmp_path):
     assert all(torch.isfinite(torch.tensor(m["loss"])) for m in lines)
     assert (tmp_path / "model" / "final" / "model.safetensors").exists()
     assert (tmp_path / "train.json").exists()
+    if METHODS[method].needs_teacher:  # the teacher self-test: at the start, and after each teacher update
+        tested = [m["step"] for m in lines if "teacher_selftest_diff" in m]
+        assert tested == ([1, 2] if METHODS[method].trains_teacher else [1])
+        assert all(m["teacher_selftest_diff"] <= m["teacher_selftest_limit"] for m in lines if m["step"] in tested)
+    else:
+        assert not any("teacher_selftest_diff" in m for m in lines)
     if METHODS[method].trains_teacher:
         assert all(m.get("teacher_update") == 1 for m in lines)
         assert (tmp_path / "model" / "final-teacher" / "model.safetensors").exists()
@@ -263,3 +269,18 @@ def test_continuations_score_as_full_sequences_with_each_prefix_computed_once(wo
         assert torch.allclose(lm.continuation_logp(model, prefixes, conts, 2, 0), full, atol=1e-5)
     with pytest.raises(ValueError, match="5 continuations for 3 prefixes x 2"):
         lm.continuation_logp(model, prefixes, conts[:5], 2, 0)
+
+
+def test_the_teacher_self_test_stops_a_job_whose_scoring_disagrees_with_its_weights(spec_for, tmp_path, monkeypatch):
+    """A scoring path that returns log-probs at temperature 1.5 (a batched forward's logits scaled;
+    the reference forward, one response alone, is not): the first step stops, naming both numbers."""
+    spec = spec_for("opd", total_steps=2, steps_per_epoch=2)
+    tr = Trainer(spec, tmp_path, device="cpu")
+    plain = lm.score
+    monkeypatch.setattr(lm, "score", lambda model, ids, att: plain(model, ids, att) / (1.5 if len(ids) > 1 else 1.0))
+    with pytest.raises(alg.TeacherSelfTestError) as err:
+        tr.run(log=lambda _: None)
+    text = str(err.value)
+    assert text.startswith("teacher self-test failed at step 1: the engine's log-probs differ from a reference forward")
+    assert "above the limit" in text and "of the per-token signal" in text
+    assert not (tmp_path / "model" / "final").exists()

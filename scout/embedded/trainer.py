@@ -98,6 +98,8 @@ class Trainer:
             else:
                 self.models.teacher = _frozen(teacher)
         self.progress = Progress()
+        # the teacher self-test: at the start of the job and after every update of the teacher
+        self.self_test_due = self.method.needs_teacher
         if self.method.budget == "prune":
             self.progress.budget = alg.BudgetState(spec["method_cfg"]["prune_opd"]["budget"]["initial"])
         if self.method.rollout == "relay":
@@ -174,6 +176,7 @@ class Trainer:
         metrics.update(loss=float(loss.detach()), clipfrac=float(clipfrac))
         if m.trains_teacher and alg.is_teacher_step(step, spec["method_cfg"]["scout"]["interval"]):
             metrics.update(self.teacher_step(step, rows, prompts[::n], responses[::n]))
+            self.self_test_due = True  # the next scoring runs on the updated weights
         return metrics
 
     def _rollout(self, step: int, prompts: list[list[int]]) -> tuple[list[list[int]], dict]:
@@ -211,6 +214,9 @@ class Trainer:
         with torch.no_grad():
             t_logits, _, _ = lm.response_logits(self.models.teacher, prompts, responses, self.pad, CHUNK)
         t_logp = lm.token_logp(t_logits, tokens)
+        if self.self_test_due:
+            metrics.update(self._self_test(prompts, responses, t_logp, old_logp, mask))
+            self.self_test_due = False
         adv = alg.k1_advantage(t_logp, old_logp)
         metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
         extra_loss = torch.zeros(())
@@ -228,6 +234,19 @@ class Trainer:
         if shape is not None:
             adv = shape(adv, mask, spec["method_cfg"].get(m.id, {}))
         return adv, extra_loss
+
+    def _self_test(self, prompts, responses, t_logp, old_logp, mask) -> dict:
+        """The scoring path's teacher log-probs (batched, padded, in chunks) of the first sampled
+        responses against a reference forward of each alone (``algorithms.teacher_self_test``)."""
+        k = min(alg.SELF_TEST_RESPONSES, len(responses))
+        ref = torch.zeros_like(t_logp[:k])
+        with torch.no_grad():
+            for i in range(k):
+                logits, tokens, _ = lm.response_logits(self.models.teacher, prompts[i : i + 1], responses[i : i + 1], self.pad)
+                ref[i, : tokens.shape[1]] = lm.token_logp(logits, tokens)[0]
+        found = alg.teacher_self_test(t_logp[:k], ref, old_logp[:k], mask[:k])
+        alg.check_self_test(found, f"at step {self.progress.step + 1}")
+        return found
 
     def _prune(self, adv, mask, s_logits, t_logits, metrics):
         pc = self.spec["method_cfg"]["prune_opd"]
