@@ -149,9 +149,14 @@ def continuation_mask(prefix_lengths: torch.Tensor, total_lengths: torch.Tensor,
 def topk_overlap(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int) -> torch.Tensor:
     """|topk_S ∩ topk_T| / k at every position."""
     k = min(k, student_logits.shape[-1])
+    return topk_overlap_ids(student_logits, teacher_logits.topk(k, dim=-1).indices)
+
+
+def topk_overlap_ids(student_logits: torch.Tensor, teacher_top: torch.Tensor) -> torch.Tensor:
+    """``topk_overlap`` from the teacher's top-k token ids [B, T, k] (what a teacher server returns)."""
+    k = teacher_top.shape[-1]
     s_top = student_logits.topk(k, dim=-1).indices
-    t_top = teacher_logits.topk(k, dim=-1).indices
-    hits = (s_top.unsqueeze(-1) == t_top.unsqueeze(-2)).any(dim=-1).sum(dim=-1)
+    hits = (s_top.unsqueeze(-1) == teacher_top.unsqueeze(-2)).any(dim=-1).sum(dim=-1)
     return hits.to(torch.float32) / k
 
 
@@ -271,10 +276,15 @@ def optr_mask(p_trust: torch.Tensor, mask: torch.Tensor, threshold: float) -> to
 def topk_forward_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int) -> torch.Tensor:
     """sum over the teacher's top-k tokens of p_T (log p_T - log p_S), per position."""
     t_logp = torch.log_softmax(teacher_logits.float(), dim=-1)
-    s_logp = torch.log_softmax(student_logits.float(), dim=-1)
     top = t_logp.topk(min(k, t_logp.shape[-1]), dim=-1)
-    s_at = s_logp.gather(-1, top.indices)
-    return (top.values.exp() * (top.values - s_at)).sum(dim=-1)
+    return topk_forward_kl_from(student_logits, top.indices, top.values)
+
+
+def topk_forward_kl_from(student_logits: torch.Tensor, teacher_top: torch.Tensor, teacher_top_logp: torch.Tensor) -> torch.Tensor:
+    """``topk_forward_kl`` from the teacher's top-k token ids and their log-probs [B, T, k]."""
+    s_logp = torch.log_softmax(student_logits.float(), dim=-1)
+    s_at = s_logp.gather(-1, teacher_top)
+    return (teacher_top_logp.exp() * (teacher_top_logp - s_at)).sum(dim=-1)
 
 
 # --------------------------------------------------------------------------------------------

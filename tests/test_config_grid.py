@@ -606,3 +606,20 @@ def test_a_selection_never_changes_the_spec_of_a_run_it_keeps(world, select):
         bare = {k: v for k, v in cut.items() if k != "selected_from"}
         opd = next(c for c in kept if c.key == "toy-l-s-math/opd/s1")
         assert grid.run_spec(bare, opd)["export_steps"] != grid.run_spec(cut, opd)["export_steps"]
+
+
+def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
+    """A served teacher is a URL and a model name; the verl backend refuses it (its engines are its
+    own); on the embedded backend the specs do not change, so turning it on retrains nothing."""
+    served = copy.deepcopy(toy)
+    served["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "http://node1:8000", "model": "toy-large"}
+    C.validate(served)
+    cell = grid.find_cell(toy, "toy-l-s-math", "opd", 1)
+    assert grid.cell_spec(served, cell) == grid.cell_spec(toy, cell)
+    bad = copy.deepcopy(served)
+    bad["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "node1:8000", "model": "toy-large"}
+    with pytest.raises(C.ConfigError, match="teacher_server.url"):
+        C.validate(bad)
+    verl = copy.deepcopy(served) | {"backend": "verl"}
+    with pytest.raises(C.ConfigError, match="settings.toy-l-s-math.teacher_server: the verl backend scores with"):
+        C.validate(verl)

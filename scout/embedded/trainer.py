@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from scout import algorithms as alg
-from scout import runs
+from scout import runs, teacher_server
 from scout.embedded import lm, lora
 from scout.embedded.optim import AdamW
 from scout.grading import Grader
@@ -97,6 +97,11 @@ class Trainer:
                 self.models.teacher_opt = _adamw(teacher, sc["teacher_lr"])
             else:
                 self.models.teacher = _frozen(teacher)
+        # a frozen teacher that only scores may be served (scout.teacher_server); its local copy
+        # stays for the self-test's reference forward
+        m = self.method
+        servable = m.needs_teacher and not m.trains_teacher and m.rollout != "relay"
+        self.served = teacher_server.client_for(spec["setting"]) if servable else None
         self.progress = Progress()
         # the teacher self-test: at the start of the job and after every update of the teacher
         self.self_test_due = self.method.needs_teacher
@@ -211,9 +216,14 @@ class Trainer:
         """K1 advantages from the current teacher, reweighted by Prune-OPD or OPTR where they apply.
         Returns (advantages, extra loss term)."""
         m, spec = self.method, self.spec
-        with torch.no_grad():
-            t_logits, _, _ = lm.response_logits(self.models.teacher, prompts, responses, self.pad, CHUNK)
-        t_logp = lm.token_logp(t_logits, tokens)
+        k = self._teacher_topk()
+        t_logits = top = None
+        if self.served is None:
+            with torch.no_grad():
+                t_logits, _, _ = lm.response_logits(self.models.teacher, prompts, responses, self.pad, CHUNK)
+            t_logp = lm.token_logp(t_logits, tokens)
+        else:
+            t_logp, top = self._served_scores(prompts, responses, tokens.shape, k)
         if self.self_test_due:
             metrics.update(self._self_test(prompts, responses, t_logp, old_logp, mask))
             self.self_test_due = False
@@ -221,14 +231,17 @@ class Trainer:
         metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
         extra_loss = torch.zeros(())
         if m.budget == "prune":
-            adv = self._prune(adv, mask, logits.detach(), t_logits, metrics)
+            adv = self._prune(adv, mask, logits.detach(), t_logits, top, metrics)
         if m.student_loss == "optr":
             oc = spec["method_cfg"]["optr"]
             trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
             metrics["optr_trusted_frac"] = float(trusted.sum() / mask.sum().clamp_min(1))
             adv = adv * trusted
             if oc["outlier"] == "topk_fkl":
-                fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
+                if top is None:
+                    fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
+                else:
+                    fkl = alg.topk_forward_kl_from(logits, top[0][..., : oc["topk"]], top[1][..., : oc["topk"]])
                 extra_loss = (fkl * (mask - trusted)).sum() / mask.sum().clamp_min(1)
         shape = m.advantage_fn()
         if shape is not None:
@@ -248,9 +261,35 @@ class Trainer:
         alg.check_self_test(found, f"at step {self.progress.step + 1}")
         return found
 
-    def _prune(self, adv, mask, s_logits, t_logits, metrics):
+    def _teacher_topk(self) -> int:
+        """How many of the teacher's most likely tokens per position the method reads."""
+        cfg = self.spec["method_cfg"]
+        if self.method.budget == "prune":
+            return cfg["prune_opd"]["topk"]
+        if self.method.student_loss == "optr" and cfg["optr"]["outlier"] == "topk_fkl":
+            return cfg["optr"]["topk"]
+        return 0
+
+    def _served_scores(self, prompts, responses, shape, k):
+        """The served teacher's log-probs of the response tokens [B, T] and, with ``k``, its top-k
+        ids and log-probs [B, T, k] (positions past a response's end: 0, masked out)."""
+        scored = self.served.score(prompts, responses, k)
+        logp = torch.zeros(shape)
+        ids, top_logp = torch.zeros((*shape, k), dtype=torch.long), torch.zeros((*shape, k))
+        for i, s in enumerate(scored):
+            logp[i, : len(s.logp)] = torch.tensor(s.logp)
+            for j, top in enumerate(s.topk):
+                ranked = sorted(top.items(), key=lambda kv: -kv[1])
+                ids[i, j] = torch.tensor([t for t, _ in ranked])
+                top_logp[i, j] = torch.tensor([v for _, v in ranked])
+        return logp.to(self.device), ((ids.to(self.device), top_logp.to(self.device)) if k else None)
+
+    def _prune(self, adv, mask, s_logits, t_logits, top, metrics):
         pc = self.spec["method_cfg"]["prune_opd"]
-        overlap = alg.topk_overlap(s_logits, t_logits, pc["topk"])
+        if top is None:
+            overlap = alg.topk_overlap(s_logits, t_logits, pc["topk"])
+        else:
+            overlap = alg.topk_overlap_ids(s_logits, top[0])
         w = alg.prune_weights(overlap, mask, pc["tau"], pc["w_drop"])
         effective = (w > 0).sum(dim=1).tolist()
         budget = self.progress.budget

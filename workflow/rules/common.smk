@@ -7,6 +7,7 @@ from pathlib import Path
 from scout import config as scout_config
 from scout import grid, jobs
 from scout import resources as scout_resources
+from scout import teacher_server as scout_teacher_server
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
@@ -25,6 +26,9 @@ RES = config.get("results", "results")
 # Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
 # changing it never reruns a job (scout.tracking)
 scout_tracking.export(config.get("tracking", {}))
+# Which settings' teachers are served (settings.*.teacher_server): also in the environment, not in the
+# specs, so a served teacher retrains nothing (scout.teacher_server)
+scout_teacher_server.export(config)
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
 # The grid, resolved once (scout.grid.Grid): every input function below reads the same cells and specs

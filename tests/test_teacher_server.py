@@ -1,0 +1,126 @@
+"""A frozen teacher scored through a server (scout.teacher_server): the answer's parsing by hand,
+a server that is gone, and for real on CPU: the toy teacher served by vLLM's CPU build, its
+log-probs against the embedded teacher's, and the toy world's OPD (and Prune-OPD, which reads the
+teacher's top-k) trained through the server against the same runs with their own teacher."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from scout import teacher_server as ts
+from scout.embedded import lm
+from scout.embedded.trainer import Trainer
+from scout.toy.world import build_model
+from tests.conftest import TINY
+from tests.test_vllm_cpu import vllm_or_skip
+
+
+def test_an_answer_is_read_by_hand_and_a_partial_one_is_refused():
+    """Positions 2 and 3 of a 2-token prompt + 2-token response: the tokens' log-probs, and the
+    top 2 by rank (the sampled token is in the entry even when it is not among them)."""
+    entries = [None, {"7": {"logprob": -1.0, "rank": 1}},
+               {"8": {"logprob": -2.5, "rank": 3}, "4": {"logprob": -0.5, "rank": 1}, "5": {"logprob": -1.5, "rank": 2}},
+               {"9": {"logprob": -0.1, "rank": 1}, "3": {"logprob": -3.0, "rank": 2}}]  # fmt: skip
+    got = ts.parse_sequence(entries, [6, 7, 8, 9], prompt_len=2, k=2)
+    assert got.logp == [-2.5, -0.1]
+    assert got.topk == [{4: -0.5, 5: -1.5}, {9: -0.1, 3: -3.0}]
+    with pytest.raises(ts.TeacherServerError, match="scored 3 positions of a 4-token sequence"):
+        ts.parse_sequence(entries[:3], [6, 7, 8, 9], 2, 2)
+    with pytest.raises(ts.TeacherServerError, match="no log-prob for token 8 at position 2"):
+        ts.parse_sequence([*entries[:2], {"4": {"logprob": -0.5, "rank": 1}}, entries[3]], [6, 7, 8, 9], 2, 0)
+    with pytest.raises(ts.TeacherServerError, match="returned 1 of the top 2 tokens at position 3"):
+        ts.parse_sequence([*entries[:3], {"9": {"logprob": -0.1, "rank": 1}}], [6, 7, 8, 9], 2, 2)
+
+
+def test_a_server_that_is_gone_fails_after_its_retries_with_one_clear_error():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    waits = []
+    client = ts.TeacherClient(f"http://127.0.0.1:{port}", "toy", retries=3, backoff=0.5, sleep=waits.append)
+    with pytest.raises(ts.TeacherServerError, match=rf"at http://127.0.0.1:{port} is gone: 3 tries failed, the last"):
+        client.score([[1, 2]], [[3]])
+    assert waits == [0.5, 1.0]
+
+
+@pytest.fixture(scope="module")
+def served(world, tmp_path_factory):
+    """The toy teacher (head_dim 32, which vLLM's CPU attention supports) behind vLLM's
+    OpenAI-compatible server on a free local port."""
+    vllm_or_skip()
+    root = tmp_path_factory.mktemp("served")
+    model, tok = build_model({**TINY, "hidden_size": 64}, world["root"] / "tokenizer", seed=64)
+    model.save_pretrained(root / "teacher")
+    tok.save_pretrained(root / "teacher")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(root / "teacher"),
+           "--served-model-name", "toy-teacher", "--dtype", "float32", "--max-model-len", "256",
+           "--gpu-memory-utilization", "0.1", "--port", str(port), "--max-logprobs", "20"]  # fmt: skip
+    log = open(root / "server.log", "w")  # noqa: SIM115 - open for the server's lifetime
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    url, t0 = f"http://127.0.0.1:{port}", time.monotonic()
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() - t0 > 240:
+                    raise RuntimeError(f"vLLM's server did not start: {(root / 'server.log').read_text()[-3000:]}") from None
+                time.sleep(1)
+        print(f"\nvLLM CPU server up in {time.monotonic() - t0:.1f}s")
+        yield {"url": url, "model": "toy-teacher", "teacher": str(root / "teacher")}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def test_the_servers_log_probs_and_top_k_equal_the_embedded_teachers(served):
+    client = ts.TeacherClient(served["url"], served["model"])
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(3, 30, (12,), generator=g)]
+    responses = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(1, 40, (12,), generator=g)]
+    got = client.score(prompts, responses, k=5)
+    model = lm.load_model(served["teacher"], "cpu").eval()
+    with torch.no_grad():
+        logits, tokens, _ = lm.response_logits(model, prompts, responses, 0)
+    ours = lm.token_logp(logits, tokens)
+    top = torch.log_softmax(logits, dim=-1).topk(5, dim=-1).indices
+    gap = max(abs(ours[i, j].item() - s.logp[j]) for i, s in enumerate(got) for j in range(len(responses[i])))
+    print(f"\nserver vs embedded teacher: largest |log-prob gap| {gap:.2e} over {sum(map(len, responses))} tokens")
+    assert gap < 1e-4
+    assert all(set(s.topk[j]) == set(top[i, j].tolist()) for i, s in enumerate(got) for j in range(len(responses[i])))
+
+
+@pytest.mark.parametrize("method", ["opd", "prune_opd"])
+def test_opd_through_the_server_trains_as_with_its_own_teacher(method, served, spec_for, tmp_path, monkeypatch):
+    """The same run twice, its teacher once local and once served: the self-test passes against
+    the server, and the weights agree up to float rounding."""
+    spec = spec_for(method, total_steps=3, steps_per_epoch=3, teacher=served["teacher"])
+    own = Trainer(spec, tmp_path / "own", device="cpu")
+    own.run(log=lambda _: None)
+    monkeypatch.setenv(ts.ENV, json.dumps({spec["setting"]: {"url": served["url"], "model": served["model"]}}))
+    via = Trainer(spec, tmp_path / "served", device="cpu")
+    assert via.served is not None
+    via.run(log=lambda _: None)
+    lines = {k: [json.loads(x) for x in (tmp_path / k / "metrics.jsonl").read_text().splitlines()] for k in ("own", "served")}
+    assert lines["served"][0]["teacher_selftest_diff"] < 1e-4
+    a, b = (load_file(tmp_path / k / "model" / "final" / "model.safetensors") for k in ("own", "served"))
+    gap = max(float((a[n] - b[n]).abs().max()) for n in a)
+    kl = [(x["reverse_kl_k1"], y["reverse_kl_k1"]) for x, y in zip(lines["own"], lines["served"], strict=True)]
+    print(f"\n{method} through the server vs its own teacher: largest weight gap {gap:.2e}; reverse KL per step {kl}")
+    assert gap < 1e-4
+    assert all(abs(x - y) < 1e-4 for x, y in kl)
