@@ -209,9 +209,9 @@ def cmd_plan(args) -> int:
     jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
     print(plan.render(jobs))
     print(plan.sharing(cfg))
-    costs = plan.render_teacher_options(cfg)
-    if costs:
-        print(costs)
+    for costs in (plan.render_teacher_options(cfg), plan.render_teacher_servers(cfg)):
+        if costs:
+            print(costs)
     waiting = tuning.pending(cfg)
     if waiting:
         print(f"Tuning: {', '.join(f'{s} {p}' for s, p in waiting)} not chosen yet; until then each tuned "

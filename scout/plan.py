@@ -4,6 +4,7 @@ what sharing runs saves, and the GPUs SCOUT's teacher takes by how it trains (``
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -259,3 +260,69 @@ def render_teacher_options(config: dict) -> str:
             f"puts it on the engine's GPUs (the engine sleeps while it trains); sync: what one teacher update sends "
             f"to the engine.")  # fmt: skip
     return head + "\n" + table.to_string(index=False, na_rep="", float_format=lambda x: f"{x:,.1f}")
+
+
+# ------------------------------------------------------------------------------------------------
+# A served teacher: the frozen-teacher cells of a teacher scoring against one server
+# ------------------------------------------------------------------------------------------------
+
+
+def servable(method: str) -> bool:
+    """A cell whose teacher only scores (OPD, ESR, Prune-OPD, OPTR) can use a teacher server; SCOUT's
+    trains and Relay-OPD's generates, so they keep their own engines."""
+    m = METHODS[method]
+    return m.needs_teacher and not m.trains_teacher and m.rollout != "relay"
+
+
+def teacher_servers(config: dict) -> pd.DataFrame:
+    """Per teacher model: its frozen-teacher training jobs' requested GPU-hours with an engine each,
+    and with one server on a node of its own instead (the jobs keep their student's GPUs; the
+    server runs as long as the longest job, once per wave of as many students as it keeps up with,
+    ``teacher_cost.students_per_server`` at the pace the requested runtime allows). Empty where
+    the config gives no sizes (the toy world)."""
+    plans = grid.run_plans(config)
+    by_teacher: dict[str, list] = {}
+    for c in grid.cells(config):
+        if servable(c.method) and plans[c].shares is None:
+            by_teacher.setdefault(config["settings"][c.setting]["teacher"], []).append(c)
+    rows = []
+    for teacher, cells in by_teacher.items():
+        params = model_params(config, teacher)
+        res = [job_resources(config, "train", c.setting, c.method, c.variant) for c in cells]
+        if params is None or not all(r["gpus_per_node"] for r in res):
+            continue
+        own = sum(tc.gpu_hours(r["nodes"] * r["gpus_per_node"], r["runtime"]) for r in res)
+        places = [tc.placement(c.method, r) for c, r in zip(cells, res, strict=True)]
+        students = sum(tc.gpu_hours(p["student_nodes"] * p["student_gpus"], r["runtime"])
+                       for p, r in zip(places, res, strict=True))  # fmt: skip
+        server_gpus = max(r["gpus_per_node"] for r in res)
+        rate = tc.scored_tokens_per_second(params * 1e9, server_gpus)
+        keep_up = []
+        for c, r in zip(cells, res, strict=True):
+            spec = grid.cell_spec(config, c)
+            tokens = spec["batch_size"] * spec["n"] * tc.MEAN_FILL * (spec["max_prompt_length"] + spec["max_response_length"])
+            keep_up.append(tc.students_per_server(rate, tokens, r["runtime"] * 60 / spec["total_steps"]))
+        waves = math.ceil(len(cells) / min(keep_up))
+        server = tc.gpu_hours(server_gpus, max(r["runtime"] for r in res)) * waves
+        rows.append({"teacher": teacher, "jobs": len(cells), "gpu_hours_own_engines": own,
+                     "gpu_hours_one_server": students + server, "server_gpus": server_gpus,
+                     "tokens_per_s": rate, "students_per_server": min(keep_up), "waves": waves})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def render_teacher_servers(config: dict) -> str:
+    """``teacher_servers`` as ``scout plan`` prints it, with the totals and the model's assumptions."""
+    table = teacher_servers(config)
+    if not len(table):
+        return ""
+    own, shared = table["gpu_hours_own_engines"].sum(), table["gpu_hours_one_server"].sum()
+    whole = grid_jobs(config, exists=lambda _: False)["gpu_hours"].sum()
+    head = (f"A teacher server per teacher (settings.*.teacher_server; docs/cluster.md): the frozen-teacher jobs "
+            f"request {own:,.0f} GPU-hours with an engine each, {shared:,.0f} with one server per teacher "
+            f"({own - shared:,.0f} fewer; the whole grid {whole:,.0f} -> {whole - own + shared:,.0f}). Modelled throughput: scoring is prefill, 2 FLOPs a parameter and token "
+            f"at {tc.PREFILL_MFU:.0%} of {tc.PEAK_TFLOPS:g} TFLOPs a GPU, sequences at {tc.MEAN_FILL:.0%} of their "
+            f"length limits, a student step as long as the requested runtime allows (a faster step means fewer "
+            f"students per server).")  # fmt: skip
+    fmt = {"gpu_hours_own_engines": "{:,.0f}", "gpu_hours_one_server": "{:,.0f}", "tokens_per_s": "{:,.0f}"}
+    shown = table.assign(**{k: table[k].map(v.format) for k, v in fmt.items()})
+    return head + "\n" + shown.to_string(index=False)

@@ -31,6 +31,7 @@ tensors: the whole teacher, or a LoRA teacher's adapters alone (``scout.verl.lor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scout.grid import LORA_TARGETS
@@ -140,3 +141,21 @@ def gpu_hours(gpus: int, runtime_min: float) -> float:
     return gpus * runtime_min / 60
 
 
+
+
+# -- a frozen teacher served once (scout.teacher_server): how many students one server keeps up with
+# Scoring a student's batch is prefill alone: about 2 FLOPs per teacher parameter and token.
+PEAK_TFLOPS = 312.0  # ASSUMPTION: an A100's dense bf16 peak (the paper config's GPUs)
+PREFILL_MFU = 0.4  # ASSUMPTION: the share of that peak a prefill-only vLLM server reaches
+MEAN_FILL = 0.5  # ASSUMPTION: mean prompt and response lengths as shares of their limits
+
+
+def scored_tokens_per_second(params: float, gpus: int, peak_tflops: float = PEAK_TFLOPS,
+                             mfu: float = PREFILL_MFU) -> float:  # fmt: skip
+    """Tokens a teacher of ``params`` parameters scores per second on ``gpus`` GPUs (modelled)."""
+    return gpus * peak_tflops * 1e12 * mfu / (2 * params)
+
+
+def students_per_server(tokens_per_second: float, tokens_per_step: float, step_seconds: float) -> int:
+    """Students a server keeps up with: how many students' steps it scores while one step runs."""
+    return max(1, math.floor(tokens_per_second * step_seconds / tokens_per_step))

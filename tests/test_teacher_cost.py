@@ -78,3 +78,27 @@ def test_scout_plan_costs_the_paper_grids_teachers():
     assert text.startswith("SCOUT's teacher: GPUs per training job") and "sky7b-ds1.5b-math" in text
     toy = validate(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     assert plan.render_teacher_options(toy) == ""  # the toy world gives no sizes
+
+
+def test_a_served_teachers_throughput_by_hand():
+    """A 4B teacher on 8 GPUs: 8 x 312e12 x 0.4 / (2 x 4e9) = 124,800 tokens a second; a student
+    step of 128 sequences at half of 1,024 + 16,384 tokens (1,114,112) every 538.3 s: 60 students."""
+    rate = tc.scored_tokens_per_second(4e9, 8)
+    assert rate == pytest.approx(124_800)
+    assert tc.students_per_server(rate, 128 * 0.5 * (1024 + 16384), 538.3) == 60
+    assert tc.students_per_server(rate, 1e12, 1.0) == 1  # a server always serves at least one
+
+
+def test_scout_plan_costs_a_server_per_teacher_against_an_engine_per_job():
+    """The paper grid's frozen-teacher jobs (OPD, ESR, Prune-OPD, OPTR and their variants): 2-node
+    jobs give their teacher's node back, 1-node jobs half their GPUs; each teacher gets one node."""
+    paper = validate(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()))
+    table = plan.teacher_servers(paper).set_index("teacher")
+    assert list(table.index) == ["Qwen3-4B-Instruct-2507", "Qwen3-8B-DAPO", "Skywork-OR1-Math-7B"]
+    assert table["jobs"].to_dict() == {"Qwen3-4B-Instruct-2507": 25, "Qwen3-8B-DAPO": 9, "Skywork-OR1-Math-7B": 9}
+    q8 = table.loc["Qwen3-8B-DAPO"]  # opd and esr on 2 nodes, prune_opd on 1; 3 seeds, 48 h each
+    assert q8["gpu_hours_own_engines"] == 3 * 48 * (16 + 16 + 8)
+    assert q8["gpu_hours_one_server"] == 3 * 48 * (8 + 8 + 4) + 8 * 48  # the students, and one server node
+    assert (table["waves"] == 1).all() and (table["students_per_server"] >= table["jobs"]).all()
+    text = plan.render_teacher_servers(paper)
+    assert "29,568 GPU-hours with an engine each, 16,512 with one server per teacher (13,056 fewer" in text
