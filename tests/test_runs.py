@@ -133,8 +133,11 @@ def test_a_resume_that_would_lack_an_evaluated_checkpoint_trains_from_scratch(sp
 
 
 def _metrics(out, after: int = 0) -> list[dict]:
+    """The training's metrics: not the step's time, nor the teacher self-test's (every job tests its
+    teacher at its start, so a continuation's first step has one that a run from scratch lacks)."""
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in m.items() if k != "step_seconds"} for m in lines if m["step"] > after]
+    keep = lambda k: k != "step_seconds" and not k.startswith("teacher_selftest_")  # noqa: E731
+    return [{k: v for k, v in m.items() if keep(k)} for m in lines if m["step"] > after]
 
 
 @pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].length_free))
@@ -156,6 +159,9 @@ def test_a_longer_run_continues_a_shorter_one_exactly(method, spec_for, tmp_path
         assert _same(teacher(tmp_path / "fresh"), teacher(tmp_path / "continued"))
     assert _metrics(tmp_path / "fresh", after=2) == _metrics(tmp_path / "continued", after=2)
     assert [m["step"] for m in _metrics(tmp_path / "continued")] == [1, 2, 3, 4]
+    if METHODS[method].needs_teacher:  # the continuation's job tested its teacher before its first step
+        third = json.loads((tmp_path / "continued" / "metrics.jsonl").read_text().splitlines()[2])
+        assert third["step"] == 3 and third["teacher_selftest_diff"] <= third["teacher_selftest_limit"]
 
 
 def test_a_run_of_another_spec_is_not_continued(spec_for, tmp_path):
