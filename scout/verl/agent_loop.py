@@ -169,7 +169,7 @@ async def relay_rollout(
 
 @functools.lru_cache(maxsize=4)
 def _vocab_flags(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    from scout.embedded.lm import vocab_flags
+    from scout.embedded.lm import vocab_flags  # the embedded backend's model code: Relay-OPD's loop only
 
     return vocab_flags(tokenizer, len(tokenizer))
 
@@ -190,7 +190,7 @@ class RelayAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         if "default" not in _TEACHER:
             raise RuntimeError("Relay-OPD's agent loop needs the teacher's server: run it under RelayAgentLoopManager")
-        from scout.verl.plugin import method_cfg
+        from scout.verl.plugin import method_cfg  # the plugin registers verl hooks on import: in the worker, late
 
         cfg = alg.RelayConfig(**method_cfg("relay_opd"))
         reflect, blank = _vocab_flags(self.tokenizer)

@@ -92,7 +92,7 @@ def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=pri
         )
     roles = [("actor", "")]
     if METHODS[spec["method"]].trains_teacher:
-        from scout.verl.trainer import TEACHER_DIR
+        from scout.verl.trainer import TEACHER_DIR  # ray and verl's trainer: only for SCOUT's export
 
         roles.append((TEACHER_DIR, "-teacher"))
     written = []
@@ -156,7 +156,7 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
         cpu_platform.install()
     from verl.trainer.main_ppo import run_ppo
 
-    from scout.verl.trainer import ScoutTaskRunner
+    from scout.verl.trainer import ScoutTaskRunner  # after the CPU platform's patches, like verl's own
 
     t0 = time.perf_counter()
     run_ppo(cfg, task_runner_class=ScoutTaskRunner)

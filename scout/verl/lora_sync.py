@@ -172,7 +172,7 @@ def patch_vllm_mapper(module) -> None:
 
 def install() -> None:
     """The patches, each applied when its module is imported (idempotent); only for a LoRA teacher."""
-    from scout.verl.import_hooks import patch_on_import
+    from scout.verl.import_hooks import patch_on_import  # only for a LoRA teacher
 
     if teacher_lora_from_env() is None:
         return

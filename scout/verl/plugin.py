@@ -41,7 +41,7 @@ BUDGET_SAMPLES = "distillation/prune_budget_samples"
 def shaped(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The distillation advantage after the cell's method's ``advantage`` function, if it names one
     (``scout.methods``); the same function the embedded backend applies."""
-    from scout.methods import METHODS
+    from scout.methods import METHODS  # in a worker, on its first call: the registries load first
 
     method = METHODS.get(os.environ.get(METHOD_ENV, ""))
     fn = method.advantage_fn() if method else None
@@ -210,7 +210,7 @@ def extract_prompt_logprobs_keeping_sampled(output, num_prompt_logprobs, result_
 def patch_on_import(module: str, attribute: str, value) -> None:
     """Set ``attribute`` of ``module`` to ``value`` now if it is loaded, else as soon as it is
     imported (the server imports verl's function by name, so the module attribute is what it calls)."""
-    from scout.verl.import_hooks import patch_on_import as on_import
+    from scout.verl.import_hooks import patch_on_import as on_import  # only where a patch is installed
 
     on_import(module, lambda m: setattr(m, attribute, value))
 

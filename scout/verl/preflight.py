@@ -15,8 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scout import grid
+from scout import teacher_cost as tc
+from scout.io import read_jsonl
+from scout.methods import METHODS
+from scout.pairing import check_pair
 from scout.resources import job_resources
 from scout.verl import config as vc
+from scout.verl import data as vdata
 
 GIB = 1 << 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
@@ -103,8 +109,7 @@ def prefill_logits_fit(batched_tokens: int, vocab: int, gpu_gib: float, utilizat
 
 def _teacher_state(cfg, arch: dict) -> tuple[float, str]:
     """The teacher trainer's state in bytes (``scout.teacher_cost``) and what kind of teacher it is."""
-    from scout import teacher_cost as tc
-    from scout.verl.trainer import teacher_lora
+    from scout.verl.trainer import teacher_lora  # ray and verl's trainer load with the checks that read them
 
     lora = teacher_lora(cfg)
     adapters = tc.lora_parameters(arch, lora["rank"], lora["target_modules"]) if lora else 0
@@ -115,8 +120,7 @@ def teacher_trainer_fit(cfg, arch: dict, gpu_gib: float) -> tuple[bool, str]:
     """Does SCOUT's teacher trainer (full or LoRA, ``scout.teacher_cost``) fit the GPUs of its pool:
     its state sharded over them and one micro-batch's activations on each? A shared trainer has
     the engine's GPUs to itself while it trains (the engine asleep), so the same check holds."""
-    from scout import teacher_cost as tc
-    from scout.verl.trainer import shared_trainer
+    from scout.verl.trainer import shared_trainer  # ray and verl's trainer: as above
 
     tt = cfg.scout.teacher_train
     gpus = tt.nnodes * tt.n_gpus_per_node
@@ -132,7 +136,6 @@ def shared_host_fit(cfg, arch: dict, mem_mb: float) -> tuple[bool, str]:
     """A shared trainer's state waits in host memory while the engine serves, and the engine's
     weights while it trains (vLLM's level-1 sleep): do both fit a node's memory at once? Each
     node holds its share of the FSDP state and one weight copy per engine replica on it."""
-    from scout import teacher_cost as tc
 
     tt = cfg.scout.teacher_train
     inference = cfg.distillation.teacher_models.teacher_model.inference
@@ -168,7 +171,6 @@ def _model_config(config: dict, model_id: str) -> dict:
     """A model's architecture (config.json), for a prepared teacher that of its base model."""
     from transformers import AutoConfig
 
-    from scout import grid
 
     spec = config["models"][model_id]
     if "prepare" in spec:
@@ -181,7 +183,6 @@ def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -
     parallel size, batched tokens, whether it serves prompt log-probs (the teacher scores every
     response; Relay-OPD's student checks its own top-k), and what shares its GPUs (the student
     rollout is colocated with the FSDP actor)."""
-    from scout.methods import METHODS
 
     setting = config["settings"].get(spec["setting"], {})
     student = setting.get("student") or config["models"][spec["setting"]]["prepare"]["base"]
@@ -201,8 +202,7 @@ def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -
 
 def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) -> Row:
     """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
-    from scout import grid
-    from scout.verl.trainer import shared_trainer, teacher_worker_config
+    from scout.verl.trainer import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
 
     spec = grid.cell_spec(config, cell)
     row = Row(cell.key)
@@ -268,8 +268,6 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
     view = grid.data_view(config, setting["student"], spec["max_prompt_length"])
     key = (setting["train_data"], grid.view_key(view))
     if key not in counts:
-        from scout.verl import data as vdata
-
         if view["tokenizer"] not in tokenizers:
             tokenizers[view["tokenizer"]] = _tokenizer(view["tokenizer"])
         tok = tokenizers[view["tokenizer"]]
@@ -300,7 +298,6 @@ def _first_prompt(path: str) -> list[dict]:
 
 def _prompts(path: str, n: int) -> list[list[dict]]:
     """The first ``n`` prompts of a prepared dataset, as chat messages."""
-    from scout.io import read_jsonl
 
     rows = read_jsonl(path)[:n]
     return [r["prompt"] if isinstance(r["prompt"], list) else [{"role": "user", "content": r["prompt"]}] for r in rows]
@@ -312,7 +309,6 @@ STAND_IN = [[{"role": "user", "content": "Find the sum of 2 and 3. Put the final
 
 def _tokenizer_model(config: dict, model_id: str) -> str:
     """Where a model's tokenizer is read from: a prepared teacher's is its base model's."""
-    from scout import grid
 
     spec = config["models"][model_id]
     return _tokenizer_model(config, spec["prepare"]["base"]) if "prepare" in spec else grid.model_path(config, model_id)
@@ -321,10 +317,6 @@ def _tokenizer_model(config: dict, model_id: str) -> str:
 def pairs(config: dict, cells=None, tokenizers: dict | None = None) -> list:
     """The tokenizer and template check (``scout.pairing``) of every teacher-student pair the cells
     distil from, once per setting."""
-    from scout import grid
-    from scout.methods import METHODS
-    from scout.pairing import check_pair
-
     tokenizers = {} if tokenizers is None else tokenizers
     settings = dict.fromkeys(c.setting for c in (cells or grid.cells(config)) if METHODS[c.method].needs_teacher)
     out = []
@@ -345,7 +337,6 @@ def pairs(config: dict, cells=None, tokenizers: dict | None = None) -> list:
 
 def run(config: dict, log=print, cells=None) -> list[Row]:
     """Every training cell of ``config`` (or the given ones), checked."""
-    from scout import grid
 
     tokenizers: dict = {}
     counts: dict = {}

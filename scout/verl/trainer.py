@@ -235,7 +235,7 @@ def agent_loop_manager(method_id: str):
     from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
     if METHODS[method_id].rollout == "relay":
-        from scout.verl.agent_loop import RelayAgentLoopManager
+        from scout.verl.agent_loop import RelayAgentLoopManager  # Relay-OPD's cells only
 
         return RelayAgentLoopManager
     return AgentLoopManagerTQ
