@@ -57,6 +57,20 @@ def parse_sequence(entries: Sequence[dict | None], ids: Sequence[int], prompt_le
     return Scored(logp, topk)
 
 
+def verl_layout(entries: Sequence[dict | None], ids: Sequence[int], k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """One sequence's answer in the layout verl's teacher manager reads (that of
+    ``verl.workers.rollout.vllm_rollout.utils.extract_prompt_logprobs``): row j is token j + 1's
+    log-prob alone (``k`` = 0) or the top ``k`` by rank, ids beside log-probs, and a zero row last,
+    so that there is one row per token."""
+    whole = parse_sequence(entries, ids, 1, k)
+    if k == 0:
+        rows = [([t], [lp]) for t, lp in zip(ids[1:], whole.logp, strict=True)]
+    else:
+        rows = [tuple(map(list, zip(*sorted(top.items(), key=lambda kv: -kv[1]), strict=True))) for top in whole.topk]
+    width = max(k, 1)
+    return [r[0] for r in rows] + [[0] * width], [r[1] for r in rows] + [[0.0] * width]
+
+
 class TeacherClient:
     """Scores token ids with a served teacher (``url``: the server's base, e.g. http://host:8000;
     ``model``: the name it serves the teacher under)."""
@@ -88,17 +102,21 @@ class TeacherClient:
         raise TeacherServerError(f"the teacher server at {self.url} is gone: {self.retries} tries failed, "
                                  f"the last with {last}")  # fmt: skip
 
-    def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], k: int = 0) -> list[Scored]:
-        """Each response's token log-probs given its prompt, and the teacher's top ``k`` per token."""
-        seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
-        body = {"model": self.model, "prompt": seqs, "max_tokens": 1, "temperature": 0.0,
+    def prompt_logprobs(self, seqs: Sequence[Sequence[int]], k: int = 0) -> list[list[dict | None]]:
+        """The server's ``prompt_logprobs`` of each whole sequence (None first), as it answers them."""
+        body = {"model": self.model, "prompt": [list(s) for s in seqs], "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": max(k, 0)}  # fmt: skip
         out = self._post("/v1/completions", body)
         choices = sorted(out.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != len(seqs):
             raise TeacherServerError(f"the server answered {len(choices)} of {len(seqs)} sequences")
-        return [parse_sequence(c.get("prompt_logprobs") or [], s, len(p), k)
-                for c, s, p in zip(choices, seqs, prompts, strict=True)]  # fmt: skip
+        return [c.get("prompt_logprobs") or [] for c in choices]
+
+    def score(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], k: int = 0) -> list[Scored]:
+        """Each response's token log-probs given its prompt, and the teacher's top ``k`` per token."""
+        seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+        return [parse_sequence(e, s, len(p), k)
+                for e, s, p in zip(self.prompt_logprobs(seqs, k), seqs, prompts, strict=True)]  # fmt: skip
 
 
 # -- which cells score against a server -------------------------------------------------------------

@@ -124,3 +124,47 @@ def test_opd_through_the_server_trains_as_with_its_own_teacher(method, served, s
     print(f"\n{method} through the server vs its own teacher: largest weight gap {gap:.2e}; reverse KL per step {kl}")
     assert gap < 1e-4
     assert all(abs(x - y) < 1e-4 for x, y in kl)
+
+
+def test_verls_layout_by_hand():
+    """verl's teacher manager reads one row per token: row j is token j + 1's log-prob (or the top
+    k by rank), and a zero row closes the sequence."""
+    entries = [None, {"7": {"logprob": -1.0, "rank": 1}}, {"8": {"logprob": -2.5, "rank": 3},
+               "4": {"logprob": -0.5, "rank": 1}, "5": {"logprob": -1.5, "rank": 2}}]  # fmt: skip
+    assert ts.verl_layout(entries[:2] + [{"8": {"logprob": -2.5, "rank": 3}}], [6, 7, 8], 0) == (
+        [[7], [8], [0]], [[-1.0], [-2.5], [0.0]])  # fmt: skip
+    entries[1]["3"] = {"logprob": -2.0, "rank": 2}
+    assert ts.verl_layout(entries, [6, 7, 8], 2) == ([[7, 3], [4, 5], [0, 0]], [[-1.0, -2.0], [-0.5, -1.5], [0.0, 0.0]])
+
+
+def test_verls_own_teacher_manager_scores_through_the_server(served):
+    """verl's AsyncTeacherLLMServerManager (its OPD teacher path) with the served client: the
+    log-probs it hands the loss are the embedded teacher's, row j for token j + 1."""
+    import asyncio
+
+    import yaml
+
+    pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
+    from verl.experimental.teacher_loop.teacher_manager import AsyncTeacherLLMServerManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from scout import grid, resources
+    from scout.verl import config as vc
+    from scout.verl.teacher_client import ServedTeacherClient
+    from tests.conftest import REPO
+
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cell = grid.find_cell(paper, "q4b-q1.7b-math", "opd", 1)
+    cfg = vc.build(grid.cell_spec(paper, cell), resources.job_resources(paper, "train", cell.setting, "opd", "opd"), "out")
+    keys = list(omega_conf_to_dataclass(cfg.distillation).teacher_models)  # verl's routing keys
+    manager = AsyncTeacherLLMServerManager(cfg, {k: ServedTeacherClient(served["url"], served["model"]) for k in keys})
+    seq = [5, 17, 23, 40, 41, 12, 8, 9, 30]
+    ids, logprobs = asyncio.run(manager.compute_teacher_logprobs_single(seq))
+    model = lm.load_model(served["teacher"], "cpu").eval()
+    with torch.no_grad():
+        logits, tokens, _ = lm.response_logits(model, [seq[:1]], [seq[1:]], 0)
+    ours = lm.token_logp(logits, tokens)[0]
+    assert ids[:-1, 0].tolist() == seq[1:] and logprobs.shape == (len(seq), 1)
+    gap = float((logprobs[:-1, 0] - ours).abs().max())
+    print(f"\nverl's teacher manager through the server vs the embedded teacher: largest gap {gap:.2e}")
+    assert gap < 1e-4

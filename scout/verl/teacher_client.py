@@ -1,0 +1,36 @@
+"""verl's teacher client for a teacher served by URL (``scout.teacher_server``): what verl's
+``AsyncTeacherLLMServerManager`` calls to score a student's sequence, answered by an
+OpenAI-compatible vLLM server instead of a teacher engine of the job's own.
+
+The manager calls ``generate(prompt_ids=..., sampling_params={"prompt_logprobs": k, ...})`` and
+reads ``extra_fields["prompt_ids"]`` and ``["prompt_logprobs"]``, one row per token
+(``teacher_server.verl_layout``). Not yet wired into the trainer: a served cell's job still needs
+to be built without its teacher pool (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
+
+from scout.teacher_server import TeacherClient, verl_layout
+
+
+class ServedTeacherClient(LLMServerClient):
+    """An ``LLMServerClient`` whose one server is the URL's (no Ray load balancer)."""
+
+    def __init__(self, url: str, model: str):
+        super().__init__(config=None, load_balancer_handle=None)
+        self.url, self.model = url, model
+
+    async def generate(self, request_id, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> TokenOutput:  # fmt: skip
+        k = int(sampling_params.get("prompt_logprobs") or 0)
+        client = TeacherClient(self.url, self.model)
+        (entries,) = await asyncio.to_thread(client.prompt_logprobs, [prompt_ids], k)
+        ids, logprobs = verl_layout(entries, prompt_ids, k)
+        return TokenOutput(token_ids=[], stop_reason="completed",
+                           extra_fields={"prompt_ids": ids, "prompt_logprobs": logprobs})  # fmt: skip
