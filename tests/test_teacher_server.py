@@ -67,7 +67,7 @@ def served(world, tmp_path_factory):
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(root / "teacher"),
            "--served-model-name", "toy-teacher", "--dtype", "float32", "--max-model-len", "256",
-           "--gpu-memory-utilization", "0.1", "--port", str(port), "--max-logprobs", "20"]  # fmt: skip
+           "--gpu-memory-utilization", "0.1", "--port", str(port), "--max-logprobs", "20", "--enforce-eager"]  # fmt: skip
     log = open(root / "server.log", "w")  # noqa: SIM115 - open for the server's lifetime
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
     url, t0 = f"http://127.0.0.1:{port}", time.monotonic()

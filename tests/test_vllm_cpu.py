@@ -45,7 +45,7 @@ def checkpoint(tmp_path_factory):
 def spec(root, engine: str) -> dict:
     bench = {"domain": "math", "rows": 32, "repeats": 8, "path": str(root / "tm-easy.jsonl")}
     # on the CPU build gpu_memory_utilization is the share of host memory vLLM reserves
-    options = {"dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.1} if engine == "vllm" else {}
+    options = {"dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.1, "enforce_eager": True} if engine == "vllm" else {}
     return {"model": str(root / "model"), "domain": "math", "benchmarks": {"tm-easy": bench}, "seed": 1,
             "sampling": {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 64}, "engine": engine,
             "engine_options": options, "setting": "toy", "variant": "base-student", "checkpoint": "final"}  # fmt: skip
