@@ -281,11 +281,11 @@ def cmd_preflight(args) -> int:
     print(preflight.render(rows))
     pairs = preflight.pairs(cfg)
     for pair in pairs:  # the tokenizer and template check of each teacher-student pair
-        print(f"\n{pair.pair}: {pair.verdict}" + "".join(f"\n  {k}: {v}" for k, v in pair.checks.items()))
-    problems = [f"{r.cell}: {p}" for r in rows for p in r.problems] + [f"{x.pair}: {p}" for x in pairs for p in x.problems]
+        print(f"\n{pair.name}: {pair.verdict}" + "".join(f"\n  {k}: {v}" for k, v in pair.checks.items()))
+    problems = [f"{x.name}: {p}" for x in rows + pairs for p in x.problems]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        found = [{"cell": r.cell, **r.checks} for r in rows] + [{"pair": x.pair, **x.checks} for x in pairs]
+        found = [{"cell": r.name, **r.checks} for r in rows] + [{"pair": x.name, **x.checks} for x in pairs]
         Path(args.out).write_text(_json.dumps(found, indent=1))
     if problems:
         raise SystemExit("scout preflight: refused\n  " + "\n  ".join(problems))

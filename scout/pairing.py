@@ -20,10 +20,11 @@ ROLES = ("eos_token", "pad_token", "bos_token")
 
 
 @dataclass
-class PairCheck:
-    """One teacher-student pair's verdict: a line per check, and what refuses the pair."""
+class Checklist:
+    """Named checks, a line each, and what refuses the thing checked: a teacher-student pair here,
+    a training cell in verl's preflight (``scout.verl.preflight.Row``)."""
 
-    pair: str
+    name: str
     checks: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -71,10 +72,10 @@ def _window(tokenizer, ids: Sequence[int], at: int) -> str:
 def check_pair(
     name: str, student, teacher, conversations: list[list[dict]], student_chat: dict | None = None,
     teacher_chat: dict | None = None,
-) -> PairCheck:  # fmt: skip
+) -> Checklist:  # fmt: skip
     """Check a pair on ``conversations`` (a few of the training prompts, as chat messages):
     vocabulary and special tokens, the same ids decoding to the same text, and the chat templates."""
-    out = PairCheck(name)
+    out = Checklist(name)
     s_vocab, t_vocab = student.get_vocab(), teacher.get_vocab()
     miss = first_unmapped(s_vocab, t_vocab)
     if miss:

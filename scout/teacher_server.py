@@ -12,6 +12,7 @@ that lacks any position or token is refused whole, so a job never trains on a pa
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -128,15 +129,11 @@ def export(config: dict) -> None:
     """Tell every job which settings' teachers are served (the config's ``settings.*.teacher_server``).
     Kept out of the specs: a run scored by the server equals one scored by its own teacher up to
     float rounding, so turning a server on or off, or moving it, retrains nothing."""
-    import os
-
     servers = {s: v["teacher_server"] for s, v in config["settings"].items() if v.get("teacher_server")}
     os.environ[ENV] = json.dumps(servers, sort_keys=True)
 
 
 def client_for(setting: str) -> TeacherClient | None:
     """The client of a setting's teacher server, or None where its cells keep their own teacher."""
-    import os
-
     server = json.loads(os.environ.get(ENV) or "{}").get(setting)
     return TeacherClient(server["url"], server["model"]) if server else None

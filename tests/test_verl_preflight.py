@@ -48,7 +48,7 @@ def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     assert "toy-l-s-math/scout/s1" in table and "FAIL" not in table
     # the teacher-student pair: toy-large scores toy-small's prompts, read from the training data
     (pair,) = preflight.pairs(verl_toy, cells=cells(verl_toy, "opd", "scout"))
-    assert pair.pair == "toy-l-s-math: toy-large scores toy-small" and pair.verdict == "passes"
+    assert pair.name == "toy-l-s-math: toy-large scores toy-small" and pair.verdict == "passes"
     assert pair.checks["decoding"] == "4 rendered prompts decode to the same text"
     assert pair.checks["template"] == "the same rendering of 4 prompts"
 

@@ -12,14 +12,13 @@ renders it from the prepared data (thinking or not).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from scout import grid
 from scout import teacher_cost as tc
 from scout.io import read_jsonl
 from scout.methods import METHODS
-from scout.pairing import check_pair
+from scout.pairing import Checklist, check_pair
 from scout.resources import job_resources
 from scout.verl import config as vc
 from scout.verl import data as vdata
@@ -29,20 +28,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 VLLM_RESERVE = 0.1  # share of an engine's memory left for activations and CUDA graphs (assumption)
 
 
-@dataclass
-class Row:
-    """One cell's line of the preflight table."""
-
-    cell: str
-    checks: dict[str, str] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    def ok(self, name: str, text: str) -> None:
-        self.checks[name] = text
-
-    def fail(self, name: str, text: str) -> None:
-        self.checks[name] = f"FAIL: {text}"
-        self.problems.append(f"{name}: {text}")
+Row = Checklist  # one cell's line of the preflight table: a check per column
 
 
 def rendered_prompt(cfg, tokenizer, messages: list[dict], loop_name: str | None = None) -> list[int]:
@@ -347,5 +333,5 @@ def render(rows: list[Row]) -> str:
     """The preflight as a table: one row per cell, one column per check."""
     import pandas as pd
 
-    table = pd.DataFrame([{"cell": r.cell, **r.checks} for r in rows]).fillna("")
+    table = pd.DataFrame([{"cell": r.name, **r.checks} for r in rows]).fillna("")
     return table.to_string(index=False, max_colwidth=60)
