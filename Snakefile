@@ -34,3 +34,5 @@ rule all:
         # finished grid is planned from here
         tuning_files(),
         independent_targets(),
+        # the teacher servers the workflow starts run beside the cells that use them
+        server_files(),

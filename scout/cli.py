@@ -122,6 +122,13 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_serve_teacher(args) -> int:
+    from scout.teacher_server import serve
+
+    serve(_spec(args.spec), args.out, log=_log)
+    return 0
+
+
 def cmd_prepare_data(args) -> int:
     from scout.prepare import prepare
 
@@ -394,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         ("prepare-data", cmd_prepare_data, "turn a hub dataset into local JSONL (paper world)"),
         ("analyze", cmd_analyze, "probe the initial and the SCOUT-trained teacher (report figures)"),
         ("choose-lr", cmd_choose_lr, "choose a tuned LR from its search runs' validation scores"),
+        ("serve-teacher", cmd_serve_teacher, "serve a frozen teacher while the cells that score with it run"),
     ]:
         s = sub.add_parser(name, help=help_)
         s.add_argument("--spec", required=True, help="JSON object or @file")

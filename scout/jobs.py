@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from scout import tuning
+from scout import teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import (
     BASE_VARIANTS,
@@ -32,6 +32,7 @@ from scout.grid import (
     variant_seeds,
     view_key,
 )
+from scout.methods import METHODS
 from scout.resources import job_resources
 from scout.runs import checkpoint_steps, checkpoints
 
@@ -85,6 +86,36 @@ def train_job_spec(config: dict, cell: Cell) -> dict:
 def teacher_job_spec(config: dict, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
     return _with_resources(config, teacher_prep_spec(config, model_id), "prepare_teacher")
+
+
+def served_users(config: dict, model_id: str) -> list[Cell]:
+    """The training runs that score against the server the workflow starts for a teacher model."""
+    settings = teacher_server.served_by_workflow(config).get(model_id, [])
+    plans = run_plans(config)
+    return [c for c in all_cells(config) if c.setting in settings and plans[c].shares is None
+            and METHODS[c.method].scores_with_frozen_teacher]  # fmt: skip
+
+
+def teacher_server_spec(config: dict, model_id: str) -> dict:
+    """The spec of a teacher server the workflow starts (``scout serve-teacher``): the teacher's
+    weights, long enough contexts and enough top-k for its users, and their ``train.json`` files,
+    which say when it is no longer needed."""
+    users = served_users(config, model_id)
+    specs = [cell_spec(config, c) for c in users]
+    lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
+    serving = config.get("teacher_serving", {})
+    r = job_resources(config, "teacher_server")
+    topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
+    return {
+        "model": model_id,
+        "path": model_path(config, model_id),
+        "address": str(teacher_server.server_folder(config, model_id) / "address.json"),
+        "users": sorted(f"{train_dir(config, c.setting, c.variant, c.seed)}/train.json" for c in users),
+        "max_model_len": max(lengths, default=1) + 1,
+        "max_logprobs": max([20, *topk]),
+        "gpus": r["nodes"] * r["gpus_per_node"],
+        **{k: serving[k] for k in ("idle_minutes", "start_minutes", "args") if k in serving},
+    }
 
 
 def toy_pretrain_spec(config: dict, model_id: str) -> dict:

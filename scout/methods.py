@@ -40,6 +40,12 @@ class Method:
     def trains_teacher(self) -> bool:
         return self.teacher_phase != "none"
 
+    @property
+    def scores_with_frozen_teacher(self) -> bool:
+        """Its teacher only scores the student's tokens, so a teacher server can stand in for it
+        (SCOUT's teacher trains; Relay-OPD's writes)."""
+        return self.needs_teacher and not self.trains_teacher and self.rollout != "relay"
+
     def sections(self, configured: set[str] | frozenset[str] = frozenset()) -> list[str]:
         """Config sections of this method's parts, and its own (``methods.<id>``) where configured."""
         out = [sec for (part, value), sec in PART_SECTIONS.items() if getattr(self, part) == value]

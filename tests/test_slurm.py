@@ -4,6 +4,7 @@ failing job, a preempted training job, and a two-node Ray job."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -38,6 +39,9 @@ def cluster(tmp_path_factory):
         yield c
 
 
+SERVED = importlib.util.find_spec("vllm") is not None  # CI has vLLM's CPU build (SCOUT_REQUIRE_VLLM=1)
+
+
 def slurm_config(results: str) -> dict:
     """A few jobs of every kind: toy world, training (one of them SCOUT), evaluation, report;
     distinct resources per rule family and method, so that the test can see each reach sbatch."""
@@ -53,6 +57,11 @@ def slurm_config(results: str) -> dict:
         "evaluate": {"cpus_per_node": 2, "mem_mb": 1500, "runtime": 20},
         "train": {"methods": {"scout": {"mem_mb": 2500, "runtime": 45}}},
     }
+    if SERVED:  # OPD's teacher served by the workflow, in a Slurm job of its own
+        cfg["models"]["toy-large"]["toy"]["hidden_size"] = 64  # head_dim 32, as vLLM's CPU attention needs
+        cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
+        cfg["teacher_serving"] = {"args": ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", "268435456"]}
+        cfg["resources"]["teacher_server"] = {"mem_mb": 3000, "runtime": 20}
     return cfg
 
 
@@ -101,6 +110,11 @@ def test_grid_runs_through_the_profile(grid_run):
     assert json.loads((work / "results" / "report" / "manifest.json").read_text())["missing"] == []
     ckpt = work / "results" / "train" / "toy-l-s-math" / "scout" / "s1" / "model" / "final" / "model.safetensors"
     assert ckpt.exists()
+    if SERVED:  # OPD scored against the server the workflow started; SCOUT kept its own teacher
+        log = (work / "results" / "logs" / "servers" / "toy-large.log").read_text().strip().splitlines()
+        record = json.loads(log[-1])
+        assert record["stopped"] == "every user has finished" and record["requests"] > 0
+        assert record["users"] == ["results/train/toy-l-s-math/opd/s1/train.json"]
 
 
 def test_sbatch_received_each_rule_family_resources(grid_run):
@@ -111,7 +125,11 @@ def test_sbatch_received_each_rule_family_resources(grid_run):
         name = re.match(r"rule_([a-z_]+?)(_wildcards|$)", comment)
         by_rule.setdefault(name.group(1) if name else comment, []).append(j)
     # the local rule (grid_report) never went to Slurm; everything else did
-    assert set(by_rule) == {"toy_data", "toy_tokenizer", "toy_pretrain", "train", "evaluate_math"}
+    assert set(by_rule) == {"toy_data", "toy_tokenizer", "toy_pretrain", "train", "evaluate_math"} | (
+        {"serve_teacher"} if SERVED else set())  # fmt: skip
+    if SERVED:
+        (server,) = by_rule["serve_teacher"]
+        assert (server["MinMemoryNode"], server["TimeLimit"], server["NumNodes"]) == ("3000M", "00:20:00", "1")
     assert all(j["JobState"] == "COMPLETED" for j in jobs)
     evals = by_rule["evaluate_math"]
     assert len(evals) == 4  # opd, scout, base-student, base-teacher
@@ -148,6 +166,7 @@ def test_preempted_training_is_requeued_and_resumes(cluster, grid_run):
     cell beside the grid's (its toy world is cached, so this one job runs)."""
     work = grid_run["work"]
     cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["settings"]["toy-l-s-math"].pop("teacher_server", None)  # this OPD cell keeps its own teacher
     cfg["experiments"]["long"] = {
         "settings": ["toy-l-s-math"],
         "methods": [{"name": "opd-long", "method": "opd", "epochs": 100}],

@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from scout import teacher_server as ts
@@ -168,3 +169,77 @@ def test_verls_own_teacher_manager_scores_through_the_server(served):
     gap = float((logprobs[:-1, 0] - ours).abs().max())
     print(f"\nverl's teacher manager through the server vs the embedded teacher: largest gap {gap:.2e}")
     assert gap < 1e-4
+
+
+# -- a server the workflow starts ------------------------------------------------------------------
+
+
+def test_when_a_workflow_server_stops_by_hand():
+    """Needed while a lease is live; after every user has finished and none has held it for the
+    grace period (once one has); or once none has held it for the idle time."""
+    stop = ts.stop_reason
+    idle, grace = 600.0, 15.0
+    assert stop(100.0, 0.0, 100.0, True, 50.0, idle, grace) is None  # a user holds it
+    assert stop(100.0, 0.0, None, False, 0.0, idle, grace) is None  # every output exists, no user came yet
+    assert stop(100.0, 0.0, 90.0, False, 90.0, idle, grace) is None  # finished 10 s ago: within the grace
+    assert stop(106.0, 0.0, 90.0, False, 90.0, idle, grace) == "every user has finished"
+    assert stop(106.0, 0.0, 90.0, False, None, idle, grace) is None  # a user is still to come
+    assert stop(691.0, 0.0, 90.0, False, None, idle, grace) == "no user for 10 minutes"
+    assert stop(599.0, 0.0, None, False, None, idle, grace) is None
+    assert stop(601.0, 0.0, None, False, None, idle, grace) == "no user for 10 minutes"
+
+
+def test_a_lease_is_live_while_its_job_runs_and_seen_after_it_ends(tmp_path):
+    lease = ts.Lease(tmp_path, "results/train/a/train.json").start()
+    now = time.time()
+    assert ts.read_leases(tmp_path, now) == (["results/train/a/train.json"], {"results/train/a/train.json"},
+                                             lease.path.stat().st_mtime)  # fmt: skip
+    os.utime(lease.path, (now - ts.STALE - 1, now - ts.STALE - 1))  # a job killed outright: no heartbeat
+    assert ts.read_leases(tmp_path, now)[0] == []
+    lease._write(released=True)  # what the job does at its end
+    live, seen, last = ts.read_leases(tmp_path, time.time())
+    assert live == [] and seen == {"results/train/a/train.json"} and last >= now
+
+
+def test_a_served_cell_without_its_server_fails_with_what_to_run(tmp_path, monkeypatch):
+    """A cell targeted alone, whose server is not part of the run, waits and then names the target."""
+    address = tmp_path / "results" / "servers" / "toy-large" / "address.json"
+    monkeypatch.setenv(ts.ENV, json.dumps({"toy-l-s-math": {"address": str(address), "wait_minutes": 0.002}}))
+    with pytest.raises(ts.TeacherServerError, match=r"no teacher server came up in 0.002 minutes.*served.json"):
+        ts.client_for("toy-l-s-math", user="x/train.json", log=lambda _: None)
+    assert ts.client_for("toy-mg-s-math") is None
+
+
+def test_the_workflow_serves_the_teacher_while_its_cells_train(tmp_path):
+    """One node, through Snakemake: OPD and Prune-OPD of a setting with ``teacher_server: serve``.
+    The serve_teacher job starts vLLM's CPU server on the setting's teacher, both cells find it by
+    its address and hold it by their leases while they train, and it stops once both have
+    finished, its address gone and its port closed. SCOUT's cell in the same run keeps its own
+    teacher. The server's record is temporary: a later run with nothing to train plans no server."""
+    vllm_or_skip()
+    from tests.conftest import mini_config
+    from tests.test_workflow import snakemake
+
+    cfg = mini_config("results")
+    cfg["models"]["toy-large"]["toy"]["hidden_size"] = 64  # head_dim 32, as vLLM's CPU attention needs
+    cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
+    cfg["teacher_serving"] = {"idle_minutes": 3, "args": ["--dtype", "float32", "--enforce-eager",
+                                                          "--kv-cache-memory-bytes", "268435456"]}  # fmt: skip
+    cfg["experiments"] = {"main": {"settings": ["toy-l-s-math"], "methods": ["opd", "prune_opd", "scout"], "seeds": [1]}}
+    cfg["claims"] = []  # the config's own claims are about experiments left out here
+    (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
+    train = [f"results/train/toy-l-s-math/{m}/s1/train.json" for m in ("opd", "prune_opd", "scout")]
+    snakemake(tmp_path, *train, "results/servers/toy-large/served.json")
+    record = json.loads((tmp_path / "results/logs/servers/toy-large.log").read_text().strip().splitlines()[-1])
+    print(f"\nthe workflow's teacher server: {record}")
+    assert record["stopped"] == "every user has finished"
+    assert sorted(record["users"]) == train[:2]
+    assert record["requests"] > 0
+    assert not (tmp_path / "results/servers/toy-large/address.json").exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{record['url']}/v1/models", timeout=5)
+    for t in train:  # each served cell tested its teacher against the server; SCOUT its own
+        first = json.loads((tmp_path / t).parent.joinpath("metrics.jsonl").read_text().splitlines()[0])
+        assert first["teacher_selftest_diff"] < 1e-4, t
+    rest = snakemake(tmp_path, "-n")  # the rest of the grid: evaluations, the report, no server
+    assert "rule serve_teacher" not in rest.stdout and "rule evaluate" in rest.stdout

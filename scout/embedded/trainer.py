@@ -99,9 +99,9 @@ class Trainer:
                 self.models.teacher = _frozen(teacher)
         # a frozen teacher that only scores may be served (scout.teacher_server); its local copy
         # stays for the self-test's reference forward
-        m = self.method
-        servable = m.needs_teacher and not m.trains_teacher and m.rollout != "relay"
-        self.served = teacher_server.client_for(spec["setting"]) if servable else None
+        self.served = None
+        if self.method.scores_with_frozen_teacher:
+            self.served = teacher_server.client_for(spec["setting"], user=str(self.out / "train.json"))
         self.progress = Progress()
         # the teacher self-test: at the start of the job and after every update of the teacher
         self.self_test_due = self.method.needs_teacher

@@ -235,6 +235,26 @@ def train_inputs(wc):
     return jobs.train_inputs(cfg, jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
 
 
+def server_spec(wc):
+    return job_spec(f"servers/{wc.model}", jobs.teacher_server_spec(config, wc.model))
+
+
+def server_inputs(wc):
+    return grid.model_inputs(config, wc.model)
+
+
+def server_files():
+    """The teacher servers the workflow starts (settings.*.teacher_server: serve), each planned
+    while one of its cells has yet to train: its record is temporary, so a cell made again later
+    brings its server up again."""
+    out = []
+    for model in scout_teacher_server.served_by_workflow(config):
+        users = jobs.teacher_server_spec(config, model)["users"]
+        if any(not Path(u).exists() for u in users):
+            out.append(f"{RES}/servers/{model}/served.json")
+    return out
+
+
 def training_data():
     """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
     names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(config)}

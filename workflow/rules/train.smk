@@ -66,3 +66,25 @@ rule train:
         TRAIN_ENV
     shell:
         "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"
+
+
+# A frozen teacher served once for the cells of its settings that only score with it
+# (settings.*.teacher_server: serve; docs/cluster.md): it runs beside them, not before them, so
+# they find it by the address file it writes and hold it by leases; it stops when they are done.
+rule serve_teacher:
+    input:
+        server_inputs,
+    output:
+        temp(f"{RES}/servers/{{model}}/served.json"),
+    params:
+        spec=server_spec,
+    log:
+        f"{RES}/logs/servers/{{model}}.log",
+    priority: 100
+    threads: cluster_threads("teacher_server")
+    resources:
+        **cluster_resources("teacher_server"),
+    conda:
+        GPU_ENV  # vLLM
+    shell:
+        "scout --log {log} serve-teacher --spec {params.spec:q} --out {output}"
