@@ -616,10 +616,43 @@ def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
     C.validate(served)
     cell = grid.find_cell(toy, "toy-l-s-math", "opd", 1)
     assert grid.cell_spec(served, cell) == grid.cell_spec(toy, cell)
+    served["settings"]["toy-l-s-math"]["teacher_server"] = "serve"  # the workflow starts it
+    C.validate(served)
     bad = copy.deepcopy(served)
+    bad["settings"]["toy-l-s-math"]["teacher_server"] = "start"
+    with pytest.raises(C.ConfigError, match="teacher_server: 'serve' was expected"):
+        C.validate(bad)
     bad["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "node1:8000", "model": "toy-large"}
     with pytest.raises(C.ConfigError, match="teacher_server.url"):
         C.validate(bad)
     verl = copy.deepcopy(served) | {"backend": "verl"}
     with pytest.raises(C.ConfigError, match="settings.toy-l-s-math.teacher_server: the verl backend scores with"):
         C.validate(verl)
+
+
+def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_it(toy):
+    """``teacher_server: serve``: one server per teacher model, whose users are the served settings'
+    runs of a frozen teacher that only scores (OPD, ESR, Prune-OPD, OPTR and their variants), each
+    once (a run another cell shares is one job), with a context and a top-k long enough for all."""
+    from scout import jobs, teacher_server
+
+    served = copy.deepcopy(toy)
+    served["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
+    served["settings"]["toy-l-s-code"]["teacher_server"] = "serve"  # the same teacher: one server
+    assert teacher_server.served_by_workflow(served) == {"toy-large": ["toy-l-s-math", "toy-l-s-code"]}
+    spec = jobs.teacher_server_spec(served, "toy-large")
+    users = jobs.served_users(served, "toy-large")
+    assert {c.method for c in users} == {"opd", "esr", "prune_opd", "optr"}
+    assert {c.setting for c in users} == {"toy-l-s-math", "toy-l-s-code"}
+    plans = grid.run_plans(toy)
+    for c in grid.all_cells(toy):  # everyone else keeps a teacher of its own, or shares a user's run
+        if c.setting in ("toy-l-s-math", "toy-l-s-code") and c not in users:
+            assert c.method in ("scout", "relay_opd", "grpo", "opd_teacher_grpo", "optr_scout") or plans[c].shares in users, c
+    assert spec["users"] == sorted(f"{grid.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
+    assert len(spec["users"]) == len(set(spec["users"]))
+    assert spec["path"] == grid.model_path(toy, "toy-large") and spec["model"] == "toy-large"
+    tr = toy["training"]
+    longest = max(toy["settings"][s].get("max_prompt_length", tr["max_prompt_length"]) for s in ("toy-l-s-math", "toy-l-s-code"))
+    assert spec["max_model_len"] == longest + tr["max_response_length"] + 1
+    assert spec["max_logprobs"] == max(20, toy["methods"]["prune_opd"]["topk"])
+    assert spec["address"].endswith("servers/toy-large/address.json")
