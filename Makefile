@@ -51,8 +51,13 @@ lock:
 lint: install
 	ruff check .
 
+# Two phases: most tests two files at a time (pytest-xdist; a file's tests on one worker, so that
+# its module fixtures, a reduced grid or a Slurm cluster, are built once), then verl's CPU runs,
+# which use both cores themselves, and the tests that look at the whole host. Plain `pytest` runs
+# everything in one process.
 test: lint
-	pytest -q --durations=20
+	pytest -q -n 2 --dist loadfile -m "not verl_cpu and not alone" --durations=20
+	pytest -q -m "verl_cpu or alone" --durations=10
 
 # A first look in minutes (README): one toy setting, OPD against SCOUT, 2 seeds, with the teacher
 # probes, through the same workflow and report as the full grid and in the same results/, which

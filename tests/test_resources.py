@@ -241,6 +241,7 @@ def test_ray_auth_mode_follows_the_token_the_head_would_find(tmp_path):
     assert raycluster.auth_mode({"RAY_AUTH_MODE": "disabled"}, tmp_path) == "disabled"
 
 
+@pytest.mark.alone  # it looks for every Ray process on the host
 @pytest.mark.parametrize("token", [False, True], ids=["no-token", "token-in-home"])
 def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path, token):
     """`scout ray-run` on a machine without Slurm: a local Ray head, the driver against it (the

@@ -18,9 +18,10 @@ from tests import hostile
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(
-    not sandbox.namespaces_available(), reason="this host gives no namespaces to unprivileged sandboxes"
-)
+pytestmark = [
+    pytest.mark.skipif(not sandbox.namespaces_available(), reason="this host gives no namespaces to unprivileged sandboxes"),
+    pytest.mark.alone,  # counts every sandbox's processes on the host: no other test may grade meanwhile
+]
 
 
 def _as_nobody(tmp: Path) -> dict:
