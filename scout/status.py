@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import grid, jobs, runs
+from scout import grid, jobs, runs, teacher_server
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -143,7 +143,26 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "snakemake_running": running,
         "wall": grid_wall_time(work / res, running),
         "remaining_s": remainder,
+        "servers": servers(config, work),
     }
+
+
+def servers(config: dict, work: Path) -> list[dict]:
+    """The teacher servers the workflow starts (``teacher_server: serve``): up or not, with their
+    URL, the cells holding them now and the cells still to train."""
+    out = []
+    for model in teacher_server.served_by_workflow(config):
+        folder = work / teacher_server.server_folder(config, model)
+        address = folder / "address.json"
+        try:
+            url = json.loads(address.read_text())["url"] if address.exists() else None
+        except (OSError, ValueError, KeyError):  # being written
+            url = None
+        users = jobs.teacher_server_spec(config, model)["users"]
+        holding = teacher_server.read_leases(folder / "leases", time.time())[0]
+        out.append({"model": model, "url": url, "holding": len(holding), "users": len(users),
+                    "to_train": sum(not (work / u).exists() for u in users)})  # fmt: skip
+    return out
 
 
 def grid_wall_time(results: Path, running: bool) -> tuple[float, float] | None:
@@ -193,6 +212,12 @@ def render(st: dict) -> str:
     if st["shared"]:
         lines.append(f"{len(st['shared'])} cells share another cell's run (trained and evaluated once): "
                      + ", ".join(st["shared"]))  # fmt: skip
+    for sv in st.get("servers", []):
+        left = f"{sv['to_train']} of its {sv['users']} cells still to train"
+        if sv["url"]:
+            lines.append(f"teacher server {sv['model']}: up at {sv['url']}, {sv['holding']} cells holding it; {left}")
+        else:
+            lines.append(f"teacher server {sv['model']}: not up; {left} (snakemake starts it beside them)")
     state = "snakemake is running" if st["snakemake_running"] else "no snakemake running"
     if st["wall"] is None:
         wall = f"{state}; no job has finished in this results folder yet, so its wall time cannot be told"

@@ -140,3 +140,22 @@ def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
     # a rerun of another spec: its finished predecessor would be stale, and is not offered
     (tmp_path / run / "run.json").write_text(json.dumps({**owner, "fingerprint": "f2", "complete": False}))
     assert status.status(cfg, tmp_path)["restorable"] == []
+
+
+def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
+    from scout import jobs, teacher_server
+
+    cfg = toy_config()
+    cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
+    users = jobs.teacher_server_spec(cfg, "toy-large")["users"]
+    finished_run(tmp_path / users[0].removesuffix("/train.json"))
+    text = status.render(status.status(cfg, tmp_path))
+    assert f"teacher server toy-large: not up; {len(users) - 1} of its {len(users)} cells still to train" in text
+    folder = tmp_path / teacher_server.server_folder(cfg, "toy-large")
+    folder.mkdir(parents=True)
+    (folder / "address.json").write_text(json.dumps({"url": "http://node7:8123", "model": "toy-large"}))
+    lease = teacher_server.Lease(folder / "leases", users[1])
+    lease.path.parent.mkdir(parents=True)
+    lease._write(released=False)
+    text = status.render(status.status(cfg, tmp_path))
+    assert "teacher server toy-large: up at http://node7:8123, 1 cells holding it;" in text
