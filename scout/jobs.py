@@ -96,6 +96,11 @@ def served_users(config: dict, model_id: str) -> list[Cell]:
             and METHODS[c.method].scores_with_frozen_teacher]  # fmt: skip
 
 
+def served_outputs(config: dict, model_id: str) -> list[str]:
+    """The ``train.json`` of each run a workflow-started server serves: when all exist, it is not needed."""
+    return sorted(f"{train_dir(config, c.setting, c.variant, c.seed)}/train.json" for c in served_users(config, model_id))
+
+
 def teacher_server_spec(config: dict, model_id: str) -> dict:
     """The spec of a teacher server the workflow starts (``scout serve-teacher``): the teacher's
     weights, long enough contexts and enough top-k for its users, and their ``train.json`` files,
@@ -110,7 +115,7 @@ def teacher_server_spec(config: dict, model_id: str) -> dict:
         "model": model_id,
         "path": model_path(config, model_id),
         "address": str(teacher_server.server_folder(config, model_id) / "address.json"),
-        "users": sorted(f"{train_dir(config, c.setting, c.variant, c.seed)}/train.json" for c in users),
+        "users": served_outputs(config, model_id),
         "max_model_len": max(lengths, default=1) + 1,
         "max_logprobs": max([20, *topk]),
         "gpus": r["nodes"] * r["gpus_per_node"],

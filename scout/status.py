@@ -158,7 +158,7 @@ def servers(config: dict, work: Path) -> list[dict]:
             url = json.loads(address.read_text())["url"] if address.exists() else None
         except (OSError, ValueError, KeyError):  # being written
             url = None
-        users = jobs.teacher_server_spec(config, model)["users"]
+        users = jobs.served_outputs(config, model)
         holding = teacher_server.read_leases(folder / "leases", time.time())[0]
         out.append({"model": model, "url": url, "holding": len(holding), "users": len(users),
                     "to_train": sum(not (work / u).exists() for u in users)})  # fmt: skip

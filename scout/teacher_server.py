@@ -264,8 +264,7 @@ def vllm_command(spec: dict, port: int) -> list[str]:
     """vLLM's OpenAI-compatible server on the teacher's weights, data-parallel over the job's GPUs."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", spec["path"],
            "--served-model-name", spec["model"], "--host", "0.0.0.0", "--port", str(port),
-           "--max-logprobs", str(spec["max_logprobs"]), "--max-model-len", str(spec["max_model_len"]),
-           "--dtype", spec.get("dtype", "auto")]  # fmt: skip
+           "--max-logprobs", str(spec["max_logprobs"]), "--max-model-len", str(spec["max_model_len"])]  # fmt: skip
     if spec.get("gpus", 0) > 1:
         cmd += ["--data-parallel-size", str(spec["gpus"])]
     return cmd + list(spec.get("args", []))

@@ -249,8 +249,7 @@ def server_files():
     brings its server up again."""
     out = []
     for model in scout_teacher_server.served_by_workflow(config):
-        users = jobs.teacher_server_spec(config, model)["users"]
-        if any(not Path(u).exists() for u in users):
+        if any(not Path(u).exists() for u in jobs.served_outputs(config, model)):
             out.append(f"{RES}/servers/{model}/served.json")
     return out
 
