@@ -83,9 +83,6 @@ def _reference_errors(config: dict) -> list[str]:
             if spec["prepare"]["data"] not in data:
                 errs.append(f"models.{name}.prepare.data: unknown dataset {spec['prepare']['data']!r}; expected one of {sorted(data)}")
     for name, s in settings.items():
-        if s.get("teacher_server") and config.get("backend") == "verl":
-            errs.append(f"settings.{name}.teacher_server: the verl backend scores with teacher engines of its own; "
-                        "a served teacher works with the embedded backend (docs/cluster.md)")  # fmt: skip
         for role in ("teacher", "student"):
             if s[role] not in models:
                 errs.append(f"settings.{name}.{role}: unknown model {s[role]!r}; expected one of {sorted(models)}")

@@ -70,22 +70,34 @@ def _training_views(config: dict, data: str) -> list[dict]:
     return out
 
 
-def _with_resources(config: dict, spec: dict, family: str, cell: Cell | None = None) -> dict:
-    """The verl backend places its pools from the job's resources; the embedded one needs none."""
-    if config["backend"] != "verl":
-        return spec
-    where = (cell.setting, cell.method, cell.variant) if cell else ()
-    return {**spec, "resources": job_resources(config, family, *where)}
+def train_resources(config: dict, setting: str, method: str, variant: str) -> dict:
+    """What a training job asks for: its configured resources, except that a verl cell scoring
+    against a teacher server (``settings.<s>.teacher_server``) asks for its student's pool alone
+    and is marked so (``teacher_served``), which its placement reads."""
+    res = job_resources(config, "train", setting, method, variant)
+    if (config["backend"] == "verl" and config["settings"][setting].get("teacher_server")
+            and METHODS[method].scores_with_frozen_teacher):  # fmt: skip
+        from scout.verl.config import served_resources  # no verl import: the placement rule alone
+
+        return served_resources(method, res)
+    return res
 
 
 def train_job_spec(config: dict, cell: Cell) -> dict:
-    """The spec of a cell's training job."""
-    return _with_resources(config, run_spec(config, cell), "train", cell)
+    """The spec of a cell's training job; the verl backend places its pools from the job's
+    resources (the embedded one needs none)."""
+    spec = run_spec(config, cell)
+    if config["backend"] != "verl":
+        return spec
+    return {**spec, "resources": train_resources(config, cell.setting, cell.method, cell.variant)}
 
 
 def teacher_job_spec(config: dict, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
-    return _with_resources(config, teacher_prep_spec(config, model_id), "prepare_teacher")
+    spec = teacher_prep_spec(config, model_id)
+    if config["backend"] != "verl":
+        return spec
+    return {**spec, "resources": job_resources(config, "prepare_teacher")}
 
 
 def served_users(config: dict, model_id: str) -> list[Cell]:

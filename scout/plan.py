@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import grid, jobs, runs
+from scout import grid, jobs, runs, teacher_server
 from scout import teacher_cost as tc
 from scout.methods import METHODS
 from scout.resources import job_resources
@@ -71,8 +71,8 @@ def _rows(config: dict) -> list[dict]:
     res = config.get("results", "results")
     rows = []
 
-    def add(experiment, rule, target, r, disk=None):
-        rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk})
+    def add(experiment, rule, target, r, disk=None, users=None):
+        rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk, "users": users})
 
     models = config["models"]
     used = jobs.models_in_grid(config)  # a reduced experiment's only
@@ -85,13 +85,16 @@ def _rows(config: dict) -> list[dict]:
             add("toy world", "toy_pretrain", f"{res}/toy/models/{m}/model.safetensors", toy)
     for m in prepared:
         add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
+    for m in teacher_server.served_by_workflow(config):  # up while its cells train: needed until they are done
+        add("teachers", "serve_teacher", str(teacher_server.server_folder(config, m) / "served.json"),
+            job_resources(config, "teacher_server"), users=jobs.served_outputs(config, m))  # fmt: skip
     experiment_of = {}
     plans = grid.run_plans(config)
     for c in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
         experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
-        r = job_resources(config, "train", c.setting, c.method, c.variant)
+        r = jobs.train_resources(config, c.setting, c.method, c.variant)
         target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
         add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
         if grid.is_search(c):
@@ -122,8 +125,9 @@ def grid_jobs(
     df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
     df["node_hours"] = df["nodes"] * df["runtime"] / 60
     df["stale"] = [t in stale for t in df["target"]]
-    df["done"] = [exists(t) and not st for t, st in zip(df["target"], df["stale"], strict=True)]
-    return df
+    df["done"] = [all(exists(u) and u not in stale for u in users) if users else exists(t) and not st
+                  for t, st, users in zip(df["target"], df["stale"], df["users"], strict=True)]  # fmt: skip
+    return df.drop(columns="users")
 
 
 def sharing(config: dict) -> str:
@@ -267,13 +271,6 @@ def render_teacher_options(config: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def servable(method: str) -> bool:
-    """A cell whose teacher only scores (OPD, ESR, Prune-OPD, OPTR) can use a teacher server; SCOUT's
-    trains and Relay-OPD's generates, so they keep their own engines."""
-    m = METHODS[method]
-    return m.needs_teacher and not m.trains_teacher and m.rollout != "relay"
-
-
 def teacher_servers(config: dict) -> pd.DataFrame:
     """Per teacher model: its frozen-teacher training jobs' requested GPU-hours with an engine each,
     and with one server on a node of its own instead (the jobs keep their student's GPUs; the
@@ -283,7 +280,7 @@ def teacher_servers(config: dict) -> pd.DataFrame:
     plans = grid.run_plans(config)
     by_teacher: dict[str, list] = {}
     for c in grid.cells(config):
-        if servable(c.method) and plans[c].shares is None:
+        if METHODS[c.method].scores_with_frozen_teacher and plans[c].shares is None:
             by_teacher.setdefault(config["settings"][c.setting]["teacher"], []).append(c)
     rows = []
     for teacher, cells in by_teacher.items():
@@ -316,7 +313,8 @@ def render_teacher_servers(config: dict) -> str:
     if not len(table):
         return ""
     own, shared = table["gpu_hours_own_engines"].sum(), table["gpu_hours_one_server"].sum()
-    whole = grid_jobs(config, exists=lambda _: False)["gpu_hours"].sum()
+    own_engines = {**config, "settings": {k: {**v, "teacher_server": None} for k, v in config["settings"].items()}}
+    whole = grid_jobs(own_engines, exists=lambda _: False)["gpu_hours"].sum()  # the same with serving on
     head = (f"A teacher server per teacher (settings.*.teacher_server; docs/cluster.md): the frozen-teacher jobs "
             f"request {own:,.0f} GPU-hours with an engine each, {shared:,.0f} with one server per teacher "
             f"({own - shared:,.0f} fewer; the whole grid {whole:,.0f} -> {whole - own + shared:,.0f}). Modelled throughput: scoring is prefill, 2 FLOPs a parameter and token "

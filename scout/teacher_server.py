@@ -307,7 +307,7 @@ def serve(spec: dict, out: str, log: Callable[[str], None] = print, poll: float 
                 reason = stop_reason(now, ready, last_use, bool(live), done_since, idle)
                 if reason is None:
                     time.sleep(poll)
-            served = _requests(url)
+            served = requests_answered(url)
         finally:
             address.unlink(missing_ok=True)
             _stop(proc)
@@ -332,7 +332,7 @@ def _wait_ready(url: str, proc: subprocess.Popen, limit: float, vlog: Path, poll
             time.sleep(poll)
 
 
-def _requests(url: str) -> int | None:
+def requests_answered(url: str) -> int | None:
     """Completions the server answered (vLLM's ``vllm:request_success_total`` on /metrics)."""
     try:
         text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()

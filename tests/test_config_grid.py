@@ -609,8 +609,8 @@ def test_a_selection_never_changes_the_spec_of_a_run_it_keeps(world, select):
 
 
 def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
-    """A served teacher is a URL and a model name; the verl backend refuses it (its engines are its
-    own); on the embedded backend the specs do not change, so turning it on retrains nothing."""
+    """A served teacher is a URL and a model name, or ``serve``; the specs do not change, so turning
+    it on retrains nothing (the verl backend's cells: below)."""
     served = copy.deepcopy(toy)
     served["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "http://node1:8000", "model": "toy-large"}
     C.validate(served)
@@ -625,9 +625,35 @@ def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
     bad["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "node1:8000", "model": "toy-large"}
     with pytest.raises(C.ConfigError, match="teacher_server.url"):
         C.validate(bad)
-    verl = copy.deepcopy(served) | {"backend": "verl"}
-    with pytest.raises(C.ConfigError, match="settings.toy-l-s-math.teacher_server: the verl backend scores with"):
-        C.validate(verl)
+
+
+def test_a_served_verl_cell_asks_for_its_students_gpus_alone():
+    """On the verl backend a served cell is placed without a teacher pool: it requests (and plans)
+    its student's pool (OPD: one node of the paper's two; Prune-OPD: 4 GPUs of its node's 8), and its
+    verl config has no teacher engine; the cells
+    whose teacher trains or writes (SCOUT, Relay-OPD) and the weights spec are as before."""
+    from scout import jobs, runs
+    from scout.verl import config as vc
+
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    served = copy.deepcopy(paper)
+    served["settings"]["q4b-q1.7b-math"]["teacher_server"] = "serve"
+    C.validate(served)
+    for variant, before, after in [("opd", (2, 8), (1, 8)), ("prune_opd", (1, 8), (1, 4)), ("scout", (3, 8), (3, 8)),
+                                   ("relay_opd", (1, 8), (1, 8))]:  # fmt: skip
+        cell = grid.find_cell(paper, "q4b-q1.7b-math", variant, 1)
+        own, via = jobs.train_job_spec(paper, cell), jobs.train_job_spec(served, cell)
+        assert (own["resources"]["nodes"], own["resources"]["gpus_per_node"]) == before, variant
+        assert (via["resources"]["nodes"], via["resources"]["gpus_per_node"]) == after, variant
+        assert runs.weights_spec(own) == runs.weights_spec(via)
+        if before != after:
+            pools = vc.placement(cell.method, via["resources"])
+            assert (pools["student_nodes"], pools["student_gpus"], pools["teacher_nodes"]) == (*after, 0)
+            over = vc.overrides(via, via["resources"], "out")
+            assert "distillation.nnodes=0" in over and "+scout.teacher_served=true" in over
+            assert "+scout.teacher_served=true" not in vc.overrides(own, own["resources"], "out")
+    other = grid.find_cell(paper, "q8b-q1.7b-math", "opd", 1)  # another setting: not served
+    assert jobs.train_job_spec(served, other)["resources"]["nodes"] == 2
 
 
 def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_it(toy):

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -24,6 +22,7 @@ from scout.embedded.trainer import Trainer
 from scout.toy.world import build_model
 from tests.conftest import TINY
 from tests.test_vllm_cpu import vllm_or_skip
+from tests.vllm_server import openai_server
 
 
 def test_an_answer_is_read_by_hand_and_a_partial_one_is_refused():
@@ -63,30 +62,8 @@ def served(world, tmp_path_factory):
     model, tok = build_model({**TINY, "hidden_size": 64}, world["root"] / "tokenizer", seed=64)
     model.save_pretrained(root / "teacher")
     tok.save_pretrained(root / "teacher")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(root / "teacher"),
-           "--served-model-name", "toy-teacher", "--dtype", "float32", "--max-model-len", "256",
-           "--gpu-memory-utilization", "0.1", "--port", str(port), "--max-logprobs", "20", "--enforce-eager"]  # fmt: skip
-    log = open(root / "server.log", "w")  # noqa: SIM115 - open for the server's lifetime
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
-    url, t0 = f"http://127.0.0.1:{port}", time.monotonic()
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() - t0 > 240:
-                    raise RuntimeError(f"vLLM's server did not start: {(root / 'server.log').read_text()[-3000:]}") from None
-                time.sleep(1)
-        print(f"\nvLLM CPU server up in {time.monotonic() - t0:.1f}s")
+    with openai_server(root / "teacher", root / "server.log", "toy-teacher") as url:
         yield {"url": url, "model": "toy-teacher", "teacher": str(root / "teacher")}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        log.close()
 
 
 def test_the_servers_log_probs_and_top_k_equal_the_embedded_teachers(served):

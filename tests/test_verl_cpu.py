@@ -16,8 +16,8 @@ groups are the informative ones, so its teacher must change), SCOUT's prefix con
 LoRA teacher on its engine's GPU (``teacher_trainer: shared``: two nodes, the engine asleep while
 the teacher trains) in the kill-and-resume (4 steps, killed after the step-2 checkpoint with its
 whole process group, Ray's processes included, then resumed), Relay-OPD and Prune-OPD (their
-agent loops; Prune-OPD's loss is OPD's) and GRPO (the student's rewards, no teacher) for two
-steps. ``SCOUT_VERL_CPU=all`` adds two-step SCOUT with a full teacher, OPD, OPTR (OPD with its
+agent loops; Prune-OPD's loss is OPD's, and its teacher is served: vLLM's OpenAI-compatible server,
+the job without a teacher engine) and GRPO (the student's rewards, no teacher) for two steps. ``SCOUT_VERL_CPU=all`` adds two-step SCOUT with a full teacher, OPD, OPTR (OPD with its
 registered loss, which tests/test_verl_pieces.py runs through verl by hand), the LoRA teacher on a
 pool of its own and GRPO's own kill-and-resume: runs a 30-minute CI cannot hold (three lanes ran
 out of memory on 24 GB). Each run's output is kept beside its run folder (``runs/<kind>.log``).
@@ -54,7 +54,8 @@ LORA = "scout-lora-resume"  # SCOUT with a shared LoRA teacher, killed and resum
 LORA_OWN = "scout-lora-own-pool"  # the same teacher on a pool of its own (three nodes), two steps
 ALL = os.environ.get("SCOUT_VERL_CPU") == "all"
 # the order the lanes take them: the kinds with a teacher trainer apart, the runs balanced over the lanes
-RUN = [LORA, "relay_opd", "prune_opd", "opd_teacher_grpo", "grpo"]
+SERVED = "prune_opd"  # trained against a teacher server (its top-k through the server's API)
+RUN = [LORA, "relay_opd", SERVED, "opd_teacher_grpo", "grpo"]
 RUN += ["scout", RESUME, "opd", "optr", LORA_OWN] if ALL else []
 TEACHER_TRAINERS = {"scout", "opd_teacher_grpo", LORA, LORA_OWN}
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
@@ -129,9 +130,9 @@ def _job(spec: dict, out: Path) -> tuple[list[str], dict]:
     return [sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out", str(out)], env
 
 
-def _train(world: dict, spec: dict, out: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    cmd, env = _job(spec, out)
-    env["VERL_GLOO_SYNC_CHECKSUM"] = "1"
+def _train(world: dict, spec: dict, out: Path, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd, job_env = _job(spec, out)
+    env = {**job_env, **(env or {}), "VERL_GLOO_SYNC_CHECKSUM": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=world["root"])
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)  # kept for a failure's reader
     return done
@@ -143,6 +144,27 @@ def _evaluation_reads(export: Path) -> None:
 
     gen = make_generator(str(export), "transformers")
     assert gen.generate(["Compute 1+2."], 1, {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95}, seed=0)
+
+
+def _served_run(world: dict, variant: str):
+    """A frozen-teacher cell of a setting whose teacher is served (``teacher_server``): the toy
+    teacher behind vLLM's OpenAI-compatible server, up for this run alone; its job is placed
+    without a teacher engine and scores through the server (``ServedTeacher``)."""
+    from scout import jobs
+    from scout import teacher_server as ts
+    from tests.vllm_server import openai_server
+
+    cfg = world["config"]
+    served = {**cfg, "settings": {**cfg["settings"]}}
+    served["settings"]["toy-l-s-math"] = {**cfg["settings"]["toy-l-s-math"], "teacher_server": "serve"}
+    spec = jobs.train_job_spec(served, grid.find_cell(served, "toy-l-s-math", variant, 1))
+    out = world["root"] / "runs" / variant
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with openai_server(grid.model_path(cfg, "toy-large"), out.parent / f"{variant}.server.log", "toy-large") as url:
+        env = {ts.ENV: json.dumps({"toy-l-s-math": {"url": url, "model": "toy-large"}})}
+        done = _train(world, spec, out, env=env)
+        done.requests = ts.requests_answered(url)
+    return done
 
 
 def _last(pattern: str, text: str) -> float | None:
@@ -165,6 +187,8 @@ def verl_runs(cpu_world) -> dict:
                 done = _kill_and_resume(cpu_world, _spec(cpu_world["config"], "grpo", total_steps=4, epochs=2), RESUME)
             elif variant == LORA:  # a teacher phase every step: three syncs to check, one across the resume
                 done = _kill_and_resume(cpu_world, _lora_spec(cpu_world["config"], total_steps=4, epochs=2), LORA)
+            elif variant == SERVED:
+                done = _served_run(cpu_world, variant)
             elif variant == LORA_OWN:
                 spec = _lora_spec(cpu_world["config"])
                 spec["resources"] |= {"nodes": 3, "teacher_trainer": "own"}
@@ -233,6 +257,26 @@ def test_the_prefix0_teacher_changes_in_its_update_and_its_engine_serves_it(cpu_
     initial = load_file(str(Path(grid.model_path(cfg, "toy-large")) / "model.safetensors"))
     trained = load_file(str(next((out / "model" / "final-teacher").glob("*.safetensors"))))
     assert _changed(initial, trained)
+
+
+def test_a_cell_with_a_served_teacher_has_no_teacher_engine_and_scores_through_the_server(cpu_world, verl_runs):
+    """Prune-OPD of a setting with ``teacher_server``: its job asks for the student's GPU alone,
+    verl's trainer starts no teacher engine (no teacher pool), and every teacher score of its two
+    steps, the top-k its loss reads included, came from the server."""
+    from omegaconf import OmegaConf
+
+    done, _ = verl_runs[SERVED]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    out = cpu_world["root"] / "runs" / SERVED
+    cfg = OmegaConf.load(out / "verl_config.yaml")
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.distillation.nnodes) == (1, 1, 0)
+    assert cfg.scout.teacher_served and cfg.scout.teacher_server.model == "toy-large"
+    log = done.stdout + done.stderr
+    assert f"the teacher scores at {cfg.scout.teacher_server.url}" in log
+    # one request per scored sequence: 2 steps x 4 prompts x n samples, refills on top
+    assert done.requests >= 2 * 4 * cfg.actor_rollout_ref.rollout.n, done.requests
+    assert _last(r"actor/distillation/loss:([-+0-9.e]+)", log) is not None
+    print(f"\n{SERVED} through the server: {done.requests} scoring requests answered")
 
 
 def _changed(initial: dict, exported: dict) -> set[str]:

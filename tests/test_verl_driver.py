@@ -77,6 +77,25 @@ def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tm
         driver.train(spec, tmp_path / "run2", log=lambda *_: None)
 
 
+def test_a_served_cell_finds_its_server_or_names_what_is_missing(math_rows, tmp_path, monkeypatch):
+    """A cell placed without a teacher engine writes the server it scores against into its verl
+    config; without one it stops before Ray starts, naming the variable the workflow sets."""
+    from scout import teacher_server
+
+    spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
+    spec["resources"] = {**spec["resources"], "nodes": 1, "teacher_served": True}
+    monkeypatch.delenv(teacher_server.ENV, raising=False)
+    with pytest.raises(SystemExit, match=f"knows no server for it in {teacher_server.ENV}"):
+        driver.train(spec, tmp_path / "run", log=lambda *_: None)
+    server = {"url": "http://node3:8000", "model": "Qwen3-4B-Instruct-2507"}
+    monkeypatch.setenv(teacher_server.ENV, json.dumps({"q4b-q1.7b-math": server}))
+    with pytest.raises(SystemExit, match="trains on GPUs"):
+        driver.train(spec, tmp_path / "run", log=lambda *_: None)
+    cfg = OmegaConf.load(tmp_path / "run" / "verl_config.yaml")
+    assert dict(cfg.scout.teacher_server) == server and cfg.scout.teacher_served
+    assert (cfg.trainer.nnodes, cfg.distillation.nnodes) == (1, 0)
+
+
 def test_checkpoints_of_another_spec_are_moved_aside_before_verl_resumes(math_rows, tmp_path):
     """verl's resume_mode auto resumes whatever its tracker names: the driver moves a folder of
     another spec aside first, and a folder of the same spec is resumed."""
@@ -262,12 +281,15 @@ def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
 def test_trainers_override_only_what_verls_trainer_has():
     """Guards against verl API drift: every hook scout's trainers override exists in the pinned
     verl's sync trainer with the same parameters."""
+    from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     hooks = {
         vt.RetainCheckpoints: ("_save_checkpoint",),
         vt.ScoutTrainer: ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"),
         vt.PruneTrainer: ("__init__", "_load_checkpoint", "_save_checkpoint", "_next_train_batch", "_update_actor"),
+        vt.ServedStudentTrainer: ("_init_resource_pool_mgr", "_setup", "get_teacher_client"),
+        vt.ServedPruneTrainer: ("_init_resource_pool_mgr", "_setup", "get_teacher_client", "_update_actor"),
     }
     for cls, names in hooks.items():
         assert issubclass(cls, PPOTrainerSync)
@@ -275,9 +297,14 @@ def test_trainers_override_only_what_verls_trainer_has():
             ours, theirs = getattr(cls, name), getattr(PPOTrainerSync, name)
             assert ours is not theirs
             assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
-    assert vt.trainer_class("scout") is vt.ScoutTrainer and vt.trainer_class("optr_scout") is vt.ScoutTrainer
-    assert vt.trainer_class("prune_opd") is vt.PruneTrainer
-    assert vt.trainer_class("opd") is vt.StudentTrainer and vt.trainer_class("grpo") is vt.StudentTrainer
+
+    def chosen(method: str, served: bool = False):
+        return vt.trainer_class(OmegaConf.create({"scout": {"method": method, "teacher_served": served}}))
+
+    assert chosen("scout") is vt.ScoutTrainer and chosen("optr_scout") is vt.ScoutTrainer
+    assert chosen("prune_opd") is vt.PruneTrainer and chosen("prune_opd", True) is vt.ServedPruneTrainer
+    assert chosen("opd") is vt.StudentTrainer and chosen("grpo") is vt.StudentTrainer
+    assert chosen("opd", True) is vt.ServedStudentTrainer and chosen("esr", True) is vt.ServedStudentTrainer
     assert all(issubclass(c, vt.RetainCheckpoints) for c in (vt.StudentTrainer, vt.ScoutTrainer, vt.PruneTrainer))
 
 

@@ -92,12 +92,13 @@ def placement(method_id: str, res: dict) -> dict:
     one, the engine one, the trainer the rest); otherwise they split a node's GPUs.
 
     ``res["teacher_trainer"] == "shared"``: the teacher's trainer sits on the engine's pool (the
-    engine sleeps while it trains), the pools are OPD's and ``train_shared`` is set."""
+    engine sleeps while it trains), the pools are OPD's and ``train_shared`` is set.
+    ``res["teacher_served"]`` (``served_resources``): the teacher is a server, the student has it all."""
     nodes, gpus = res["nodes"], res["gpus_per_node"]
     m = METHODS[method_id]
     out = {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
     out |= {"train_nodes": 0, "train_gpus": 0, "train_shared": False}
-    if not m.needs_teacher:
+    if not m.needs_teacher or (res.get("teacher_served") and m.scores_with_frozen_teacher):
         return out
     if m.trains_teacher and res.get("teacher_trainer", "own") == "shared":
         opd = placement("opd", res)
@@ -137,6 +138,13 @@ def placement(method_id: str, res: dict) -> dict:
         "student_nodes": 1, "student_gpus": gpus - 2 * quarter,
         "teacher_nodes": 1, "teacher_gpus": quarter, "train_nodes": 1, "train_gpus": quarter,
     }  # fmt: skip
+
+
+def served_resources(method_id: str, res: dict) -> dict:
+    """The resources of a cell whose teacher is served (``scout.teacher_server``): its student's
+    pool of the configured placement, so that sharing a server frees the engine's GPUs."""
+    pools = placement(method_id, res)
+    return {**res, "nodes": pools["student_nodes"], "gpus_per_node": pools["student_gpus"], "teacher_served": True}
 
 
 def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
@@ -249,6 +257,10 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "+scout.domain": spec["domain"],
         "+scout.total_steps": spec["total_steps"],
     }
+    if res.get("teacher_served") and method.scores_with_frozen_teacher:
+        # no teacher pool (distillation.nnodes 0): the trainer scores against the server the
+        # driver finds for the cell (scout.verl.trainer.ServedTeacher)
+        extra["+scout.teacher_served"] = True
     if method.rollout == "relay":  # the relay loop reads the student's top-k from prefills
         extra["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"] = cfg["relay_opd"]["student_topk"]
         # ... whose prompt log-prob logits (full vocabulary, every position) vLLM's sizing does not count

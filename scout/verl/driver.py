@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from scout import runs
+from scout import runs, teacher_server
 from scout.methods import METHODS
 from scout.verl import config as vc
 from scout.verl import data
@@ -105,10 +105,11 @@ def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=pri
     return written
 
 
-def prepare(spec: dict, out_dir: str | Path):
+def prepare(spec: dict, out_dir: str | Path, server: dict | None = None):
     """Everything before training: the parquet twin of the data and the checked config, written
-    to ``{out}/verl_config.yaml`` so a failed or refused job leaves what it would have run."""
-    from omegaconf import OmegaConf
+    to ``{out}/verl_config.yaml`` so a failed or refused job leaves what it would have run;
+    ``server`` ({url, model}): the teacher server a served cell scores against."""
+    from omegaconf import OmegaConf, open_dict
 
     res = spec.get("resources")
     if not res:
@@ -117,8 +118,28 @@ def prepare(spec: dict, out_dir: str | Path):
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = vc.build(spec, res, str(out))
+    if server:
+        with open_dict(cfg):
+            cfg.scout.teacher_server = server
     (out / "verl_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     return cfg
+
+
+def find_server(spec: dict, out: Path, log=print) -> dict | None:
+    """The teacher server of a cell placed without a teacher pool (``resources.teacher_served``):
+    waited for and held while the job runs, as the embedded backend does (``scout.teacher_server``)."""
+    if not spec.get("resources", {}).get("teacher_served"):
+        return None
+    client = teacher_server.client_for(spec["setting"], user=str(out / "train.json"), log=log)
+    if client is None:
+        raise SystemExit(
+            f"{spec['setting']}/{spec['variant']}/s{spec['seed']} is placed without a teacher engine (its setting's "
+            f"teacher_server) but this job knows no server for it in {teacher_server.ENV}, which the workflow exports "
+            "from settings.<s>.teacher_server: run the cell through snakemake, or export "
+            f'{teacher_server.ENV}=\'{{"{spec["setting"]}": {{"url": ..., "model": ...}}}}\''
+        )
+    log(f"the teacher scores at {client.url} ({client.model})")
+    return {"url": client.url, "model": client.model}
 
 
 def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:
@@ -138,7 +159,7 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
     out = Path(out_dir)
     # before verl's resume_mode auto can see them: checkpoints of another spec are moved aside
     resumable = runs.claim(out, spec, log, dry_run=dry_run, missing=lambda o: missing_checkpoints(spec, o))
-    cfg = prepare(spec, out_dir)
+    cfg = prepare(spec, out_dir, None if dry_run else find_server(spec, out, log))
     resumed = latest_step(cfg.trainer.default_local_dir) if resumable else None
     log(f"verl config: {out / 'verl_config.yaml'}" + (f"; resuming from step {resumed}" if resumed else ""))
     if dry_run:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scout import grid
+from scout import grid, jobs
 from scout import teacher_cost as tc
 from scout.io import read_jsonl
 from scout.methods import METHODS
 from scout.pairing import Checklist, check_pair
-from scout.resources import job_resources
 from scout.verl import config as vc
 from scout.verl import data as vdata
 
@@ -192,7 +191,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
 
     spec = grid.cell_spec(config, cell)
     row = Row(cell.key)
-    res = job_resources(config, "train", cell.setting, cell.method, cell.variant)
+    res = jobs.train_resources(config, cell.setting, cell.method, cell.variant)
     try:
         cfg = vc.build(spec, res, grid.train_dir(config, cell.setting, cell.variant, cell.seed))
     except vc.VerlConfigError as exc:

@@ -4,8 +4,8 @@ OpenAI-compatible vLLM server instead of a teacher engine of the job's own.
 
 The manager calls ``generate(prompt_ids=..., sampling_params={"prompt_logprobs": k, ...})`` and
 reads ``extra_fields["prompt_ids"]`` and ``["prompt_logprobs"]``, one row per token
-(``teacher_server.verl_layout``). Not yet wired into the trainer: a served cell's job still needs
-to be built without its teacher pool (docs/cluster.md).
+(``teacher_server.verl_layout``). ``scout.verl.trainer.ServedTeacher`` hands it to verl in place
+of the teacher engines a served cell's job no longer starts.
 """
 
 from __future__ import annotations

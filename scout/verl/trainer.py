@@ -1,6 +1,7 @@
 """The trainers of scout's verl backend (subclasses of verl's V1 synchronous trainer) and the Ray
 task runner that builds them: ``ScoutTrainer`` for the methods that train the teacher,
-``PruneTrainer`` for Prune-OPD's adaptive response budget, verl's own trainer for the rest.
+``PruneTrainer`` for Prune-OPD's adaptive response budget, verl's own trainer for the rest, and
+their served variants (``ServedTeacher``: a frozen teacher scored by a server, no engine of its own).
 
 The student side is verl's own OPD (``distillation.*``: K1 advantage in policy-gradient mode,
 scored by the teacher's inference engine on its own pool). ``ScoutTrainer`` adds the teacher's
@@ -221,12 +222,14 @@ def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
 # -- the trainer (GPU only) --------------------------------------------------------------------------------
 
 
-def trainer_class(method_id: str):
+def trainer_class(cfg: DictConfig):
     """verl's own sync trainer (with scout's checkpoint retention) for every method but those that
-    train the teacher or adapt a budget."""
-    method = METHODS[method_id]
+    train the teacher or adapt a budget; a cell with a served teacher gets the served variant."""
+    method = METHODS[cfg.scout.method]
     if method.trains_teacher:
         return ScoutTrainer
+    if cfg.scout.get("teacher_served"):
+        return ServedPruneTrainer if method.budget == "prune" else ServedStudentTrainer
     return PruneTrainer if method.budget == "prune" else StudentTrainer
 
 
@@ -486,6 +489,51 @@ class PruneTrainer(RetainCheckpoints):
         return batch
 
 
+class ServedTeacher:
+    """A frozen teacher served by URL (``scout.teacher_server``; the driver puts the server in
+    ``scout.teacher_server``): verl's trainer without the teacher's pool and engines, distillation
+    left on for its loss and the agent loop's scoring, whose client asks the server
+    (``scout.verl.teacher_client``). Put before a trainer class: ``class X(ServedTeacher, Trainer)``."""
+
+    def _init_resource_pool_mgr(self):
+        with _distillation_off(self.config):  # verl would ask Ray for a teacher pool (distillation.nnodes 0)
+            super()._init_resource_pool_mgr()
+
+    def _setup(self):
+        from verl.utils.config import omega_conf_to_dataclass
+
+        self.use_teacher_policy = False  # verl's _setup then starts no teacher engine of its own
+        try:
+            super()._setup()
+        finally:
+            self.use_teacher_policy = True
+        self.distillation_config = omega_conf_to_dataclass(self.config.distillation)  # the loss reads it
+
+    def get_teacher_client(self) -> dict:
+        from scout.verl.teacher_client import ServedTeacherClient
+
+        server = self.config.scout.teacher_server
+        return {key: ServedTeacherClient(server.url, server.model) for key in self.distillation_config.teacher_models}
+
+
+@contextmanager
+def _distillation_off(cfg: DictConfig):
+    with open_dict(cfg):
+        cfg.distillation.enabled = False
+        try:
+            yield
+        finally:
+            cfg.distillation.enabled = True
+
+
+class ServedStudentTrainer(ServedTeacher, StudentTrainer):
+    """OPD, ESR and OPTR scored by a teacher server."""
+
+
+class ServedPruneTrainer(ServedTeacher, PruneTrainer):
+    """Prune-OPD scored by a teacher server."""
+
+
 def _release_cached_memory(_worker) -> None:
     """In a trainer worker: finish pending copies and return the caching allocator's free blocks.
     Not verl's ``aggressive_empty_cache`` (verl/utils/memory_utils.py:32): it empties the cache
@@ -527,7 +575,7 @@ class ScoutTaskRunner:
         tq.init(config.transfer_queue)
         trainer, ok = None, False
         try:
-            trainer = trainer_class(config.scout.method)(config=config)
+            trainer = trainer_class(config)(config=config)
             trainer.init()
             loops = agent_loop_manager(config.scout.method).create(
                 config=config,

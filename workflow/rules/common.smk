@@ -86,7 +86,7 @@ def _job_resources(family, wc):
     if family != "train":
         return scout_resources.job_resources(config, family)
     method = METHOD_OF[(wc.setting, wc.variant, wc.seed)]
-    return scout_resources.job_resources(config, "train", wc.setting, method, wc.variant)
+    return jobs.train_resources(config, wc.setting, method, wc.variant)  # a served verl cell: its student's pool
 
 
 def cluster_resources(family):
