@@ -70,12 +70,19 @@ def verl_layout(entries: Sequence[dict | None], ids: Sequence[int], k: int) -> t
     """One sequence's answer in the layout verl's teacher manager reads (that of
     ``verl.workers.rollout.vllm_rollout.utils.extract_prompt_logprobs``): row j is token j + 1's
     log-prob alone (``k`` = 0) or the top ``k`` by rank, ids beside log-probs, and a zero row last,
-    so that there is one row per token."""
+    so that there is one row per token. Where token j + 1 ranks below k it takes the k-th slot with
+    its exact log-prob, as in scout's patch of verl's own teacher server for Prune-OPD
+    (``scout.verl.plugin.topk_with_sampled``): a served cell reads what an engine of its own gives."""
     whole = parse_sequence(entries, ids, 1, k)
     if k == 0:
         rows = [([t], [lp]) for t, lp in zip(ids[1:], whole.logp, strict=True)]
     else:
-        rows = [tuple(map(list, zip(*sorted(top.items(), key=lambda kv: -kv[1]), strict=True))) for top in whole.topk]
+        rows = []
+        for token, lp, top in zip(ids[1:], whole.logp, whole.topk, strict=True):
+            ranked = sorted(top.items(), key=lambda kv: -kv[1])
+            if token not in top:
+                ranked[-1] = (token, lp)
+            rows.append(([t for t, _ in ranked], [v for _, v in ranked]))
     width = max(k, 1)
     return [r[0] for r in rows] + [[0] * width], [r[1] for r in rows] + [[0.0] * width]
 

@@ -106,13 +106,20 @@ def test_opd_through_the_server_trains_as_with_its_own_teacher(method, served, s
 
 def test_verls_layout_by_hand():
     """verl's teacher manager reads one row per token: row j is token j + 1's log-prob (or the top
-    k by rank), and a zero row closes the sequence."""
+    k by rank, the token itself in the k-th slot where it ranks below k, as scout's patch of verl's
+    own server keeps it), and a zero row closes the sequence."""
     entries = [None, {"7": {"logprob": -1.0, "rank": 1}}, {"8": {"logprob": -2.5, "rank": 3},
                "4": {"logprob": -0.5, "rank": 1}, "5": {"logprob": -1.5, "rank": 2}}]  # fmt: skip
     assert ts.verl_layout(entries[:2] + [{"8": {"logprob": -2.5, "rank": 3}}], [6, 7, 8], 0) == (
         [[7], [8], [0]], [[-1.0], [-2.5], [0.0]])  # fmt: skip
     entries[1]["3"] = {"logprob": -2.0, "rank": 2}
-    assert ts.verl_layout(entries, [6, 7, 8], 2) == ([[7, 3], [4, 5], [0, 0]], [[-1.0, -2.0], [-0.5, -1.5], [0.0, 0.0]])
+    assert ts.verl_layout(entries, [6, 7, 8], 2) == ([[7, 3], [4, 8], [0, 0]], [[-1.0, -2.0], [-0.5, -2.5], [0.0, 0.0]])
+    from types import SimpleNamespace
+
+    from scout.verl.plugin import topk_with_sampled  # the same rule as verl's own server, patched
+
+    position = {t: SimpleNamespace(logprob=v["logprob"], rank=v["rank"]) for t, v in entries[2].items()}
+    assert topk_with_sampled(position, 2) == ([4, 8], [-0.5, -2.5])
 
 
 def test_verls_own_teacher_manager_scores_through_the_server(served):

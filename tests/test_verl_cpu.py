@@ -276,6 +276,8 @@ def test_a_cell_with_a_served_teacher_has_no_teacher_engine_and_scores_through_t
     # one request per scored sequence: 2 steps x 4 prompts x n samples, refills on top
     assert done.requests >= 2 * 4 * cfg.actor_rollout_ref.rollout.n, done.requests
     assert _last(r"actor/distillation/loss:([-+0-9.e]+)", log) is not None
+    # the sampled token's exact log-prob is in the top-k lists, as an engine of its own gives it
+    assert _last(r"prune_sampled_in_teacher_topk:([0-9.e-]+)", log) == 1.0
     print(f"\n{SERVED} through the server: {done.requests} scoring requests answered")
 
 
