@@ -326,15 +326,18 @@ class TeacherSelfTestError(JobStopped):
 
 def teacher_self_test(
     engine_logp: torch.Tensor, reference_logp: torch.Tensor, student_logp: torch.Tensor, mask: torch.Tensor,
-    ratio: float = SELF_TEST_RATIO, floor: float = SELF_TEST_FLOOR,
+    ratio: float = SELF_TEST_RATIO, floor: float = SELF_TEST_FLOOR, reference_sampled: torch.Tensor | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """Mean and largest |engine - reference| log-prob over the response tokens, beside the signal
     (the mean |reference - student|: the per-token gap K1 distils) and the limit, max(ratio x
     signal, floor). A disagreement above the limit means the loss would carry engine error of the
-    size of its own signal."""
+    size of its own signal. Engine and reference may be [B, T, K] (the engine's top-k, and the
+    reference's log-probs of the same tokens); the signal then needs ``reference_sampled`` [B, T],
+    the reference's log-probs of the sampled tokens."""
     m = mask.bool()
     gap = (engine_logp - reference_logp).abs()[m]
-    signal = float((reference_logp - student_logp).abs()[m].mean()) if m.any() else 0.0
+    sampled = reference_logp if reference_sampled is None else reference_sampled
+    signal = float((sampled - student_logp).abs()[m].mean()) if m.any() else 0.0
     return {
         "teacher_selftest_diff": float(gap.mean()) if m.any() else 0.0,
         "teacher_selftest_max_diff": float(gap.max()) if m.any() else 0.0,

@@ -248,3 +248,10 @@ def test_teacher_self_test_by_hand():
         alg.check_self_test(strict, "at step 1")
     agree = alg.teacher_self_test(reference, reference, reference, mask)  # no signal: the floor holds
     assert agree["teacher_selftest_limit"] == alg.SELF_TEST_FLOOR and agree["teacher_selftest_diff"] == 0.0
+    # the engine's top 2 per token against the reference's log-probs of the same ids: gaps 0.1, 0.3
+    # (token 1) and 0, 0.2 (token 2): mean 0.15, largest 0.3; the signal from the sampled tokens
+    top_engine = torch.tensor([[[-1.0, -3.0], [-0.5, -2.0], [5.0, 5.0]]])
+    top_reference = torch.tensor([[[-1.1, -2.7], [-0.5, -2.2], [0.0, 0.0]]])
+    top = alg.teacher_self_test(top_engine, top_reference, student, mask, reference_sampled=reference)
+    assert top["teacher_selftest_diff"] == pytest.approx(0.15) and top["teacher_selftest_max_diff"] == pytest.approx(0.3)
+    assert top["teacher_selftest_signal"] == pytest.approx(0.95)

@@ -234,6 +234,10 @@ def test_two_verl_steps_of_every_cell_kind(cpu_world, verl_runs, variant):
     else:
         # after the weight sync into the rollout engine, the rollout's and the actor's log-probs agree
         assert _last(r"training/rollout_actor_probs_pearson_corr:([0-9.e-]+)", log) > 0.99
+    if variant != "grpo":  # the teacher self-test ran before the first update, within its limit
+        diff, limit = (_last(rf"scout/teacher_selftest_{k}:([0-9.e-]+)", log) for k in ("diff", "limit"))
+        assert diff is not None and diff <= limit, (diff, limit)
+        print(f"{variant}: teacher self-test {diff:.2e} nats a token (limit {limit:.2e})")
     if variant in TEACHER_TRAINERS:
         # the teacher phase ran, and the engine received exactly what the teacher's trainer sent
         assert "scout/teacher_update:1" in log and "scout/teacher_pg_loss" in log

@@ -286,6 +286,7 @@ def test_trainers_override_only_what_verls_trainer_has():
 
     hooks = {
         vt.RetainCheckpoints: ("_save_checkpoint",),
+        vt.TeacherSelfTest: ("_update_actor",),
         vt.ScoutTrainer: ("_init_resource_pool_mgr", "_load_checkpoint", "on_init_end", "_save_checkpoint", "step"),
         vt.PruneTrainer: ("__init__", "_load_checkpoint", "_save_checkpoint", "_next_train_batch", "_update_actor"),
         vt.ServedStudentTrainer: ("_init_resource_pool_mgr", "_setup", "get_teacher_client"),

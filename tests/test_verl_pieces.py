@@ -1064,3 +1064,54 @@ def test_a_current_parquet_is_not_trusted_over_a_bad_row(tmp_path):
     os.utime(parquet, (src.stat().st_mtime + 10,) * 2)  # the old parquet looks current
     with pytest.raises(DataError, match=r"row 1 \(c1\): assert-style tests .* the grader accepts calls, stdin"):
         data.export(src, parquet)
+
+
+def test_the_self_tests_engine_rows_by_hand():
+    """Rows P - 1 .. P + R - 2 of verl's layout score the response: a 2-token prompt and a 3-token
+    response take rows 1, 2 and 3 of the 5 (row j: token j + 1; the last row is verl's zero row)."""
+    from scout.verl import self_test as st
+
+    ids = torch.tensor([[11], [12], [13], [14], [0]])
+    logp = torch.tensor([[-0.1], [-0.2], [-0.3], [-0.4], [0.0]])
+    got_ids, got_logp = st.engine_rows(ids, logp, prompt_len=2, response_len=3)
+    assert got_ids.tolist() == [[12], [13], [14]] and got_logp[:, 0].tolist() == pytest.approx([-0.2, -0.3, -0.4])
+    with pytest.raises(ValueError, match="5 rows for a 2\\+4-token sequence"):
+        st.engine_rows(ids, logp, prompt_len=2, response_len=4)
+
+
+def test_the_self_tests_reference_is_the_embedded_teachers_forward(world, tmp_path, monkeypatch):
+    """The frozen teacher's reference (transformers, float32, the vocabulary in chunks) gives the
+    log-probs of the embedded teacher's forward, at the engine's top-k ids and at the sampled
+    tokens; an engine that answers with other numbers is stopped, naming both."""
+    from scout.embedded import lm
+    from scout.toy.world import build_model
+    from scout.verl import self_test as st
+    from tests.conftest import TINY
+
+    model, tok = build_model({**TINY, "hidden_size": 64}, world["root"] / "tokenizer", seed=5)
+    model.save_pretrained(tmp_path / "teacher")
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "teacher", dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 90, (n,), generator=g).tolist() for n in (4, 9)]
+    responses = [torch.randint(5, 90, (n,), generator=g).tolist() for n in (7, 3)]
+    embedded = lm.load_model(tmp_path / "teacher", "cpu").eval()
+    with torch.no_grad():
+        logits, tokens, _ = lm.response_logits(embedded, prompts, responses, 0)
+    full = torch.log_softmax(logits, dim=-1)
+    top = full.topk(3, dim=-1)
+    ids = [top.indices[i, : len(r)] for i, r in enumerate(responses)]
+    monkeypatch.setattr(st, "CHUNK", 2)  # several chunks per response
+    at_ids, sampled = st.hf_reference(hf, prompts, responses, ids)
+    for i, r in enumerate(responses):
+        assert torch.allclose(at_ids[i], top.values[i, : len(r)], atol=1e-5)
+        assert torch.allclose(sampled[i], lm.token_logp(logits, tokens)[i, : len(r)], atol=1e-5)
+    engine = [top.values[i, : len(r)] for i, r in enumerate(responses)]
+    student = [s - 1.0 for s in sampled]  # a signal of 1 nat a token: the limit is 0.1
+    masks = [torch.ones(len(r)) for r in responses]
+    found = st.check(engine, at_ids, sampled, student, masks, "at step 1")
+    assert found["teacher_selftest_diff"] < 1e-5 and found["teacher_selftest_signal"] == pytest.approx(1.0)
+    hot = [e / 1.5 for e in engine]  # an engine that scores at temperature 1.5
+    with pytest.raises(alg.TeacherSelfTestError, match="above the limit 0.1 "):
+        st.check(hot, at_ids, sampled, student, masks, "at step 1")

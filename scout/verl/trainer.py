@@ -42,6 +42,7 @@ from uuid import uuid4
 
 import numpy as np
 import ray
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scout import algorithms as alg
@@ -269,11 +270,57 @@ class RetainCheckpoints(_Base):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-class StudentTrainer(RetainCheckpoints):
+class TeacherSelfTest(RetainCheckpoints):
+    """The teacher self-test (``scout.verl.self_test``) before the first update of the job and,
+    where the teacher trains, the first after each sync: a few of the step's responses, the
+    teacher's log-probs the loss is about to read against a reference forward, logged as
+    ``scout/teacher_selftest_*``; above its limit the job stops, naming both numbers."""
+
+    self_test_due = True
+
+    def _update_actor(self, batch, metrics: dict):
+        if self.self_test_due and self.config.distillation.enabled:
+            metrics.update(self._self_test(batch))
+            self.self_test_due = False
+        return super()._update_actor(batch, metrics)
+
+    def _self_test(self, batch) -> dict:
+        import transfer_queue as tq
+
+        from scout.verl import self_test as st
+
+        keys = [k for k, t in zip(batch.keys, batch.tags, strict=True) if not t.get("is_padding", False)]
+        fields = ["prompts", "responses", "teacher_ids", "teacher_logprobs", "old_log_probs", "response_mask"]
+        td = tq.kv_batch_get(keys=keys[: alg.SELF_TEST_RESPONSES], partition_id=batch.partition_id, select_fields=fields)
+        prompts = [p.tolist() for p in td["prompts"].unbind()]
+        responses = [r.tolist() for r in td["responses"].unbind()]
+        rows = [st.engine_rows(i, lp, len(p), len(r)) for i, lp, p, r in
+                zip(td["teacher_ids"].unbind(), td["teacher_logprobs"].unbind(), prompts, responses, strict=True)]  # fmt: skip
+        t0 = time.perf_counter()
+        at_ids, sampled = self._teacher_reference_logp(prompts, responses, [ids for ids, _ in rows])
+        found = st.check([lp for _, lp in rows], at_ids, sampled, list(td["old_log_probs"].unbind()),
+                         list(td["response_mask"].unbind()), f"at step {self.global_steps}")  # fmt: skip
+        return {f"scout/{k}": v for k, v in found.items()} | {"scout/teacher_selftest_s": time.perf_counter() - t0}
+
+    def _teacher_reference_logp(self, prompts, responses, ids):
+        """A frozen teacher's reference: its weights in float32 on this host, loaded for the test alone."""
+        from transformers import AutoModelForCausalLM
+
+        from scout.verl import self_test as st
+
+        path = self.config.distillation.teacher_models.teacher_model.model_path
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        try:
+            return st.hf_reference(model, prompts, responses, ids)
+        finally:
+            del model
+
+
+class StudentTrainer(TeacherSelfTest):
     """verl's sync PPO trainer, as every method without a teacher phase or a budget runs it."""
 
 
-class ScoutTrainer(RetainCheckpoints):
+class ScoutTrainer(TeacherSelfTest):
     """verl's sync PPO trainer plus SCOUT's teacher phase (see the module docstring)."""
 
     def _init_resource_pool_mgr(self):
@@ -386,6 +433,7 @@ class ScoutTrainer(RetainCheckpoints):
             )  # fmt: skip
             out = tu.get(self.teacher_wg.update_actor(td), "metrics")
         self.teacher_sync.update_weights(self.global_steps)
+        self.self_test_due = True  # the next step's scores come from the weights just sent
         return {
             **slept,
             "scout/teacher_update": 1,
@@ -427,6 +475,25 @@ class ScoutTrainer(RetainCheckpoints):
             slept["scout/teacher_engine_asleep_s"] = time.perf_counter() - t0
             slept["scout/teacher_engine_wake_s"] = each("wake_up")
 
+    def _teacher_reference_logp(self, prompts, responses, ids):
+        """The teacher's trainer holds the weights the engine was sent: its log-probs of the sampled
+        tokens (at temperature 1, as the engine scores) are the reference; SCOUT's loss reads no
+        top-k, so the engine's rows are the sampled tokens too."""
+        from verl import DataProto
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        if any(i.shape[-1] != 1 for i in ids):
+            raise RuntimeError("SCOUT's teacher self-test compares the sampled tokens' log-probs; the engine sent a top-k")
+        tensors = tp.padded_batch(prompts, responses, self.tokenizer.pad_token_id)
+        tensors["response_mask"] = tensors["attention_mask"][:, tensors["prompts"].shape[1] :]
+        batch = DataProto.from_dict(tensors=tensors)
+        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
+        with self._engine_asleep():
+            logp = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
+        sampled = [logp[i, : len(r)] for i, r in enumerate(responses)]
+        return [x.unsqueeze(-1) for x in sampled], sampled
+
     def _teacher_reference(self, td):
         """Log-probs of the batch ``td`` (the one the old log-probs were computed on) under the initial
         teacher: its frozen copy, or a LoRA teacher's base (verl's own reference path for LoRA actors:
@@ -455,7 +522,7 @@ class ScoutTrainer(RetainCheckpoints):
         return [list(o.token_ids) for o in outs], [list(o.log_probs or []) for o in outs]
 
 
-class PruneTrainer(RetainCheckpoints):
+class PruneTrainer(TeacherSelfTest):
     """verl's sync PPO trainer plus Prune-OPD's adaptive response budget L: each prompt batch
     carries L to the rollout (``scout.verl.agent_loop``), the actor's loss gets L and counts the
     samples that used it up (``plugin.budget_metrics``), and L moves by ``alg.update_budget``."""
