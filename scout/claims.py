@@ -6,35 +6,51 @@ and its kind; the kind fixes the unit and the test.
 
 - Method comparisons (``beats``, ``on_par``, the f-sweep): the unit is the training seed. Runs of
   two variants with the same seed number see the same prompts in the same order and draw the same
-  random numbers, so the design pairs them: where both sides have the same seeds, the effect is the
-  mean of the per-seed differences of run-level Avg, with a paired t (n - 1 df); the paper's Welch
-  test (difference of means, Welch-Satterthwaite df) is computed beside it, and decides where the
-  seeds do not pair. Against the untrained student or teacher (one evaluation, no training seed) it
-  is a t over the method's seeds with the evaluation's standard error added. One run on a trained
-  side is *not measured*: a test on evaluation noise alone would ignore the spread between seeds.
-- Probe claims (continuation, entropy, the trained teachers): the unit is the question, with its
-  responses and their continuations nested in it; the standard error comes from a bootstrap over
-  questions (and over seeds where several trained teachers are compared), so both teachers'
-  sampling errors count.
+  random numbers, so the design pairs them: the effect is the mean of the per-seed differences of
+  run-level Avg over the seeds both arms have, with a paired t (n - 1 df); the paper's Welch test
+  over every run is computed beside it, and decides where fewer than two seeds pair. Against the
+  untrained student or teacher (one evaluation, no training seed) it is a t over the method's seeds
+  with the evaluation's standard error added; an evaluation without one is *not measured*. One run
+  on a trained side is *not measured*: a test on evaluation noise alone would ignore the spread
+  between seeds.
+- Probe claims over the initial teacher alone (continuation, entropy): the unit is the question,
+  its responses and continuations nested in it; a bootstrap over questions, t with their df.
+- Probe claims over trained teachers (SCOUT's, the control's, a LoRA teacher's): the statistic is
+  computed per trained teacher and tested over them (a t with the seeds' df, Welch across two arms),
+  with the variance of the questions they share added (``stats.over_seeds``). Fewer than two trained
+  teachers on a side is *not measured*, as for method rows.
 
 The page counts its own tests, in two families. The *primary* family holds the paper's headline
 comparisons on the settings that can test them (config ``report.primary``: claim ids and settings);
 every other row is *secondary*. Within each family, so that the chance of *any* wrong verdict in it
-is at most the report's alpha (Bonferroni), every row is tested at alpha / m (m measured rows of its
-family), and its bounds are one-sided at 1 - alpha / m on each side. A row's verdict can then be
-wrong only on the side where the truth lies:
+is at most the report's alpha (Bonferroni), every row is tested at L = alpha / m (m measured rows of
+its family): its interval is two-sided at 1 - 2L, each end a one-sided bound at L, and its p is shown
+adjusted for the family (statsmodels' Bonferroni). With both families the page as a whole holds at
+most the sum of their alphas. A row's verdict can then be wrong only on the side where the truth
+lies. For ``beats`` rows, in the paper's direction (a claim whose paper effect is negative is tested
+that way round, and says so):
 
-- *holds*: the lower bound is above 0;
-- *below the paper's effect*: the upper bound is below the paper's effect but above 0: the run
+- *holds*: the lower bound is above 0, and the interval holds the paper's effect (or there is none);
+- *holds, smaller than the paper's*: the lower bound is above 0 and the upper one below the paper's
+  effect: a gain, but not one as large as the paper's;
+- *below the paper's effect*: 0 < upper bound < the paper's effect, lower bound <= 0: the run
   excludes an effect as large as the paper's, not a smaller gain;
 - *does not hold*: the upper bound is below 0: the run excludes any gain;
 - *inconclusive*: the bounds hold both 0 and the paper's effect;
 - *not measured*, with why.
 
-Each row also gives the smallest effect its test detects with 80% power at its level
-(``detectable``); where the paper's effect is smaller, this grid cannot resolve an effect that
-small, and the row says so. ``on_par`` claims hold when both bounds lie within the setting's
-SCOUT-over-OPD effect of zero, and do not hold when the bounds exclude the paper's difference.
+``on_par`` rows are an equivalence test (TOST) at a margin, the setting's SCOUT-over-OPD effect in the
+paper unless the claim gives its own: *holds* when both bounds lie within the margin, *does not hold*
+only when the interval lies wholly outside it, otherwise *inconclusive*.
+
+Each row gives the smallest effect its test detects with 80% power at its level and the measured
+spread (the noncentral t; for ``on_par`` rows the narrowest margin TOST shows when the arms are
+equal); where the paper's effect (or the margin) is smaller, this grid cannot resolve it, and the row
+says how many seeds would, at the measured spread.
+
+Beyond the per-setting rows, the across-settings view (``across_settings``): rliable's probability
+of improvement of SCOUT over OPD and over the prefix-0 control, over every setting and seed, with its
+stratified-bootstrap interval. It is descriptive (95%), outside the families.
 """
 
 from __future__ import annotations
@@ -50,15 +66,29 @@ import yaml
 from scout import grid, stats
 from scout.config import PAPER_CLAIMS
 from scout.results import Cache
-from scout.stats import POWER, against_one_evaluation, bounds, cluster_bootstrap, detectable, one_sided_p, paired
+from scout.stats import (
+    POWER,
+    against_one_evaluation,
+    bounds,
+    cluster_bootstrap,
+    detectable,
+    equivalence_detectable,
+    equivalence_power,
+    one_sided_p,
+    over_seeds,
+    paired,
+    t_power,
+    tost_p,
+)
 
-HOLDS, BELOW, FAILS = "holds", "below the paper's effect", "does not hold"
+HOLDS, SMALLER, BELOW, FAILS = "holds", "holds, smaller than the paper's", "below the paper's effect", "does not hold"
 INCONCLUSIVE, UNMEASURED = "inconclusive", "not measured"
-VERDICTS = (HOLDS, BELOW, FAILS, INCONCLUSIVE, UNMEASURED)
+VERDICTS = (HOLDS, SMALLER, BELOW, FAILS, INCONCLUSIVE, UNMEASURED)
 SEEDS_UNIT = "training seed"
 PRIMARY, SECONDARY = "primary", "secondary"
 PAIRED, WELCH = "paired t over seeds", "Welch t on run-level Avg"
 QUESTION_UNIT = "question (responses, continuations nested)"
+TEACHER_UNIT = "trained teacher (its seed), questions nested"
 
 
 @dataclass(frozen=True)
@@ -67,8 +97,8 @@ class Claim:
     setting: str
     statistic: str
     test: str
-    effect: float  # points (or nats), in the paper's direction
-    low: float  # one-sided lower and upper bounds at the row's level (the page's alpha / m)
+    effect: float  # points (or nats), as measured: the claim's variant minus its baseline
+    low: float  # the two-sided (1 - 2 level) interval: each end a one-sided bound at the row's level
     high: float
     paper: float | None  # the paper's own effect for this claim and setting, where it gives one
     verdict: str
@@ -80,11 +110,19 @@ class Claim:
     df: float = math.inf  # its degrees of freedom (inf: a normal approximation)
     kind: str = "beats"  # beats | on_par
     margin: float | None = None  # on_par: the difference within which the two count as on a par
-    level: float = math.nan  # the one-sided level each bound is at: the page's alpha over its tests
-    p: float = math.nan  # one-sided p-value in the paper's direction (before the page's correction)
-    detectable: float = math.nan  # the smallest effect the test finds with POWER at its level
+    level: float = math.nan  # the one-sided level each bound is at: the family's alpha over its tests
+    p: float = math.nan  # one-sided p in the paper's direction (on_par: TOST's), before the correction
+    p_adj: float = math.nan  # p adjusted for the row's family (Bonferroni)
+    detectable: float = math.nan  # smallest effect found with POWER at the level (on_par: margin shown)
+    power: float = math.nan  # the test's power at the paper's effect (on_par: TOST's at the margin)
+    needed: float = math.nan  # seeds (pairs, or runs per arm) that would detect the paper's effect
+    n: int = 0  # pairs, or seeds per arm (the smaller), behind a seed-level test
+    design: str = ""  # paired | welch | one_evaluation | seeds | questions
+    direction: int = 1  # -1 where the paper's effect is negative: the claim is tested that way
+    note: str = ""  # what the page adds under the verdict (what the bounds exclude, seeds needed)
+    failed: int = 0  # bootstrap draws whose statistic was undefined (left out)
     family: str = SECONDARY  # primary: the paper's headline comparisons (config report.primary)
-    welch_se: float = math.nan  # a paired row's Welch test, shown beside it (the paper's test)
+    welch_se: float = math.nan  # a paired row's Welch test over every run, shown beside it
     welch_df: float = math.nan
     welch_low: float = math.nan
     welch_high: float = math.nan
@@ -97,9 +135,14 @@ class Claim:
         return not (math.isnan(self.effect) or math.isnan(self.se))
 
     @property
+    def target(self) -> float | None:
+        """What the row must resolve: the margin of an on-a-par row, the paper's effect otherwise."""
+        return self.margin if self.kind == "on_par" else (None if self.paper is None else abs(self.paper))
+
+    @property
     def resolvable(self) -> bool:
-        """Whether the paper's effect is at least what this row's test can detect."""
-        return self.paper is None or math.isnan(self.detectable) or abs(self.paper) >= self.detectable
+        """Whether the paper's effect (an on-a-par row's margin) is at least what the test detects."""
+        return self.target is None or math.isnan(self.detectable) or self.target >= self.detectable
 
 
 def specs(config: dict) -> list[dict]:
@@ -108,7 +151,7 @@ def specs(config: dict) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Statistics (pure functions)
+# Verdicts (pure functions)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -116,17 +159,22 @@ welch = stats.welch_se  # mean(x) - mean(y), its standard error and df (NaN belo
 
 
 def verdict(effect: float, low: float, high: float, paper: float | None, kind: str = "beats",
-            margin: float | None = None) -> str:  # fmt: skip
-    """The verdict from the bounds (see the module docstring)."""
+            margin: float | None = None, direction: int = 1) -> str:  # fmt: skip
+    """The verdict from the interval (see the module docstring). ``direction`` -1 tests a claim
+    whose paper effect is negative in that direction."""
     if any(math.isnan(v) for v in (effect, low, high)):
         return UNMEASURED
     if kind == "on_par":
-        if margin is not None and -margin < low and high < margin:
+        if margin is None:
+            return UNMEASURED
+        if -margin < low and high < margin:
             return HOLDS
-        target = 0.0 if paper is None else paper
-        return FAILS if (low > target or high < target) else INCONCLUSIVE
+        return FAILS if (low >= margin or high <= -margin) else INCONCLUSIVE
+    if direction < 0:
+        low, high = -high, -low
+        paper = None if paper is None else -paper
     if low > 0:
-        return HOLDS
+        return SMALLER if paper is not None and paper > 0 and high < paper else HOLDS
     if high < 0:
         return FAILS
     if paper is not None and paper > 0 and high < paper:
@@ -134,10 +182,37 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
     return INCONCLUSIVE
 
 
+def _note(c: Claim) -> str:
+    """What the row adds under its verdict: the paper's direction where it is negative, what an
+    inconclusive row without a paper effect excludes, and the seeds that would resolve the paper's
+    effect where this grid cannot."""
+    parts = []
+    if c.direction < 0:
+        parts.append(f"the paper's effect here is negative ({c.paper:+.1f}): tested in its direction")
+    if c.verdict == INCONCLUSIVE and c.kind == "beats" and c.paper is None:
+        if c.direction * c.high > 0:
+            parts.append(f"a gain above {c.high:+.1f} is excluded" if c.direction > 0
+                         else f"a fall beyond {c.low:+.1f} is excluded")  # fmt: skip
+    if not c.resolvable and c.verdict not in (HOLDS, SMALLER) and c.n:
+        unit = {"paired": "pairs", "welch": "seeds a side"}.get(c.design, "seeds")
+        what = f"a margin of {c.target:.1f}" if c.kind == "on_par" else f"the paper's {c.target:.1f}"
+        more = f"; about {c.needed:.0f} would detect {what} at the measured spread" if c.needed == c.needed else ""
+        parts.append(f"{c.n} {unit} detect {c.detectable:.1f}{more}")
+    return "; ".join(parts)
+
+
+def _sd(c: Claim) -> float:
+    """The measured spread behind a seed-level row: of the pairs' differences, of each arm's runs
+    (Welch, at equal seeds), or of the runs against one evaluation."""
+    if not c.n or math.isnan(c.se):
+        return math.nan
+    return c.se * math.sqrt(c.n / 2 if c.design == "welch" else c.n)
+
+
 def family(found: list[Claim], alpha: float) -> list[Claim]:
     """The page's verdicts: within each family, every measured row tested at alpha / m (m measured
-    rows of the family), with its bounds, p-value and detectable effect at that level (and a paired
-    row's Welch bounds and p at the same level)."""
+    rows of the family), with its interval, p (adjusted for the family), detectable effect and
+    power at that level (and a paired row's Welch interval and p at the same level)."""
     m = {f: sum(c.measured and c.family == f for c in found) for f in (PRIMARY, SECONDARY)}
     out = []
     for c in found:
@@ -146,19 +221,36 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
             continue
         level = alpha / m[c.family]
         low, high = bounds(c.effect, c.se, c.df, level)
+        d = c.direction
         extra = {}
         if not math.isnan(c.welch_se):
             w_low, w_high = bounds(c.effect, c.welch_se, c.welch_df, level)
-            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=one_sided_p(c.effect, c.welch_se, c.welch_df))
-        out.append(replace(c, low=low, high=high, level=level, p=one_sided_p(c.effect, c.se, c.df),
-                           detectable=detectable(c.se, c.df, level),
-                           verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin), **extra))  # fmt: skip
+            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=one_sided_p(d * c.effect, c.welch_se, c.welch_df))
+        if c.kind == "on_par":
+            margin = c.margin if c.margin is not None else math.nan
+            p = tost_p(c.effect, c.se, c.df, margin) if c.margin is not None else math.nan
+            found_at = equivalence_detectable(c.se, c.df, level)
+            power = equivalence_power(margin, c.se, c.df, level) if c.margin is not None else math.nan
+            needed = math.nan
+        else:
+            p = one_sided_p(d * c.effect, c.se, c.df)
+            found_at = detectable(c.se, c.df, level)
+            power = t_power(abs(c.paper) / c.se, c.df, level) if c.paper and c.se > 0 else math.nan
+            needed = (stats.seeds_needed(abs(c.paper), _sd(c), level, paired=c.design != "welch")
+                      if c.paper and c.design in ("paired", "welch", "one_evaluation") else math.nan)  # fmt: skip
+        row = replace(c, low=low, high=high, level=level, p=p, detectable=found_at, power=power, needed=needed,
+                      verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin, d), **extra)  # fmt: skip
+        out.append(replace(row, note=_note(row)))
+    for name in (PRIMARY, SECONDARY):  # each family's p-values adjusted together
+        idx = [i for i, c in enumerate(out) if c.family == name and c.measured]
+        for i, p in zip(idx, stats.adjusted([out[i].p for i in idx]), strict=True):
+            out[i] = replace(out[i], p_adj=p)
     return out
 
 
 def page_summary(found: list[Claim], alpha: float) -> dict:
-    """What the page says about itself: how many tests, per family at which per-test level, and
-    how many rows cannot resolve the paper's effect."""
+    """What the page says about itself: how many tests, per family at which per-test level, the
+    page-wide chance of a wrong verdict, and how many rows cannot resolve the paper's effect."""
     measured = [c for c in found if c.measured]
     families = []
     for name in (PRIMARY, SECONDARY):
@@ -168,6 +260,7 @@ def page_summary(found: list[Claim], alpha: float) -> dict:
                              "unresolvable": sum(not c.resolvable for c in rows)})  # fmt: skip
     return {"tests": len(measured), "alpha": alpha, "families": families,
             "level": alpha / len(measured) if measured and len(families) == 1 else None,
+            "page_alpha": alpha * len(families),
             "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
 
 
@@ -228,10 +321,11 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     """Run-level Avg of ``variant`` against ``baseline`` on one setting: unit the training seed."""
     paper = _paper_effect(cache.config, spec, setting)
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
-    margin = _on_par_margin(cache.config, setting) if kind == "on_par" else None
+    margin = _margin(cache.config, spec, setting) if kind == "on_par" else None
+    direction = -1 if kind == "beats" and paper is not None and paper < 0 else 1
     base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
-                margin=margin, family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY,
-                where=spec.get("where", ""))  # fmt: skip
+                margin=margin, direction=direction, where=spec.get("where", ""),
+                family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
         return _unmeasured(base, f"{variant} or {baseline} is not in this grid on {setting}")
     x, used_x = _runs(cache, setting, variant)
@@ -240,6 +334,9 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     absent = [name for name, runs in ((cache.label(variant), x), (label, y)) if not runs]
     if absent:
         return _unmeasured(base, f"no results of {' or '.join(absent)} on {setting} yet")
+    if kind == "on_par" and margin is None:
+        return _unmeasured(base, "no margin to test on a par within: the paper gives no SCOUT-over-OPD effect for "
+                                 f"{setting}; give the claim a margin (points)", used=used_x + used_y)  # fmt: skip
     stat = ""
     if baseline in grid.BASE_VARIANTS:
         test = "t over seeds against one evaluation (its error added)"
@@ -247,20 +344,31 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
         if len(x) < 2 or not y:
             why = f"{len(x)} run(s) of {cache.label(variant)}: the seed is the unit, two or more are needed"
             return _unmeasured(base, why, test, used_x + used_y)
+        if math.isnan(sem):
+            why = f"the {label}'s evaluation has no standard error in its records: the test needs it"
+            return _unmeasured(base, why, test, used_x + used_y)
         effect, se, df = against_one_evaluation(x, y[0], sem)
+        base.update(n=len(x), design="one_evaluation")
     else:
         if len(x) < 2 or len(y) < 2:
             why = (f"{len(x)} run(s) of {cache.label(variant)} and {len(y)} of {label}: the seed is the unit, "
                    "two or more a side are needed")  # fmt: skip
             return _unmeasured(base, why, WELCH, used_x + used_y)
         effect, se, df = welch(x, y)
+        base.update(n=min(len(x), len(y)), design="welch")
         ax, ay = _avg(cache, setting, variant), _avg(cache, setting, baseline)
-        if list(ax.index) == list(ay.index) and _trained_here(cache, setting, (variant, baseline)):
-            base.update(welch_se=se * 100, welch_df=df)
-            effect, se, df = paired(ax.to_numpy(), ay.to_numpy())
-            test = f"{PAIRED} ({len(ax)} pairs)"
-            stat = (f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} seeds each, "
-                    "paired by seed")  # fmt: skip
+        both = [s for s in ax.index if s in set(ay.index)]
+        if len(both) >= 2 and _trained_here(cache, setting, (variant, baseline)):
+            base.update(welch_se=se * 100, welch_df=df, n=len(both), design="paired")
+            effect, se, df = paired(ax[both].to_numpy(), ay[both].to_numpy())
+            if len(both) == len(ax) == len(ay):
+                test = f"{PAIRED} ({len(both)} pairs)"
+                stat = (f"Avg {100 * np.mean(x):.1f} vs {100 * np.mean(y):.1f} ({label}); {len(x)} seeds each, "
+                        "paired by seed")  # fmt: skip
+            else:
+                test = f"{PAIRED} (the {len(both)} seeds both arms have; Welch beside it over all runs)"
+                stat = (f"Avg {100 * ax[both].mean():.1f} vs {100 * ay[both].mean():.1f} ({label}) on seeds "
+                        f"{', '.join(map(str, both))}; {len(x)} and {len(y)} seeds in all")  # fmt: skip
         else:
             test = WELCH
     if not stat:
@@ -275,8 +383,11 @@ def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
-def _on_par_margin(config: dict, setting: str) -> float | None:
-    """On a par: within the setting's SCOUT-over-OPD effect in the paper (points) of each other."""
+def _margin(config: dict, spec: dict, setting: str) -> float | None:
+    """On a par: within the claim's own margin, or else the setting's SCOUT-over-OPD effect in the
+    paper (points), of each other."""
+    if spec.get("margin") is not None:
+        return float(spec["margin"])
     gain = _paper_effect(config, {"paper": _scout_gain()}, setting)
     return abs(gain) if gain else None
 
@@ -286,12 +397,12 @@ def _scout_gain() -> dict:
 
 
 def _evaluation_sem(cache: Cache, setting: str, variant: str) -> float:
-    """Standard error of one evaluation's Avg (the mean of its benchmarks' SEMs in quadrature)."""
+    """Standard error of one evaluation's Avg (the mean of its benchmarks' SEMs in quadrature); NaN
+    where any benchmark's was not measured."""
     e = cache.row(setting, variant).e.dropna(axis=0, how="all")
     if not len(e):
         return math.nan
-    row = e.iloc[0].dropna()
-    return float(np.sqrt((row**2).sum()) / len(row)) if len(row) else math.nan
+    return stats.avg_sem(e.iloc[0].to_numpy(float))
 
 
 def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
@@ -349,30 +460,22 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
 
     if not path.exists():
         return unmeasured("the analysis stage has not run on this setting (or predates per-question records)")
-    test = "bootstrap over questions"
-
-    def bootstrapped(diff, qs, stat: str, used: list[str], seeds: dict | None = None) -> Claim:
-        """The claim from a per-question difference, resampled over questions (and seeds, if any)."""
-        effect, se = cluster_bootstrap(diff, qs, seeds)
-        suffix = " and seeds" if seeds else " (paired)"
-        return Claim(**base, statistic=stat, test=test + suffix, effect=effect, low=math.nan, high=math.nan, se=se,
-                     verdict="", used=used)  # fmt: skip
     if kind == "reflection_selective":
-        return _reflection(base, path, bootstrapped, unmeasured)
+        return _reflection(base, path)
     if kind == "entropy_gap":
         d = pd.read_csv(path)
         d = d[d.teacher == "initial"]
         s, o = d[d.context == "student"], d[d.context == "own"]
         qs = sorted(set(s.question) & set(o.question))
         if len(qs) < 2:
-            return unmeasured("too few questions with both the student's and the teacher's responses", test)
+            return unmeasured("too few questions with both the student's and the teacher's responses", QUESTION_TEST)
         sm, om = s.groupby("question").entropy.mean(), o.groupby("question").entropy.mean()
 
-        def gap(q, _):
+        def gap(q):
             return float(sm.reindex(q).mean() - om.reindex(q).mean())
 
         stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
-        return bootstrapped(gap, qs, stat, [f"{path}: initial teacher"])
+        return _over_questions(base, gap, qs, stat, [f"{path}: initial teacher"])
     d = pd.read_csv(path)
     universe = sorted(d.question.unique())
 
@@ -382,69 +485,105 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
     initial = d[(d.teacher == "initial") & (d.prefixes == "initial-student")]
     qs = sorted(initial.question.unique())
     if len(qs) < 2:
-        return unmeasured("too few probed questions", test)
+        return unmeasured("too few probed questions", QUESTION_TEST)
     ratios = sorted(initial.prefix_ratio.unique())
     if kind == "continuation_falls":
         lo_r, hi_r = ratios[0], ratios[-1]
         first, last = totals(initial[initial.prefix_ratio == lo_r]), totals(initial[initial.prefix_ratio == hi_r])
 
-        def fall(q, _):
+        def fall(q):
             return (first.acc(q) - last.acc(q)) * 100
 
         stat = f"{100 * first.acc(qs):.1f} at {lo_r:.0%} to {100 * last.acc(qs):.1f} at {hi_r:.0%}"
-        return bootstrapped(fall, qs, stat, [f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])
+        return _over_questions(base, fall, qs, stat, [f"{path}: initial teacher, initial-student prefixes, {len(qs)} questions"])
     t_initial = totals(initial)
     if kind == "below_own":
         own = d[(d.teacher == "initial") & (d.prefixes == "own")]
         qs = sorted(set(qs) & set(own.question))
         if len(qs) < 2:
-            return unmeasured("the teacher's own prefixes were not probed", test)
+            return unmeasured("the teacher's own prefixes were not probed", QUESTION_TEST)
         t_own = totals(own)
 
-        def gap(q, _):
+        def gap(q):
             return (t_own.acc(q) - t_initial.acc(q)) * 100
 
         stat = f"own {100 * t_own.acc(qs):.1f} vs student {100 * t_initial.acc(qs):.1f}, all ratios"
-        return bootstrapped(gap, qs, stat, [f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])
+        return _over_questions(base, gap, qs, stat, [f"{path}: initial teacher, own and initial-student prefixes, {len(qs)} questions"])
+    base.update(unit=TEACHER_UNIT)
     trained = d[(d.teacher == "scout") & (d.prefixes == "initial-student")]
     seeds = sorted(trained.seed.unique())
     if not seeds:
-        return unmeasured("no SCOUT-trained teacher was probed", test)
+        return unmeasured("no SCOUT-trained teacher was probed", SEEDS_TEST)
     t_trained = totals(trained)
     per_scout = {seed: totals(trained[trained.seed == seed]) for seed in seeds}
     if kind == "teacher_improves":
-
-        def gain(q, s):
-            per_seed = [per_scout[seed].acc(q) for seed in s["scout"]]
-            return (float(np.mean(per_seed)) - t_initial.acc(q)) * 100
-
-        stat = f"{100 * t_trained.acc(qs):.1f} vs initial {100 * t_initial.acc(qs):.1f} ({len(seeds)} seeds)"
+        arms = {"SCOUT": {seed: _minus(per_scout[seed].acc, t_initial.acc) for seed in seeds}}
+        stat = f"{100 * t_trained.acc(qs):.1f} vs initial {100 * t_initial.acc(qs):.1f} ({_seeds(len(seeds))})"
         used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: initial teacher"]
-        return bootstrapped(gain, qs, stat, used, {"scout": seeds})
+        return _over_teachers(base, arms, {}, qs, stat, used)
     # teacher_beats_control: SCOUT's teacher over the control's; teacher_on_par: another trained
     # teacher (``variant``, its probe label: a LoRA teacher's variant) beside SCOUT's
     other = "control" if kind == "teacher_beats_control" else spec["variant"]
     control = d[(d.teacher == other) & (d.prefixes == "initial-student")]
     c_seeds = sorted(control.seed.unique())
+    what = "prefix-0 control" if other == "control" else other
     if not c_seeds:
-        what = "prefix-0 control" if other == "control" else other
-        return unmeasured(f"no {what} teacher was probed on this setting", test)
-
+        return unmeasured(f"no {what} teacher was probed on this setting", SEEDS_TEST)
     per_control = {seed: totals(control[control.seed == seed]) for seed in c_seeds}
-    sign = 1 if other == "control" else -1  # the claim's direction: the variant minus SCOUT's
-
-    def over_control(q, s):
-        a = [per_scout[seed].acc(q) for seed in s["scout"]]
-        b = [per_control[seed].acc(q) for seed in s["control"]]
-        return sign * (float(np.mean(a)) - float(np.mean(b))) * 100
-
-    if sign < 0:
-        base.update(kind="on_par", margin=_on_par_margin(cache.config, setting))
-        stat = f"{100 * totals(control).acc(qs):.1f} vs SCOUT's {100 * t_trained.acc(qs):.1f} ({len(c_seeds)} and {len(seeds)} seeds)"
-    else:
+    arms = {"SCOUT": {s: _scaled(per_scout[s].acc) for s in seeds}, what: {s: _scaled(per_control[s].acc) for s in c_seeds}}
+    if other == "control":
+        sign = {"SCOUT": 1, what: -1}
         stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
+    else:  # the claim's direction: the other teacher minus SCOUT's
+        sign = {"SCOUT": -1, what: 1}
+        margin = _margin(cache.config, spec, setting)
+        base.update(kind="on_par", margin=margin)
+        stat = f"{100 * totals(control).acc(qs):.1f} vs SCOUT's {100 * t_trained.acc(qs):.1f} ({len(c_seeds)} and {len(seeds)} seeds)"
+        if margin is None:
+            return unmeasured("no margin to test on a par within: the paper gives no SCOUT-over-OPD effect for "
+                              f"{setting}; give the claim a margin (points)", SEEDS_TEST)  # fmt: skip
     used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: {other} s{s}" for s in c_seeds]
-    return bootstrapped(over_control, qs, stat, used, {"scout": seeds, "control": c_seeds})
+    return _over_teachers(base, arms, sign, qs, stat, used)
+
+
+QUESTION_TEST = "bootstrap over questions"
+SEEDS_TEST = "t over trained teachers"
+
+
+def _scaled(acc):
+    return lambda q: acc(q) * 100
+
+
+def _minus(acc, reference):
+    return lambda q: (acc(q) - reference(q)) * 100
+
+
+def _over_questions(base: dict, statistic, qs: list, stat: str, used: list[str]) -> Claim:
+    """A claim of the initial teacher alone: a per-question statistic, resampled over questions."""
+    b = cluster_bootstrap(statistic, qs)
+    test = f"{QUESTION_TEST} ({len(qs)} questions, t with {len(qs) - 1} df)" + _failed(b)
+    return Claim(**base, statistic=stat, test=test, effect=b.effect, low=math.nan, high=math.nan, se=b.se, df=b.df,
+                 verdict="", used=used, failed=b.failed, design="questions")  # fmt: skip
+
+
+def _over_teachers(base: dict, arms: dict, sign: dict, qs: list, stat: str, used: list[str]) -> Claim:
+    """A claim of trained teachers: the statistic per teacher, tested over the teachers with the
+    questions they share (``stats.over_seeds``); fewer than two on a side is not measured."""
+    few = [f"{len(s)} trained teacher{'' if len(s) == 1 else 's'} of {a}" for a, s in arms.items() if len(s) < 2]
+    if few:
+        return _unmeasured(base, f"{' and '.join(few)}: the trained teacher (its seed) is the unit, two or more "
+                                 "are needed", SEEDS_TEST, used)  # fmt: skip
+    b = over_seeds(arms, qs, sign)
+    sizes = " and ".join(str(len(s)) for s in arms.values())
+    how = "Welch across the two arms" if len(arms) == 2 else "their seeds' df"
+    test = (f"{SEEDS_TEST} ({sizes} seeds, {how}; the {len(qs)} questions' shared sampling added, "
+            f"{b.df:.1f} df)" + _failed(b))  # fmt: skip
+    return Claim(**base, statistic=stat, test=test, effect=b.effect, low=math.nan, high=math.nan, se=b.se, df=b.df,
+                 verdict="", used=used, failed=b.failed, n=min(len(s) for s in arms.values()), design="seeds")  # fmt: skip
+
+
+def _failed(b: stats.Bootstrapped) -> str:
+    return f"; {b.failed} of {b.draws} draws undefined, left out" if b.failed else ""
 
 
 class _Selectivity:
@@ -475,9 +614,9 @@ class _Selectivity:
         return wrong - right
 
 
-def _reflection(base: dict, path: Path, bootstrapped, unmeasured) -> Claim:
+def _reflection(base: dict, path: Path) -> Claim:
     """How much more the SCOUT-trained teacher than the initial one reflects after the student's
-    wrong steps than after its right ones (probability points; per question, seeds resampled)."""
+    wrong steps than after its right ones (probability points; per trained teacher, over them)."""
     d = pd.read_csv(path)
     judged = "step" if (d.judged == "step").any() else "response"
     d = d[d.judged == judged]
@@ -486,15 +625,11 @@ def _reflection(base: dict, path: Path, bootstrapped, unmeasured) -> Claim:
     trained = d[d.teacher == "scout"]
     seeds = sorted(trained.seed.unique())
     if initial.empty or not seeds:
-        return unmeasured("no initial and SCOUT-trained teachers' reflection probabilities on this setting")
+        return _unmeasured(base, "no initial and SCOUT-trained teachers' reflection probabilities on this setting")
     if not ((d.after == "wrong").any() and (d.after == "right").any()):
-        return unmeasured("the initial student's responses hold no wrong (or no right) step to compare")
+        return _unmeasured(base, "the initial student's responses hold no wrong (or no right) step to compare")
     t0 = _Selectivity(initial, universe)
     per_seed = {seed: _Selectivity(trained[trained.seed == seed], universe) for seed in seeds}
-
-    def gain(q, s):
-        return (float(np.mean([per_seed[seed].selectivity(q) for seed in s["scout"]])) - t0.selectivity(q)) * 100
-
     r0, w0 = t0.after(universe)
     after = [per_seed[seed].after(universe) for seed in seeds]
     r1, w1 = float(np.mean([a[0] for a in after])), float(np.mean([a[1] for a in after]))
@@ -502,7 +637,8 @@ def _reflection(base: dict, path: Path, bootstrapped, unmeasured) -> Claim:
     stat = (f"P(reflection) after right / wrong {what}: initial {100 * r0:.1f} / {100 * w0:.1f}, "
             f"SCOUT {100 * r1:.1f} / {100 * w1:.1f} ({len(seeds)} seeds, {len(universe)} questions)")  # fmt: skip
     used = [f"{path}: initial teacher"] + [f"{path}: scout s{s}" for s in seeds]
-    return bootstrapped(gain, universe, stat, used, {"scout": seeds})
+    arms = {"SCOUT": {seed: _minus(per_seed[seed].selectivity, t0.selectivity) for seed in seeds}}
+    return _over_teachers({**base, "unit": TEACHER_UNIT}, arms, {}, universe, stat, used)
 
 
 _PROBE_FILES = {"entropy_gap": "entropy_responses.csv", "reflection_selective": "reflection.csv"}
@@ -530,8 +666,8 @@ def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Cla
     return family(out, alpha)
 
 
-_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "detectable", "welch_se", "welch_df", "welch_low",
-           "welch_high", "welch_p")  # fmt: skip
+_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed", "welch_se",
+           "welch_df", "welch_low", "welch_high", "welch_p")  # fmt: skip
 
 
 def as_records(claims: list[Claim]) -> list[dict]:
@@ -554,3 +690,49 @@ def from_records(rows: list[dict]) -> list[Claim]:
 
 def summary(claims: list[Claim]) -> dict[str, int]:
     return {v: sum(c.verdict == v for c in claims) for v in VERDICTS}
+
+
+# ------------------------------------------------------------------------------------------------
+# Across settings: rliable's probability of improvement
+# ------------------------------------------------------------------------------------------------
+
+ACROSS = (("scout", "opd"), ("scout", "opd_teacher_grpo"))  # SCOUT against OPD and the prefix-0 control
+
+
+@dataclass(frozen=True)
+class Across:
+    variant: str
+    baseline: str
+    label: str  # "SCOUT over OPD"
+    improvement: stats.Improvement
+
+    @property
+    def measured(self) -> bool:
+        return not math.isnan(self.improvement.point)
+
+
+def across_settings(cache: Cache) -> list[Across]:
+    """The probability that a SCOUT run beats a run of OPD (and of the prefix-0 control) on the same
+    setting, over every setting and seed the grid has both on, with rliable's stratified-bootstrap
+    interval at 95%: a view across settings that no single setting's seeds can give."""
+    out = []
+    for variant, baseline in ACROSS:
+        x, y = {}, {}
+        for setting in cache.config["settings"]:
+            if cache.has_variant(setting, variant) and cache.has_variant(setting, baseline):
+                a, b = _runs(cache, setting, variant)[0], _runs(cache, setting, baseline)[0]
+                if a and b:
+                    x[setting], y[setting] = [100 * v for v in a], [100 * v for v in b]
+        if x:
+            label = f"{cache.label(variant)} over {cache.label(baseline)}"
+            out.append(Across(variant, baseline, label, stats.probability_of_improvement(x, y)))
+    return out
+
+
+def across_records(rows: list[Across]) -> list[dict]:
+    """JSON-ready rows of the across-settings view for the manifest."""
+    def clean(v):
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return [{"variant": r.variant, "baseline": r.baseline, "label": r.label,
+             **{k: clean(v) for k, v in asdict(r.improvement).items()}} for r in rows]  # fmt: skip

@@ -187,7 +187,8 @@ def cmd_report(args) -> int:
 
         found = claims.from_records(manifest["claims"])
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
-        summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"], manifest["alpha"])
+        summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"], manifest["alpha"],
+                                  across=manifest.get("across", []))
         os.write(_CONSOLE, (summary + "\n").encode())
     return 0
 

@@ -544,3 +544,39 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
         if not made:
             notices.append(f"figure {name} skipped: {', '.join(map(str, paths))} hold no rows")
     return figs, notices
+
+
+def improvement_figure(across: list, out_dir: Path) -> dict | None:
+    """rliable's probability-of-improvement plot: per comparison, P(a run of the first beats a run
+    of the second on the same setting) with its stratified-bootstrap interval, each setting's own
+    value as a dot; 0.5 is no difference. ``across``: claims.Across rows."""
+    rows = [r for r in across if r.measured]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.75 * len(rows)))
+    settings = sorted({t for r in rows for t in r.improvement.tasks})
+    for i, r in enumerate(rows):
+        imp = r.improvement
+        y = len(rows) - 1 - i
+        if imp.low == imp.low:
+            ax.barh(y, imp.high - imp.low, left=imp.low, height=0.5, color="#1f5fa8", alpha=0.25, edgecolor="#1f5fa8")
+        ax.plot([imp.point], [y], marker="|", ms=18, mew=2.5, color="#1f5fa8")
+        for j, t in enumerate(settings):
+            if t in imp.tasks:
+                st = _style(j + 1)
+                ax.plot([imp.tasks[t]], [y + 0.34], marker=st["marker"], color=st["color"], ms=5, ls="none",
+                        label=t if i == 0 else None)  # fmt: skip
+    ax.axvline(0.5, color="#888", lw=1, ls="--")
+    ax.set_yticks(range(len(rows)), [r.label for r in reversed(rows)], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.6, len(rows) - 0.2)
+    ax.set_xlabel("P(a run of the first beats a run of the second on the same setting)")
+    _legend(ax)
+    n = "; ".join(f"{r.label}: {len(r.improvement.tasks)} settings, "
+                  f"{sum(len(a) for a, _ in r.improvement.runs.values())} and "
+                  f"{sum(len(b) for _, b in r.improvement.runs.values())} runs" for r in rows)  # fmt: skip
+    return _save(fig, out_dir, "improvement",
+                 "Probability of improvement across settings (rliable; Agarwal et al., 2021): the chance that a run of "
+                 "the first method scores a higher final Avg than a run of the second on the same setting, averaged "
+                 "over settings; bar: its 95% stratified-bootstrap interval (runs resampled within each method and "
+                 f"setting); marks above it: each setting's own value; dashed: no difference ({n}).")  # fmt: skip

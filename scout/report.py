@@ -25,7 +25,7 @@ from markupsafe import Markup
 from scout import claims, jobs, render, results, tables, tuning
 from scout import reproducibility as rep
 from scout.aggregate import summarize
-from scout.figures import all_figures
+from scout.figures import all_figures, improvement_figure
 from scout.freshness import Freshness
 from scout.status import grid_wall_time
 from scout.workflow import CHECKOUT
@@ -76,6 +76,7 @@ def missing_evaluations(config: dict, df) -> list[str]:
 
 _VERDICT_TEX = {
     claims.HOLDS: r"\textcolor{green!45!black}{holds}",
+    claims.SMALLER: r"\textcolor{green!35!orange!80!black}{holds, smaller than the paper's}",
     claims.BELOW: r"\textcolor{red!50!orange}{below the paper's effect}",
     claims.FAILS: r"\textcolor{red!70!black}{does not hold}",
     claims.INCONCLUSIVE: r"\textcolor{orange!80!black}{inconclusive}",
@@ -84,7 +85,7 @@ _VERDICT_TEX = {
 
 
 def effect_text(c) -> str:
-    """The effect with its one-sided bounds, e.g. ``+2.1 [-0.4, 4.6]``; -- when not measured."""
+    """The effect with its interval, e.g. ``+2.1 [-0.4, 4.6]``; -- when not measured."""
     if c.effect != c.effect:
         return "--"
     return (
@@ -95,12 +96,27 @@ def effect_text(c) -> str:
 
 
 def detectable_text(c) -> str:
-    """The smallest effect the row's test detects, with a dagger where the paper's is smaller (two
-    significant digits below 0.1, so that a small one never reads as 0.0)."""
+    """The smallest effect the row's test detects (an on-a-par row: the narrowest margin it shows),
+    with a dagger where the paper's effect (the margin) is smaller (two significant digits below
+    0.1, so that a small one never reads as 0.0)."""
     if c.detectable != c.detectable:
         return "--"
     text = f"{c.detectable:.1f}" if c.detectable >= 0.095 else f"{c.detectable:.2g}"
+    if c.kind == "on_par" and c.margin is not None:
+        text = f"\u00b1{text} (margin \u00b1{c.margin:.1f})"
     return text + ("" if c.resolvable else " \u2020")
+
+
+def p_text(c) -> str:
+    """The row's p in the paper's direction (TOST's for an on-a-par row), adjusted for its family."""
+    if c.p != c.p:
+        return ""
+    name = "TOST p" if c.kind == "on_par" else "p"
+    return f"{name} = {_p(c.p)}, adjusted {_p(c.p_adj)}" if c.p_adj == c.p_adj else f"{name} = {_p(c.p)}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
 def scope_text(config: dict) -> str:
@@ -108,7 +124,7 @@ def scope_text(config: dict) -> str:
     return config.get("report", {}).get("scope") or f"the {config['world']} grid"
 
 
-def strip_svg(arms: tuple, width: int = 170, height: int = 30) -> str:
+def strip_svg(arms: tuple, width: int = 200, height: int = 34) -> str:
     """The run-level points of a claim's two arms on one axis (means as ticks), as inline SVG: the
     evidence behind the row, without leaving it."""
     if not arms or not all(values for _, values in arms):
@@ -123,28 +139,33 @@ def strip_svg(arms: tuple, width: int = 170, height: int = 30) -> str:
 
     parts, colours = [], ("#1f5fa8", "#888")
     for i, ((_, vs), colour) in enumerate(zip(arms, colours, strict=True)):
-        y = 8 + i * 12
+        y = 9 + i * 15
         mean = sum(vs) / len(vs)
         parts.append(
-            f'<line x1="{x(mean):.1f}" x2="{x(mean):.1f}" y1="{y - 5}" y2="{y + 5}" stroke="{colour}" stroke-width="2"/>'
+            f'<line x1="{x(mean):.1f}" x2="{x(mean):.1f}" y1="{y - 6}" y2="{y + 6}" stroke="{colour}" stroke-width="2"/>'
         )
-        parts += [f'<circle cx="{x(v):.1f}" cy="{y}" r="2.6" fill="{colour}" fill-opacity="0.55"/>' for v in vs]
+        parts += [f'<circle cx="{x(v):.1f}" cy="{y}" r="3.6" fill="{colour}" fill-opacity="0.55"/>' for v in vs]
     title = "; ".join(f"{label}: {', '.join(f'{v:.1f}' for v in vs)}" for label, vs in arms)
     return (f'<svg class="strip" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
             f"<title>{html.escape(title)} (range {lo + pad:.1f}-{hi - pad:.1f})</title>{''.join(parts)}</svg>")  # fmt: skip
 
 
 def family_text(found: list, alpha: float, config: dict | None = None) -> str:
-    """How many tests the page makes, in which families, at which levels."""
+    """How many tests the page makes, in which families, at which levels, and what the page as a
+    whole guarantees."""
     f = claims.page_summary(found, alpha)
     if not f["tests"]:
         return "Nothing is measured yet, so the page makes no test."
-    tail = (f"Detectable: the smallest effect a test finds with {f['power']:.0%} power at its level; \u2020 marks the "
-            f"{f['unresolvable']} rows whose paper effect is smaller, which this grid cannot resolve.")  # fmt: skip
-    if len(f["families"]) == 1 and f["families"][0]["name"] == claims.SECONDARY:
+    tail = ("Each interval is two-sided at 1 - 2L (L its row's level), so each end is a one-sided bound at L; each p "
+            "is one-sided in the paper's direction (an on-a-par row's is TOST's) and shown adjusted for its family "
+            f"(Bonferroni). Detectable: the smallest effect a test finds with {f['power']:.0%} power at its level and "
+            "the measured spread (noncentral t), for an on-a-par row the narrowest margin its TOST shows when the "
+            f"arms are equal; \u2020 marks the {f['unresolvable']} rows whose paper effect (or margin) is smaller, "
+            "which this grid cannot resolve.")  # fmt: skip
+    if len(f["families"]) == 1:
         return (f"This page makes {f['tests']} tests. So that the chance of any wrong verdict on it is at most "
-                f"{alpha:g} (family-wise, Bonferroni), each is made at {alpha:g}/{f['tests']} = {f['level']:.4f}: "
-                f"every bound is one-sided at {100 * (1 - f['level']):.2f}%. " + tail)  # fmt: skip
+                f"{alpha:g} (family-wise, Bonferroni), each is made at L = {alpha:g}/{f['tests']} = {f['level']:.4f}. "
+                + tail)  # fmt: skip
     primary = (config or {}).get("report", {}).get("primary", {})
     where = f" on {', '.join(primary['settings'])}" if primary.get("settings") else ""
     names = {claims.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
@@ -152,18 +173,24 @@ def family_text(found: list, alpha: float, config: dict | None = None) -> str:
     parts = [f"{names[g['name']]} ({g['tests']} tests, each at {alpha:g}/{g['tests']} = {g['level']:.4f})"
              if g["tests"] != 1 else f"{names[g['name']]} (1 test, at {alpha:g})" for g in f["families"]]  # fmt: skip
     return (f"This page makes {f['tests']} tests in {len(parts)} families, each holding its chance of any wrong "
-            f"verdict at most {alpha:g} (family-wise, Bonferroni within the family): {'; '.join(parts)}. Every "
-            "bound is one-sided at its row's level. " + tail)  # fmt: skip
+            f"verdict at most {alpha:g} (family-wise, Bonferroni within the family): {'; '.join(parts)}. The page as "
+            f"a whole holds at most {f['page_alpha']:g} (the families' sum). " + tail)  # fmt: skip
 
 
 def test_text(c) -> str:
-    """The row's unit, the test that decided, its family and level, and for a paired row the
-    paper's Welch test beside it (bounds and p at the same level)."""
+    """The row's unit, the test that decided, its family and level, its p, and for a paired row the
+    paper's Welch test beside it (interval and p at the same level)."""
     text = f"{c.unit}; {c.test}" if c.test else c.unit
     if c.level == c.level:
-        text += f"; {c.family}, at {c.level:.4f}"
+        text += f"; {c.family}, at L = {c.level:.4f}"
+        if c.kind == "on_par" and c.margin is not None:
+            text += f"; TOST at \u00b1{c.margin:.1f}"
+        text += f"; {p_text(c)}"
+        if c.power == c.power:
+            what = f"the margin \u00b1{c.margin:.1f} when the arms are equal" if c.kind == "on_par" else "the paper's effect"
+            text += f"; power {c.power:.2f} at {what}"
     if c.welch_low == c.welch_low:
-        text += f"; Welch beside it: [{c.welch_low:+.1f}, {c.welch_high:+.1f}], p = {c.welch_p:.3f}"
+        text += f"; Welch beside it: [{c.welch_low:+.1f}, {c.welch_high:+.1f}], p = {_p(c.welch_p)}"
     return text
 
 
@@ -193,10 +220,31 @@ def tuning_note(config: dict, setting: str) -> str:
     extra = (" So SCOUT had one more tuned hyperparameter than OPD, as in the paper." if "teacher_lr" in params
              else "")  # fmt: skip
     return ("its learning rates were chosen on a validation set held out from training and test (the "
-            f"sensitivity figure): {'; '.join(parts)}.{extra}")  # fmt: skip
+            f"sensitivity figure): {'; '.join(parts)}.{extra} The chosen points' seed-1 runs are the search's own "
+            "winners, so their scores lean a little high (a winner's curse on the validation set, not the test); "
+            "the other seeds are fresh draws.")  # fmt: skip
 
 
-def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (), config: dict | None = None) -> str:
+def across_rows(across: list) -> list[dict]:
+    """The across-settings view as text: each comparison's probability of improvement, its interval,
+    and what it is over (``across`` holds claims.Across objects or their manifest records)."""
+    out = []
+    for r in across:
+        r = r if isinstance(r, dict) else claims.across_records([r])[0]
+        if r["point"] is None:
+            continue
+        runs = r["runs"]
+        over = (f"{len(runs)} setting{'s' if len(runs) != 1 else ''}, "
+                f"{sum(len(a) for a, _ in runs.values())} and {sum(len(b) for _, b in runs.values())} runs")  # fmt: skip
+        per = "; ".join(f"{t}: {v:.2f}" for t, v in r["tasks"].items())
+        interval = f"[{r['low']:.2f}, {r['high']:.2f}]" if r["low"] is not None else "[no interval: one run each]"
+        out.append({"label": r["label"], "point": f"{r['point']:.2f}", "interval": interval, "over": over,
+                    "settings": per, "level": f"{100 * r['level']:.0f}%"})  # fmt: skip
+    return out
+
+
+def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (), config: dict | None = None,
+                across: list = ()) -> str:  # fmt: skip
     """The first page: what to know first, then one row per claim with its effect, bounds, the
     paper's number and verdict."""
     rows = [
@@ -206,8 +254,9 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
             "statistic": render.tex(c.statistic or c.why),
             "effect": render.tex(effect_text(c)),
             "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
-            "detectable": detectable_text(c).replace("\u2020", r"$\dagger$"),
+            "detectable": render.tex(detectable_text(c)).replace("\u2020", r"$\dagger$"),
             "test": render.tex(test_text(c)),
+            "note": render.tex(c.note),
             "verdict": _VERDICT_TEX[c.verdict],
         }
         for c in found
@@ -215,6 +264,7 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
     counts = claims.summary(found)
     return env.get_template("claims.tex.j2").render(
         claims=rows,
+        across=[{k: render.tex(v) for k, v in r.items()} for r in across_rows(across)],
         caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
         family=render.tex(family_text(found, alpha, config)).replace("\u2020", r"$\dagger$"),
         counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in claims.VERDICTS),
@@ -242,6 +292,7 @@ def compile_pdf(tex_path: Path, log=print) -> Path:
 
 VERDICT_MARKS = {  # (css class, a mark that reads without colour)
     claims.HOLDS: ("v-holds", "✔"),
+    claims.SMALLER: ("v-smaller", "✔↓"),
     claims.BELOW: ("v-below", "↓"),
     claims.FAILS: ("v-fails", "✘"),
     claims.INCONCLUSIVE: ("v-inconclusive", "?"),
@@ -311,7 +362,8 @@ def digits(config: dict) -> str:
 
 
 def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: list, notices: list, missing: list,
-              damaged: list, df, n_expected: int, out: Path, pdf_text: str, notes: list[tuple[str, str]]) -> str:  # fmt: skip
+              damaged: list, df, n_expected: int, out: Path, pdf_text: str, notes: list[tuple[str, str]],
+              across: list = ()) -> str:  # fmt: skip
     """The self-contained page (figures inline as base64 PNG)."""
     env = render.html_environment()
     counts = claims.summary(found)
@@ -322,7 +374,8 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
         rows.append({"claim": c.claim, "setting": c.setting, "statistic": c.statistic or c.why,
                      "effect": effect_text(c), "paper": "--" if c.paper is None else f"{c.paper:+.1f}",
                      "where": c.where or "beyond the paper", "strip": Markup(strip_svg(c.arms)), "family": c.family,
-                     "detectable": detectable_text(c), "test": test_text(c), "verdict": c.verdict, "css": css, "mark": mark})  # fmt: skip
+                     "detectable": detectable_text(c), "test": test_text(c), "note": c.note, "verdict": c.verdict,
+                     "css": css, "mark": mark})  # fmt: skip
     figures = [{**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs]
     return env.get_template("report.html.j2").render(
         r={
@@ -339,6 +392,8 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
                 for v in claims.VERDICTS
             ],  # fmt: skip
             "claims": rows,
+            "families": len({c.family for c in found}),
+            "across": across_rows(across),
             "caveats": [{"setting": k, "text": v} for k, v in notes],
             "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
             "baseline": cache.label(opts["baseline"]),
@@ -355,21 +410,25 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
 
 
 def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = (),
-                    alpha: float = 0.1, config: dict | None = None) -> str:  # fmt: skip
+                    alpha: float = 0.1, config: dict | None = None, across: list = ()) -> str:  # fmt: skip
     """The claims as a compact table for the console, then where the page is and whether the PDF is."""
     lines = ["", "Claims of the paper against this grid:"]
     lines += [f"  Read first, {setting}: {text}" for setting, text in notes]
     lines.append(f"  {family_text(found, alpha, config)}")
     width = max((len(c.claim) for c in found), default=10)
+    vwidth = max((len(c.verdict) for c in found), default=10)
     for c in found:
         stat = c.why
         if c.verdict != claims.UNMEASURED:
             paper = "" if c.paper is None else f", paper {c.paper:+.1f}"
             stat = f"{effect_text(c)}{paper}, detectable {detectable_text(c)}"
             stat += " (primary)" if c.family == claims.PRIMARY else ""
-        lines.append(f"  {VERDICT_MARKS[c.verdict][1]} {c.verdict:<24} {c.claim:<{width}}  {c.setting:<18} {stat}")
+        mark = VERDICT_MARKS[c.verdict][1]
+        lines.append(f"  {mark:<2} {c.verdict:<{vwidth}} {c.claim:<{width}}  {c.setting:<18} {stat}")
     counts = claims.summary(found)
     lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in claims.VERDICTS))
+    for r in across_rows(across):
+        lines.append(f"  Across settings: P({r['label']}) = {r['point']} {r['interval']} ({r['over']})")
     lines += [f"Report: {index}", f"PDF: {pdf_text}", ""]
     return "\n".join(lines)
 
@@ -421,6 +480,10 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         (out / "tables" / f"{t['name']}.tex").write_text(render.render(t, "tex", env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
     found = claims.all_claims(cache, root / "analysis", opts["alpha"])
+    across = claims.across_settings(cache)
+    fig = improvement_figure(across, out / "figures")
+    if fig:
+        figs.append(fig)
     notes = caveats(config, found)
     for n in notices:
         log(f"notice: {n}")
@@ -445,7 +508,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts["alpha"], notes, config),
+            "claims": claims_page(env, found, opts["alpha"], notes, config, across),
         }
     )
     tex_path = out / "report.tex"
@@ -463,6 +526,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "alpha": opts["alpha"],
         "claims_family": claims.page_summary(found, opts["alpha"]),
         "claims": claims.as_records(found),
+        "across": claims.across_records(across),
         "caveats": notes,
         "pdf": None,
         "html": str(out / "index.html"),
@@ -477,7 +541,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     else:
         pdf_text = "not built (report.pdf: false, or --no-pdf)"
     page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text,
-                     notes)  # fmt: skip
+                     notes, across)  # fmt: skip
     (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -485,5 +549,5 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
         f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
     )
-    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"], config))
+    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"], config, across))
     return manifest

@@ -15,11 +15,15 @@ what the appendix text describes.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+import statsmodels.stats.power as smp
+from rliable import metrics as rly_metrics
+from scipy import optimize, stats
+from statsmodels.stats.multitest import multipletests
 
 TESTS = ("welch", "random_effects")
 POWER = 0.8  # the power at which a test's detectable effect is given
@@ -131,32 +135,45 @@ def best_two(values: dict[str, float], decimals: int) -> tuple[set[str], set[str
 
 
 # ------------------------------------------------------------------------------------------------
-# The claims page's tests: bounds, power and the paired, one-evaluation and bootstrap designs
+# The claims page's tests: intervals, power, equivalence, corrections, seeds and questions, and
+# the across-settings view
 # ------------------------------------------------------------------------------------------------
+#
+# Libraries where one does the job: scipy for the t and normal quantiles, the tests themselves and
+# the bootstrap; statsmodels for the noncentral-t power of one-sided t tests, the seeds a design
+# needs and the family's adjusted p-values; rliable for the probability of improvement. Written
+# here, and tested against a library and by hand, only what none of them offers for this design:
+#
+# - the power of a two one-sided tests (TOST) equivalence test at a row's own standard error and
+#   df: statsmodels has TOST itself (``ttost_paired``, ``ttost_ind``) but no power for it, so it is
+#   assembled from statsmodels' one-sided powers (the usual approximation, a lower bound);
+# - a statistic per trained teacher tested over those teachers with the question sampling that they
+#   share added (a two-level design no library's t test takes);
+# - the stratified bootstrap of the probability of improvement: ``rliable.library`` draws it with
+#   ``arch``'s bootstrap, but arch's releases that rliable accepts (< 8) fail to import beside
+#   pandas 3, and arch 8 no longer takes the ``random_state`` rliable passes. ``scipy.stats.bootstrap``
+#   resamples each (arm, setting) sample on its own, which is rliable's stratified independent
+#   bootstrap; the metric itself is rliable's.
 
 
 def against_one_evaluation(x, value: float, sem: float) -> tuple[float, float, float]:
     """mean(x) - value for runs x against one evaluation (no seeds) with its standard error: a t
-    over the runs (n - 1 df) with the evaluation's variance added."""
+    over the runs (n - 1 df) with the evaluation's variance added. NaN when the evaluation's error
+    was not measured: a test that left it out would count only the runs' spread."""
     x = np.asarray(x, dtype=float)
-    if x.size < 2:
+    if x.size < 2 or math.isnan(sem):
         return math.nan, math.nan, math.nan
     diff = float(x.mean() - value)
-    se = math.sqrt(x.var(ddof=1) / x.size + (sem if not math.isnan(sem) else 0.0) ** 2)
-    return diff, se, float(x.size - 1)
+    return diff, math.sqrt(x.var(ddof=1) / x.size + sem**2), float(x.size - 1)
 
 
 def bounds(effect: float, se: float, df: float, level: float) -> tuple[float, float]:
-    """One-sided (1 - level) lower and upper bounds: effect -/+ the t (or normal) quantile x se."""
+    """The two-sided (1 - 2 level) interval: effect -/+ the t (or normal) quantile at 1 - level
+    times se, so that each end is a one-sided bound at ``level``."""
     if se == 0:
         return effect, effect
     q = float(stats.t.ppf(1 - level, df))
     return effect - q * se, effect + q * se
-
-
-def detectable(se: float, df: float, level: float, power: float = POWER) -> float:
-    """The smallest effect a one-sided test at ``level`` finds with probability ``power``."""
-    return float(stats.t.ppf(1 - level, df) + stats.t.ppf(power, df)) * se
 
 
 def one_sided_p(effect: float, se: float, df: float) -> float:
@@ -166,24 +183,161 @@ def one_sided_p(effect: float, se: float, df: float) -> float:
     return float(stats.t.sf(effect / se, df))
 
 
-def cluster_bootstrap(statistic, clusters: list, groups: dict | None = None, seed: int = 0) -> tuple[float, float]:
-    """``statistic(questions, seeds)`` and its bootstrap standard error, resampling the questions
-    (clusters) and, per group in ``groups`` ({name: seeds}), the seeds with replacement. The
-    statistic is a mean over many questions, so its bounds are taken as normal around it."""
+def t_power(shift: float, df: float, level: float) -> float:
+    """Power of a one-sided t test at ``level`` when the truth lies ``shift`` standard errors above
+    the null: the noncentral t's tail (statsmodels), the normal's at infinite df."""
+    if math.isinf(df):
+        return float(smp.normal_power(shift, 1, level, alternative="larger"))
+    return float(smp.ttest_power(shift, 1, level, df=df, alternative="larger"))
+
+
+def _solve(fn, target: float) -> float:
+    """The x >= 0 where the increasing ``fn`` reaches ``target`` (in standard errors)."""
+    hi = 1.0
+    while fn(hi) < target:
+        hi *= 2
+    return float(optimize.brentq(lambda x: fn(x) - target, 0.0, hi, xtol=1e-10))
+
+
+def detectable(se: float, df: float, level: float, power: float = POWER) -> float:
+    """The smallest true effect a one-sided t test at ``level`` finds with probability ``power``,
+    from the noncentral t at the row's df (the central-t sum t(1 - L) + t(power) understates it at
+    few df: by 16% at 2 df and L = 0.1/23)."""
+    if math.isnan(se) or math.isnan(df):
+        return math.nan
+    if se == 0:
+        return 0.0
+    return _solve(lambda k: t_power(k, df, level), power) * se
+
+
+def tost_p(effect: float, se: float, df: float, margin: float) -> float:
+    """p of the two one-sided tests that the truth lies within (-margin, margin): the larger of
+    the two one-sided p-values (scipy's t; equal to statsmodels' ttost_paired and ttost_ind)."""
+    if se == 0:
+        return 0.0 if abs(effect) < margin else 1.0
+    return float(max(stats.t.sf((effect + margin) / se, df), stats.t.cdf((effect - margin) / se, df)))
+
+
+def equivalence_power(margin: float, se: float, df: float, level: float, truth: float = 0.0) -> float:
+    """Power of TOST at ``level`` to show equivalence within ``margin`` when the truth is ``truth``:
+    P(both one-sided tests reject) >= P(one) + P(other) - 1, each statsmodels' noncentral-t power."""
+    if se == 0:
+        return 1.0 if abs(truth) < margin else 0.0
+    both = t_power((margin + truth) / se, df, level) + t_power((margin - truth) / se, df, level) - 1
+    return max(0.0, float(both))
+
+
+def equivalence_detectable(se: float, df: float, level: float, power: float = POWER) -> float:
+    """The narrowest margin TOST at ``level`` shows with probability ``power`` when the two arms
+    are equal: an on-a-par row's counterpart of the detectable effect."""
+    if math.isnan(se) or math.isnan(df):
+        return math.nan
+    if se == 0:
+        return 0.0
+    return _solve(lambda m: equivalence_power(m, 1.0, df, level), power) * se
+
+
+def seeds_needed(effect: float, sd: float, level: float, power: float = POWER, paired: bool = True,
+                 most: int = 1000) -> float:  # fmt: skip
+    """Seeds (pairs, or runs per arm for two independent arms) that a one-sided t test at ``level``
+    needs to find ``effect`` with ``power`` at a spread ``sd`` (of the pairs' differences, or of
+    each arm's runs): the fewest for which statsmodels' TTestPower (TTestIndPower) gives that power.
+    NaN for no effect or no spread, or beyond ``most``."""
+    if not effect or effect <= 0 or not sd or math.isnan(sd) or math.isnan(effect):
+        return math.nan
+    size = effect / sd
+    if paired:
+        def power_at(n):
+            return smp.TTestPower().power(size, nobs=n, alpha=level, alternative="larger")
+    else:
+        def power_at(n):
+            return smp.TTestIndPower().power(size, nobs1=n, alpha=level, ratio=1.0, alternative="larger")
+    lo, hi = 2, 2
+    while power_at(hi) < power:
+        if hi >= most:
+            return math.nan
+        lo, hi = hi, min(2 * hi, most)
+    while lo < hi:  # the fewest seeds with enough power (power grows with them)
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if power_at(mid) < power else (lo, mid)
+    return float(hi)
+
+
+def adjusted(pvalues: Sequence[float], method: str = "bonferroni") -> list[float]:
+    """The family's adjusted p-values (statsmodels' multipletests); NaN rows stay NaN and do not
+    count among the tests."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method=method)[1]
+    return out.tolist()
+
+
+@dataclass(frozen=True)
+class Bootstrapped:
+    effect: float
+    se: float
+    df: float
+    failed: int = 0  # draws whose statistic was undefined (left out, and counted)
+    draws: int = BOOTSTRAP
+
+
+def cluster_bootstrap(statistic, clusters: Sequence, seed: int = 0) -> Bootstrapped:
+    """``statistic(clusters)`` and its bootstrap standard error, resampling the clusters (the
+    questions) with replacement; t with (clusters - 1) df, as for a cluster-robust error."""
     rng = np.random.default_rng(seed)
     clusters = list(clusters)
-    groups = groups or {}
-    point = statistic(clusters, {g: list(s) for g, s in groups.items()})
-    draws = []
-    for _ in range(BOOTSTRAP):
-        q = [clusters[i] for i in rng.integers(0, len(clusters), len(clusters))]
-        s = {g: [seeds[i] for i in rng.integers(0, len(seeds), len(seeds))] for g, seeds in groups.items()}
-        value = statistic(q, s)
-        if not math.isnan(value):
-            draws.append(value)
-    if len(draws) < 2:
-        return point, math.nan
-    return point, float(np.std(draws, ddof=1))
+    point = statistic(clusters)
+    draws = [statistic([clusters[i] for i in rng.integers(0, len(clusters), len(clusters))]) for _ in range(BOOTSTRAP)]
+    kept = [d for d in draws if not math.isnan(d)]
+    se = float(np.std(kept, ddof=1)) if len(kept) > 1 else math.nan
+    return Bootstrapped(point, se, float(len(clusters) - 1), BOOTSTRAP - len(kept))
+
+
+def over_seeds(arms: dict, questions: Sequence, sign: dict | None = None, seed: int = 0) -> Bootstrapped:
+    """A probe's statistic per trained teacher, tested over the teachers (the seeds): ``arms`` maps
+    an arm to ``{seed: statistic(questions)}``, the effect is the signed sum of the arms' means over
+    their seeds (``sign``: +1 or -1 per arm, +1 by default).
+
+    Its variance has two parts. Between the seeds, each arm's sample variance over its seeds over
+    their number (each seed's own question sampling is inside it). The questions, which every seed
+    shares: a bootstrap over questions gives each seed's statistic's draws, and the covariance of
+    two different seeds' draws is the variance they share; the mean covariance within each arm,
+    and across the arms with their signs, is the shared part's variance (the diagonal would count
+    each seed's own sampling a second time). The df are Welch-Satterthwaite's, the shared part
+    taken as known: the seeds' df (n - 1, or Welch's across arms) where the seeds' spread
+    dominates, more where the questions' does. Fewer than two seeds on an arm: NaN."""
+    sign = {a: (sign or {}).get(a, 1) for a in arms}
+    names = list(arms)
+    if any(len(arms[a]) < 2 for a in names):
+        return Bootstrapped(math.nan, math.nan, math.nan, 0, 0)
+    columns = [(a, s) for a in names for s in sorted(arms[a])]
+    values = {a: np.array([arms[a][s](list(questions)) for s in sorted(arms[a])]) for a in names}
+    effect = float(sum(sign[a] * values[a].mean() for a in names))
+    seed_parts = {a: float(values[a].var(ddof=1)) / len(values[a]) for a in names}
+    rng = np.random.default_rng(seed)
+    questions = list(questions)
+    draws = np.array([[arms[a][s]([questions[i] for i in idx]) for a, s in columns]
+                      for idx in (rng.integers(0, len(questions), len(questions)) for _ in range(BOOTSTRAP))])  # fmt: skip
+    kept = draws[~np.isnan(draws).any(axis=1)]
+    failed = BOOTSTRAP - len(kept)
+    if len(kept) < 2:
+        return Bootstrapped(effect, math.nan, math.nan, failed)
+    cov = np.cov(kept, rowvar=False)
+    arm = np.array([names.index(a) for a, _ in columns])
+
+    def mean_cov(i: int, j: int) -> float:
+        block = cov[np.ix_(arm == i, arm == j)]
+        return float((block.sum() - np.trace(block)) / (block.size - len(block))) if i == j else float(block.mean())
+
+    shared = sum(sign[names[i]] * sign[names[j]] * mean_cov(i, j) for i in range(len(names)) for j in range(len(names)))
+    shared = max(0.0, shared)
+    seeds_var = sum(seed_parts.values())
+    se = math.sqrt(seeds_var + shared)
+    denom = sum(v**2 / (len(values[a]) - 1) for a, v in seed_parts.items())
+    df = (seeds_var + shared) ** 2 / denom if denom > 0 else math.inf
+    return Bootstrapped(effect, se, float(df), failed)
 
 
 def paired(x, y) -> tuple[float, float, float]:
@@ -196,3 +350,56 @@ def paired(x, y) -> tuple[float, float, float]:
     if sd == 0:
         return float(d.mean()), 0.0, math.inf
     return float(d.mean()), sd / math.sqrt(d.size), float(d.size - 1)
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """The probability that a run of one arm beats a run of the other on the same task, averaged
+    over tasks, with its stratified-bootstrap interval (Agarwal et al., NeurIPS 2021)."""
+
+    point: float
+    low: float
+    high: float
+    tasks: dict  # task -> its own probability of improvement
+    runs: dict  # task -> (runs of x, runs of y)
+    level: float = 0.95
+
+
+def _improvement(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+    """rliable's probability of improvement over tasks, vectorised over bootstrap draws: per task
+    P(X > Y) + P(X = Y) / 2 (the Mann-Whitney U over n m); the first half of ``samples`` are x's
+    tasks, the second half y's."""
+    half = len(samples) // 2
+    per_task = []
+    for x, y in zip(samples[:half], samples[half:], strict=True):
+        x, y = np.moveaxis(x, axis, -1)[..., :, None], np.moveaxis(y, axis, -1)[..., None, :]
+        per_task.append(((x > y) + 0.5 * (x == y)).mean(axis=(-2, -1)))
+    return np.mean(per_task, axis=0)
+
+
+def probability_of_improvement(x: dict, y: dict, level: float = 0.95, reps: int = BOOTSTRAP,
+                               seed: int = 0) -> Improvement:  # fmt: skip
+    """P(X > Y) over the tasks (settings) both ``x`` and ``y`` have runs on ({task: scores}), with
+    the stratified bootstrap's percentile interval at ``level``: each arm's runs on each task are
+    resampled on their own (scipy.stats.bootstrap over the 2 T samples). The point estimate is
+    rliable's own ``metrics.probability_of_improvement``, task by task."""
+    tasks = [t for t in x if t in y and len(x[t]) and len(y[t])]
+    if not tasks:
+        return Improvement(math.nan, math.nan, math.nan, {}, {}, level)
+    xs = [np.asarray(x[t], dtype=float) for t in tasks]
+    ys = [np.asarray(y[t], dtype=float) for t in tasks]
+    per_task = {t: float(rly_metrics.probability_of_improvement(a[:, None], b[:, None]))
+                for t, a, b in zip(tasks, xs, ys, strict=True)}  # fmt: skip
+    point = float(np.mean(list(per_task.values())))
+    if all(len(a) < 2 and len(b) < 2 for a, b in zip(xs, ys, strict=True)):
+        low = high = math.nan
+    else:
+        with warnings.catch_warnings():  # a degenerate distribution (every draw alike) is its own interval
+            warnings.simplefilter("ignore")
+            r = stats.bootstrap(tuple(xs + ys), _improvement, n_resamples=reps, vectorized=True, axis=-1,
+                                method="percentile", confidence_level=level, rng=np.random.default_rng(seed))  # fmt: skip
+        low, high = float(r.confidence_interval.low), float(r.confidence_interval.high)
+        if math.isnan(low):  # scipy gives NaN where every draw is the same
+            low = high = point
+    runs = {t: (a.tolist(), b.tolist()) for t, a, b in zip(tasks, xs, ys, strict=True)}
+    return Improvement(point, low, high, per_task, runs, level)

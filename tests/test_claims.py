@@ -12,10 +12,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+import numpy as np
+import statsmodels.stats.multitest as sm_mt
+import statsmodels.stats.power as sm_power
+import statsmodels.stats.weightstats as sm_ws
+from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
 from scout import claims, grid, jobs, results, stats
-from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, UNMEASURED
+from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.conftest import REPO, toy_config
 
 
@@ -38,42 +43,148 @@ def test_against_one_evaluation_by_hand():
     assert low == pytest.approx(0.15598, abs=1e-4) and high == pytest.approx(0.44402, abs=1e-4)
 
 
-def test_detectable_effect_and_p_by_hand():
-    # se 0.8165 on 4 df at level 0.1 with 80% power: (t(0.9, 4) + t(0.8, 4)) x se
-    # = (1.5332 + 0.9410) x 0.8165 = 2.0202; on the normal (df inf): (1.2816 + 0.8416) x 1 = 2.1232
-    assert stats.detectable(0.81650, 4, 0.1) == pytest.approx(2.0202, abs=1e-3)
-    assert stats.detectable(1.0, math.inf, 0.1) == pytest.approx(2.1232, abs=1e-3)
+def test_the_detectable_effect_is_the_noncentral_t():
+    """The smallest effect found with 80% power: at infinite df by hand, (z(0.9) + z(0.8)) x se =
+    (1.2816 + 0.8416) x 1 = 2.1232; at 4 df the effect statsmodels' TTestPower solves for, and at
+    2 df and the secondary level (0.1/23) one at which scipy's noncentral t has exactly 80% power,
+    where the central-t sum t(1 - L) + t(0.8) left it at 0.70 (16% short)."""
+    assert stats.detectable(1.0, math.inf, 0.1) == pytest.approx(2.1232, abs=1e-4)
+    # a paired design of 5 pairs spreading sd 1.8: se = 1.8 / sqrt(5), 4 df
+    d = sm_power.TTestPower().solve_power(nobs=5, alpha=0.1, power=0.8, alternative="larger")
+    assert stats.detectable(1.8 / math.sqrt(5), 4, 0.1) == pytest.approx(d * 1.8, rel=1e-6)
+    level = 0.1 / 23
+    found = stats.detectable(1.0, 2, level)
+    assert float(sps.nct.sf(sps.t.ppf(1 - level, 2), 2, found)) == pytest.approx(0.8, abs=1e-6)
+    central = float(sps.t.ppf(1 - level, 2) + sps.t.ppf(0.8, 2))
+    assert central / found == pytest.approx(0.862, abs=1e-3)
+    assert stats.t_power(central, 2, level) == pytest.approx(0.698, abs=1e-3)
     # an effect of 1.5332 x se on 4 df sits exactly at the 0.1 quantile: p = 0.1
     assert stats.one_sided_p(1.5332 * 0.8165, 0.8165, 4) == pytest.approx(0.1, abs=1e-4)
     assert stats.one_sided_p(1.0, 0.0, 4) == 0.0 and stats.one_sided_p(-1.0, 0.0, 4) == 1.0
 
 
+def test_tost_matches_statsmodels_and_its_power_the_normal_by_hand():
+    """TOST's p (the larger one-sided p) equals statsmodels' ttost_paired on pairs and ttost_ind
+    (Welch) on two arms; its power at infinite df is 2 Phi(M / se - z(1 - L)) - 1 by hand, so the
+    narrowest margin shown with 80% power at 0.05 is (z(0.95) + z(0.9)) se = 2.9264 se."""
+    x, y = [60.1, 62.3, 61.0, 63.4, 60.8], [59.7, 62.9, 60.1, 62.2, 61.5]
+    effect, se, df = stats.paired(x, y)
+    assert stats.tost_p(effect, se, df, 2.0) == pytest.approx(sm_ws.ttost_paired(np.array(x), np.array(y), -2.0, 2.0)[0])
+    a, b = [70.2, 68.1, 73.5], [69.0, 71.8, 70.4, 72.9]
+    effect, se, df = stats.welch_se(a, b)
+    ref = sm_ws.ttost_ind(np.array(a), np.array(b), -3.0, 3.0, usevar="unequal")[0]
+    assert stats.tost_p(effect, se, df, 3.0) == pytest.approx(ref)
+    z = sps.norm.ppf(0.95)
+    assert stats.equivalence_power(3.0, 1.0, math.inf, 0.05) == pytest.approx(2 * sps.norm.cdf(3.0 - z) - 1)
+    assert stats.equivalence_detectable(1.0, math.inf, 0.05) == pytest.approx(1.6449 + 1.2816, abs=1e-4)
+    # far from equivalence: no power; a margin the interval cannot reach: the larger p near 1
+    assert stats.equivalence_power(0.5, 1.0, 4, 0.05) == 0.0
+    assert stats.tost_p(5.0, 1.0, 4, 1.0) > 0.9
+
+
+def test_adjusted_p_and_seeds_needed_by_hand_and_statsmodels():
+    # Bonferroni over the two measured rows: 0.01 x 2, 0.04 x 2; a row not measured stays out
+    assert stats.adjusted([0.01, math.nan, 0.04]) == pytest.approx([0.02, math.nan, 0.08], nan_ok=True)
+    assert stats.adjusted([0.3, 0.7]) == pytest.approx(list(sm_mt.multipletests([0.3, 0.7], method="bonferroni")[1]))
+    # an effect of one SD at 0.05, one-sided: 7 pairs give 0.754 power and 8 give 0.815 (scipy's nct)
+    assert stats.seeds_needed(1.0, 1.0, 0.05) == 8
+    assert sps.nct.sf(sps.t.ppf(0.95, 6), 6, math.sqrt(7)) < 0.8 < sps.nct.sf(sps.t.ppf(0.95, 7), 7, math.sqrt(8))
+    assert stats.seeds_needed(1.0, 1.0, 0.05, paired=False) == 14  # two arms: twice the variance, per arm
+    assert math.isnan(stats.seeds_needed(-1.0, 1.0, 0.05)) and math.isnan(stats.seeds_needed(1.0, math.nan, 0.05))
+
+
 @pytest.mark.parametrize(
-    "bounds, paper, kind, margin, expected",
+    "bounds, paper, kind, margin, direction, expected",
     [
-        ((2.0, 0.5, 3.5), 2.2, "beats", None, HOLDS),  # the lower bound above 0
-        ((-1.1, -4.2, 1.9), 2.6, "beats", None, BELOW),  # excludes the paper's +2.6, not a smaller gain
-        ((-5.2, -9.1, -1.3), 2.6, "beats", None, FAILS),  # excludes any gain
-        ((1.0, -0.5, 2.5), 2.2, "beats", None, INCONCLUSIVE),  # 0 and 2.2 both inside
-        ((-1.0, -2.0, -0.5), None, "beats", None, FAILS),  # no paper number: significantly the wrong way
-        ((-1.0, -3.0, 0.5), None, "beats", None, INCONCLUSIVE),  # no paper number, 0 inside
-        ((0.3, -0.5, 1.0), -0.2, "on_par", 2.6, HOLDS),  # within 2.6 of zero
-        ((4.0, 3.0, 5.0), -0.2, "on_par", 2.6, FAILS),  # clearly apart
-        ((1.0, -1.0, 3.0), -0.2, "on_par", 2.6, INCONCLUSIVE),
-        ((math.nan, math.nan, math.nan), 2.2, "beats", None, UNMEASURED),
+        ((2.0, 0.5, 3.5), 2.2, "beats", None, 1, HOLDS),  # above 0, the paper's effect inside
+        ((1.0, 0.3, 1.7), 2.2, "beats", None, 1, SMALLER),  # above 0, and it excludes the paper's 2.2
+        ((-1.1, -4.2, 1.9), 2.6, "beats", None, 1, BELOW),  # excludes the paper's +2.6, not a smaller gain
+        ((-5.2, -9.1, -1.3), 2.6, "beats", None, 1, FAILS),  # excludes any gain
+        ((1.0, -0.5, 2.5), 2.2, "beats", None, 1, INCONCLUSIVE),  # 0 and 2.2 both inside
+        ((-1.0, -2.0, -0.5), None, "beats", None, 1, FAILS),  # no paper number: significantly the wrong way
+        ((-1.0, -3.0, 0.5), None, "beats", None, 1, INCONCLUSIVE),  # no paper number, 0 inside
+        ((-20.0, -25.0, -15.0), -22.8, "beats", None, -1, HOLDS),  # the paper's negative effect, its way round
+        ((-5.0, -7.0, -3.0), -22.8, "beats", None, -1, SMALLER),
+        ((4.0, 1.0, 7.0), -22.8, "beats", None, -1, FAILS),
+        ((0.3, -0.5, 1.0), -0.2, "on_par", 2.6, 1, HOLDS),  # within 2.6 of zero
+        ((4.0, 3.0, 5.0), -0.2, "on_par", 2.6, 1, FAILS),  # wholly beyond the margin
+        ((-8.0, -14.3, -1.8), None, "on_par", 2.2, 1, INCONCLUSIVE),  # apart from 0, but -1.8 is within the margin
+        ((1.0, -1.0, 3.0), -0.2, "on_par", 2.6, 1, INCONCLUSIVE),
+        ((0.0, -0.1, 0.1), None, "on_par", None, 1, UNMEASURED),  # no margin to test within
+        ((math.nan, math.nan, math.nan), 2.2, "beats", None, 1, UNMEASURED),
     ],
 )
-def test_the_verdicts(bounds, paper, kind, margin, expected):
-    assert claims.verdict(*bounds, paper, kind, margin) == expected
+def test_the_verdicts(bounds, paper, kind, margin, direction, expected):
+    assert claims.verdict(*bounds, paper, kind, margin, direction) == expected
 
 
-def test_the_bootstrap_resamples_clusters_and_seeds():
-    # every cluster the same value: no spread
-    assert stats.cluster_bootstrap(lambda q, s: float(sum(q)) / len(q), [2.0] * 5) == (2.0, 0.0)
-    # the mean of 20 values of 0 and 1: standard error sqrt(0.25 / 20) = 0.112, the same for the same seed
-    point, se = stats.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10)
-    assert point == 0.5 and se == pytest.approx(0.112, abs=0.01)
-    assert stats.cluster_bootstrap(lambda q, s: sum(q) / len(q), [0.0, 1.0] * 10) == (point, se)
+def test_the_question_bootstrap_counts_what_it_leaves_out():
+    # every cluster the same value: no spread; the mean of 20 values of 0 and 1: sqrt(0.25 / 20) = 0.112
+    b = stats.cluster_bootstrap(lambda q: float(sum(q)) / len(q), [2.0] * 5)
+    assert (b.effect, b.se, b.df, b.failed) == (2.0, 0.0, 4.0, 0)
+    b = stats.cluster_bootstrap(lambda q: sum(q) / len(q), [0.0, 1.0] * 10)
+    assert b.effect == 0.5 and b.se == pytest.approx(0.112, abs=0.01) and b.df == 19
+    assert stats.cluster_bootstrap(lambda q: sum(q) / len(q), [0.0, 1.0] * 10) == b  # the same draws again
+    # undefined without the one cluster "a": a draw of 20 misses it with probability 0.95^20 = 0.358
+    b = stats.cluster_bootstrap(lambda q: 1.0 if "a" in q else math.nan, ["a"] + ["b"] * 19)
+    assert b.failed == pytest.approx(0.358 * stats.BOOTSTRAP, rel=0.1) and b.se == 0.0
+
+
+def test_trained_teachers_are_tested_over_their_seeds():
+    """A per-teacher statistic that every question gives alike has no question variance: the test is
+    scipy's t over the seeds (one arm) and Welch's across two arms, to the digit."""
+    qs = list(range(30))
+
+    def const(v):
+        return lambda q: v
+
+    one = stats.over_seeds({"scout": {1: const(3.1), 2: const(1.2), 3: const(5.0)}}, qs)
+    ref = sps.ttest_1samp([3.1, 1.2, 5.0], 0.0)
+    assert one.effect / one.se == pytest.approx(ref.statistic) and one.df == pytest.approx(2)
+    two = stats.over_seeds({"a": {1: const(80.7), 2: const(79.8), 3: const(87.2)},
+                            "b": {1: const(91.1), 2: const(89.1), 3: const(91.6)}}, qs, {"a": 1, "b": -1})  # fmt: skip
+    ref = sps.ttest_ind([80.7, 79.8, 87.2], [91.1, 89.1, 91.6], equal_var=False)
+    assert two.effect / two.se == pytest.approx(ref.statistic) and two.df == pytest.approx(ref.df)
+    # the LoRA row of issue 56 at a level of 0.1/31: the interval is scipy's, [-30.0, +14.0] where the
+    # page had put [-14.3, -1.8]
+    low, high = stats.bounds(two.effect, two.se, two.df, 0.1 / 31)
+    assert (low, high) == pytest.approx(tuple(ref.confidence_interval(1 - 2 * 0.1 / 31)))
+    assert (round(low, 1), round(high, 1)) == (-30.0, 14.0)
+    assert math.isnan(stats.over_seeds({"a": {1: const(1.0)}}, qs).se)  # one trained teacher: no test
+
+
+def test_the_questions_the_seeds_share_are_added_once():
+    """Three seeds each the mean of the same 20 questions of 0 and 1 plus its own offset: the seeds
+    spread var(offsets) / 3 = 1/3, the shared questions add var(a bootstrap mean) = 0.25 / 20 x 19 / 20
+    = 0.0119 once (not once per seed, nor the diagonal's own sampling again)."""
+    values = [0.0, 1.0] * 10
+
+    def seed(offset):
+        return lambda q: sum(values[i] for i in q) / len(q) + offset
+
+    b = stats.over_seeds({"scout": {1: seed(0.0), 2: seed(1.0), 3: seed(2.0)}}, range(20))
+    assert b.effect == pytest.approx(1.5) and b.se**2 == pytest.approx(1 / 3 + 0.0119, abs=0.002)
+    # two arms over the same questions: the shared part cancels in their difference
+    b = stats.over_seeds({"x": {1: seed(0.0), 2: seed(1.0)}, "y": {1: seed(0.5), 2: seed(0.7)}}, range(20),
+                         {"x": 1, "y": -1})  # fmt: skip
+    assert b.se**2 == pytest.approx(0.25 + 0.01, abs=1e-9)
+
+
+def test_the_probability_of_improvement_is_rliables():
+    """rliable's metric, by hand: x = (1, 2, 3) against y = (0, 2, 2.5) wins 5 of 9 pairs and ties
+    one: 5.5 / 9 = 0.611; averaged with a task x wins outright (1.0). Against rliable on a grid of
+    equal runs per task, and its vectorised form on a draw of runs."""
+    imp = stats.probability_of_improvement({"a": [1, 2, 3], "b": [5, 6]}, {"a": [0, 2, 2.5], "b": [1, 2]})
+    assert imp.tasks == pytest.approx({"a": 5.5 / 9, "b": 1.0}) and imp.point == pytest.approx((5.5 / 9 + 1) / 2)
+    assert imp.low <= imp.point <= imp.high and imp.high == 1.0
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(1, 1, (5, 3)), rng.normal(0, 1, (4, 3))
+    tasks = {t: list(x[:, t]) for t in range(3)}, {t: list(y[:, t]) for t in range(3)}
+    assert stats.probability_of_improvement(*tasks).point == pytest.approx(rly_metrics.probability_of_improvement(x, y))
+    vector = stats._improvement(*[x[None, :, t] for t in range(3)], *[y[None, :, t] for t in range(3)])
+    assert vector[0] == pytest.approx(rly_metrics.probability_of_improvement(x, y))
+    same = stats.probability_of_improvement({"a": [1.0, 2.0]}, {"a": [1.0, 2.0]})
+    assert same.point == 0.5 and same.low < 0.5 < same.high
 
 
 def _raw(effect, se, df=4.0, paper=None, measured=True):
@@ -91,8 +202,10 @@ def test_the_page_tests_each_row_at_alpha_over_its_number_of_tests():
     # alone it would hold at 0.1 (2 - 1.5332 x 0.8165 > 0): the page's correction is what stops it
     assert claims.family([rows[0]], 0.1)[0].verdict == HOLDS
     assert page[2].verdict == HOLDS and page[3].verdict == UNMEASURED and page[4].verdict == FAILS
-    # detectable at 0.02 with 80% power: (2.9985 + 0.9410) x 0.8165 = 3.2166; the paper's 9.0 is above it
-    assert page[1].detectable == pytest.approx(3.2166, abs=1e-3) and page[1].resolvable
+    # detectable at 0.02 with 80% power, as for 5 pairs spreading 0.8165 sqrt(5): statsmodels' 3.277
+    # (the central-t sum (2.9985 + 0.9410) x 0.8165 = 3.2166 fell short); the paper's 9.0 is above it
+    d = sm_power.TTestPower().solve_power(nobs=5, alpha=0.02, power=0.8, alternative="larger") * 0.8165 * math.sqrt(5)
+    assert page[1].detectable == pytest.approx(d, rel=1e-6) and page[1].resolvable
     assert not claims.family([_raw(2.0, 0.8165, paper=1.0)], 0.1)[0].resolvable
     summary = claims.page_summary(page, 0.1)
     assert summary["tests"] == 5 and summary["level"] == pytest.approx(0.02)
@@ -210,12 +323,59 @@ def test_runs_with_the_same_seeds_are_compared_pair_by_pair(cfg):
     assert _one(found, "scout_beats_opd", "toy-l-s-code").family == claims.SECONDARY
 
 
-def test_runs_without_the_same_seeds_are_compared_by_welch(cfg):
+def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
+    """SCOUT seeds 1-2 against OPD seeds 1-3: the two pairs decide (differences 2 and 3 points), the
+    Welch test over all five runs beside it; where only one seed pairs, Welch decides."""
     s = "toy-l-s-math"
     _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
     _runs(cfg, s, "scout", [0.60, 0.63])
     c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
+    assert c.test.startswith("paired t over seeds (the 2 seeds both arms have") and c.n == 2
+    assert c.effect == pytest.approx(2.5) and c.se == pytest.approx(0.5) and c.df == 1
+    assert c.welch_se == pytest.approx(stats.welch_se([60, 63], [58, 60, 60])[1]) and "seeds 1, 2" in c.statistic
+    cfg["results"] = str(Path(cfg["results"]).parent / "other")
+    cfg["experiments"]["main"]["seeds"] = [1, 2, 3, 4]
+    _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
+    for seed in (3, 4):  # seeds 3 and 4 of SCOUT: only seed 3 pairs
+        for b in jobs.benchmarks_for(cfg, "math"):
+            _record(cfg, s, "scout", seed, b, 0.60 + 0.03 * (seed - 3))
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
     assert c.test == claims.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"
+
+
+def test_an_evaluation_without_its_error_is_not_measured(cfg):
+    """Against the untrained student the evaluation's standard error enters the test: a record
+    without one makes the row not measured, rather than a test that takes it as 0."""
+    s = "toy-l-s-math"
+    for b in ("tm-easy", "tm-hard", "tm-long"):
+        _record(cfg, s, "base-student", 0, b, 0.30, sem=None if b == "tm-hard" else 0.03)
+    _runs(cfg, s, "opd", [0.50, 0.52, 0.51])
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "opd_improves", s)
+    assert c.verdict == UNMEASURED and "no standard error" in c.why
+
+
+def test_a_claim_whose_paper_effect_is_negative_is_tested_its_way_round(cfg):
+    """A user's claim that Prune-OPD beats OPD, where the paper found it 1.0 points below: the run
+    finds it 2 points below, clearly, so the claim as the paper measured it holds, and the row says
+    which way it was tested; the p is one-sided in that direction."""
+    cfg["claims"] = [{"id": "mine", "claim": "Prune-OPD beats OPD", "kind": "beats", "variant": "prune_opd",
+                      "baseline": "opd", "experiment": "main", "paper": -1.0}]  # fmt: skip
+    s = "toy-l-s-math"
+    _runs(cfg, s, "opd", [0.52, 0.54, 0.53])
+    _runs(cfg, s, "prune_opd", [0.50, 0.51, 0.52])
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "mine", s)
+    assert c.direction == -1 and c.effect == pytest.approx(-2.0) and c.verdict == HOLDS and c.p < 0.05
+    assert "tested in its direction" in c.note
+
+
+def test_a_claim_without_a_paper_effect_says_what_it_excludes(cfg):
+    cfg["claims"] = [{"id": "mine", "claim": "Prune-OPD beats OPD", "kind": "beats", "variant": "prune_opd",
+                      "baseline": "opd", "experiment": "main"}]  # fmt: skip
+    s = "toy-l-s-math"
+    _runs(cfg, s, "opd", [0.52, 0.54, 0.53])
+    _runs(cfg, s, "prune_opd", [0.52, 0.55, 0.53])
+    c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "mine", s)
+    assert c.verdict == INCONCLUSIVE and c.note == f"a gain above {c.high:+.1f} is excluded"
 
 
 def test_scout_below_opd_does_not_hold(cfg):
@@ -259,7 +419,8 @@ def test_probe_claims_recomputed_by_hand(cfg):
         rows += [("initial", 0, "own", 0.1, q, 4), ("initial", 0, "own", 0.9, q, 4)]
         for seed in (1, 2):  # the trained teachers: one more right continuation at 90% on every question
             rows += [("scout", seed, "initial-student", 0.1, q, 4), ("scout", seed, "initial-student", 0.9, q, 2 + i % 2)]
-        rows += [("control", 1, "initial-student", 0.1, q, 4), ("control", 1, "initial-student", 0.9, q, 1 + i % 2)]
+        for seed in (1, 2):
+            rows += [("control", seed, "initial-student", 0.1, q, 4), ("control", seed, "initial-student", 0.9, q, 1 + i % 2)]
     _items(cfg, s, rows)
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     falls = _one(found, "continuation_falls", s)
@@ -273,6 +434,14 @@ def test_probe_claims_recomputed_by_hand(cfg):
     assert _one(found, "teacher_beats_control", s).effect == pytest.approx(100 * 8 / 64)
     assert _one(found, "entropy_gap", s).verdict == UNMEASURED  # no entropy file written here
     assert "has not run" in _one(found, "continuation_falls", "toy-mg-s-math").why
+    # the trained teachers are the unit: their rows are tested over seeds, and one control teacher is
+    # not enough (its seed variance is unknown, not zero)
+    # (the two SCOUT teachers agree, and gain one continuation on every question: nothing varies here)
+    assert gain.unit == claims.TEACHER_UNIT and gain.se == 0 and math.isinf(gain.df)
+    _items(cfg, s, [r for r in rows if not (r[0] == "control" and r[1] == 2)])
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    control = _one(found, "teacher_beats_control", s)
+    assert control.verdict == UNMEASURED and "1 trained teacher of prefix-0 control" in control.why
 
 
 def test_lora_teacher_claims_on_a_par(cfg):

@@ -334,6 +334,7 @@ def test_full_report_compiles_with_every_table_and_figure(tmp_path):
         "continuation_matched_toy-l-s-math",
         "continuation_toy-l-s-math",
         "entropy_toy-l-s-math",
+        "improvement",
         "interval_toy-mg-s-math",
         "reflection_toy-l-s-math",
         "teacher_updates_toy-l-s-math",

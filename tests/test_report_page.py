@@ -36,7 +36,7 @@ def test_the_page_opens_from_disk_offline_with_every_figure(tmp_path):
     requests, errors = [], []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, offline=True)
+        context = browser.new_context(viewport={"width": 1400, "height": 900}, offline=True)
         page = context.new_page()
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -46,6 +46,11 @@ def test_the_page_opens_from_disk_offline_with_every_figure(tmp_path):
         strips = page.locator("table.claims svg.strip").count()
         strip_box = page.locator("table.claims svg.strip").first.bounding_box()
         families = page.locator("table.claims tr.family").all_inner_texts()
+        table_box = page.locator("table.claims").bounding_box()
+        badges = [b.bounding_box() for b in page.locator("table.claims td .verdict").all()]
+        overflow = page.evaluate("(() => { const s = document.querySelector('#claims .scroll');"
+                                 " return s.scrollWidth - s.clientWidth; })()")
+        across = page.locator("table.across tbody tr").all_inner_texts()
         images = page.evaluate("Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
         first = page.locator("h2").first.inner_text()
         page.screenshot(path=str(tmp_path / "first-screen.png"))
@@ -59,6 +64,11 @@ def test_the_page_opens_from_disk_offline_with_every_figure(tmp_path):
     run_rows = [c for c in manifest["claims"] if c["unit"].startswith("training seed") and c["verdict"] != "not measured"]
     assert strips == len(run_rows) > 0 and strip_box["width"] > 100 and strip_box["height"] > 20
     assert families and families[-1].startswith("Every other claim")
+    # the table uses the window (issue 56: it used 60% of a 1400-pixel one), nothing scrolls sideways,
+    # and every verdict is whole within the table
+    assert table_box["width"] > 0.9 * 1400 and overflow <= 0
+    assert badges and all(b["x"] + b["width"] <= table_box["x"] + table_box["width"] + 0.5 for b in badges)
+    assert len(across) == len(manifest["across"]) > 0 and "over OPD" in across[0]
     assert sorted(alt for alt, _ in images) == sorted(manifest["figures"])
     assert all(ok for _, ok in images), [alt for alt, ok in images if not ok]
     assert (tmp_path / "first-screen.png").stat().st_size > 10_000
