@@ -15,8 +15,8 @@ From a finished grid (``results/summary/runs.csv`` and the rules' benchmark file
 For a comparison of two arms with n seeds each and k repeats per evaluation, the difference's
 variance is 2 s_b^2 (1 - r) + 2 s_e^2 16 / k paired over seeds (s_b the seed spread, r the pairing,
 s_e the evaluation SE at the grid's repeats), and 2 (s_b^2 + s_e^2 16 / k) for Welch; the
-detectable effect at a one-sided level L with 80% power is (t(1 - L) + t(0.8)) x its standard error
-(n - 1 df paired; Welch-Satterthwaite's 2(n - 1) at equal spreads). Its cost is 2 n (c_train +
+detectable effect at a one-sided level L with 80% power is the noncentral t's, as on the claims page
+(scout.stats.detectable; n - 1 df paired, Welch-Satterthwaite's 2(n - 1) at equal spreads). Its cost is 2 n (c_train +
 c_eval + k c_repeat).
 
     python -m benchmarks.allocation --results DIR [--setting toy-l-s-math] [--variants scout,opd]
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+
+from scout import stats
 
 POWER = 0.8
 PAPER = 2.2  # the paper's SCOUT-over-OPD effect on q4b-q1.7b-math, the headline the toy setting mirrors
@@ -107,7 +108,8 @@ def claim_rows(d: pd.DataFrame, level: float) -> list[dict]:
 
 
 def detectable(n: int, var_d: float, level: float, df: float) -> float:
-    return float((sps.t.ppf(1 - level, df) + sps.t.ppf(POWER, df)) * math.sqrt(var_d / n))
+    """The claims page's own figure (scout.stats.detectable: the noncentral t at df)."""
+    return stats.detectable(math.sqrt(var_d / n), df, level, POWER)
 
 
 def pair_model(d: pd.DataFrame, x: str, y: str) -> dict:

@@ -185,20 +185,27 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
 def _note(c: Claim) -> str:
     """What the row adds under its verdict: the paper's direction where it is negative, what an
     inconclusive row without a paper effect excludes, and the seeds that would resolve the paper's
-    effect where this grid cannot."""
+    effect (an on-a-par row: the margin it can show at best) where this grid cannot."""
     parts = []
     if c.direction < 0:
         parts.append(f"the paper's effect here is negative ({c.paper:+.1f}): tested in its direction")
-    if c.verdict == INCONCLUSIVE and c.kind == "beats" and c.paper is None:
-        if c.direction * c.high > 0:
-            parts.append(f"a gain above {c.high:+.1f} is excluded" if c.direction > 0
-                         else f"a fall beyond {c.low:+.1f} is excluded")  # fmt: skip
+    if c.verdict == INCONCLUSIVE and c.kind == "beats" and c.paper is None and c.high > 0:
+        parts.append(f"a gain above {_num(c.high, c)} is excluded")
     if not c.resolvable and c.verdict not in (HOLDS, SMALLER) and c.n:
         unit = {"paired": "pairs", "welch": "seeds a side"}.get(c.design, "seeds")
-        what = f"a margin of {c.target:.1f}" if c.kind == "on_par" else f"the paper's {c.target:.1f}"
-        more = f"; about {c.needed:.0f} would detect {what} at the measured spread" if c.needed == c.needed else ""
-        parts.append(f"{c.n} {unit} detect {c.detectable:.1f}{more}")
+        if c.kind == "on_par":
+            parts.append(f"{c.n} {unit} can show the two on a par within \u00b1{c.detectable:.1f} at best (80% power), "
+                         f"not within the claim's \u00b1{c.margin:.1f}")  # fmt: skip
+        else:
+            more = (f"; about {c.needed:.0f} would detect the paper's {c.target:.1f} at the measured spread"
+                    if c.needed == c.needed else "")  # fmt: skip
+            parts.append(f"{c.n} {unit} detect {c.detectable:.1f}{more}")
     return "; ".join(parts)
+
+
+def _num(x: float, c: Claim) -> str:
+    """A number as the row's effect is shown: three decimals for a small probe effect (nats)."""
+    return f"{x:+.1f}" if abs(c.effect) >= 0.1 or c.unit == SEEDS_UNIT else f"{x:+.3f}"
 
 
 def _sd(c: Claim) -> float:
@@ -696,7 +703,8 @@ def summary(claims: list[Claim]) -> dict[str, int]:
 # Across settings: rliable's probability of improvement
 # ------------------------------------------------------------------------------------------------
 
-ACROSS = (("scout", "opd"), ("scout", "opd_teacher_grpo"))  # SCOUT against OPD and the prefix-0 control
+# SCOUT against OPD and against the prefix-0 control (OPD whose teacher GRPO trained from bare prompts)
+ACROSS = (("scout", "opd", ""), ("scout", "opd_teacher_grpo", "the prefix-0 control"))
 
 
 @dataclass(frozen=True)
@@ -716,7 +724,7 @@ def across_settings(cache: Cache) -> list[Across]:
     setting, over every setting and seed the grid has both on, with rliable's stratified-bootstrap
     interval at 95%: a view across settings that no single setting's seeds can give."""
     out = []
-    for variant, baseline in ACROSS:
+    for variant, baseline, name in ACROSS:
         x, y = {}, {}
         for setting in cache.config["settings"]:
             if cache.has_variant(setting, variant) and cache.has_variant(setting, baseline):
@@ -724,7 +732,7 @@ def across_settings(cache: Cache) -> list[Across]:
                 if a and b:
                     x[setting], y[setting] = [100 * v for v in a], [100 * v for v in b]
         if x:
-            label = f"{cache.label(variant)} over {cache.label(baseline)}"
+            label = f"{cache.label(variant)} over {name or cache.label(baseline)}"
             out.append(Across(variant, baseline, label, stats.probability_of_improvement(x, y)))
     return out
 

@@ -90,7 +90,7 @@ def effect_text(c) -> str:
         return "--"
     return (
         f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]"
-        if abs(c.effect) >= 0.1 or c.unit != claims.QUESTION_UNIT
+        if abs(c.effect) >= 0.1 or c.unit == claims.SEEDS_UNIT
         else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
     )
 

@@ -281,6 +281,8 @@ class Bootstrapped:
     df: float
     failed: int = 0  # draws whose statistic was undefined (left out, and counted)
     draws: int = BOOTSTRAP
+    parts: tuple = ()  # over_seeds: ((an arm's variance of its mean over seeds, its seeds), ...)
+    shared: float = math.nan  # over_seeds: the variance the seeds share through the questions
 
 
 def cluster_bootstrap(statistic, clusters: Sequence, seed: int = 0) -> Bootstrapped:
@@ -305,9 +307,11 @@ def over_seeds(arms: dict, questions: Sequence, sign: dict | None = None, seed: 
     shares: a bootstrap over questions gives each seed's statistic's draws, and the covariance of
     two different seeds' draws is the variance they share; the mean covariance within each arm,
     and across the arms with their signs, is the shared part's variance (the diagonal would count
-    each seed's own sampling a second time). The df are Welch-Satterthwaite's, the shared part
-    taken as known: the seeds' df (n - 1, or Welch's across arms) where the seeds' spread
-    dominates, more where the questions' does. Fewer than two seeds on an arm: NaN."""
+    each seed's own sampling a second time). The df are the seeds': n - 1 for one arm, Welch's
+    across two. Counting the questions' df in as well (Welch-Satterthwaite over all three parts)
+    let a 'holds' be wrong 1.3 to 3 times as often as its level in simulation, because the seeds'
+    part is estimated from so few (benchmarks/probe_calibration.py). Fewer than two seeds on an
+    arm: NaN."""
     sign = {a: (sign or {}).get(a, 1) for a in arms}
     names = list(arms)
     if any(len(arms[a]) < 2 for a in names):
@@ -336,8 +340,9 @@ def over_seeds(arms: dict, questions: Sequence, sign: dict | None = None, seed: 
     seeds_var = sum(seed_parts.values())
     se = math.sqrt(seeds_var + shared)
     denom = sum(v**2 / (len(values[a]) - 1) for a, v in seed_parts.items())
-    df = (seeds_var + shared) ** 2 / denom if denom > 0 else math.inf
-    return Bootstrapped(effect, se, float(df), failed)
+    df = seeds_var**2 / denom if denom > 0 else float(sum(len(v) - 1 for v in values.values()))
+    parts = tuple((seed_parts[a], len(values[a])) for a in names)
+    return Bootstrapped(effect, se, float(df), failed, BOOTSTRAP, parts, shared)
 
 
 def paired(x, y) -> tuple[float, float, float]:

@@ -437,7 +437,7 @@ def test_probe_claims_recomputed_by_hand(cfg):
     # the trained teachers are the unit: their rows are tested over seeds, and one control teacher is
     # not enough (its seed variance is unknown, not zero)
     # (the two SCOUT teachers agree, and gain one continuation on every question: nothing varies here)
-    assert gain.unit == claims.TEACHER_UNIT and gain.se == 0 and math.isinf(gain.df)
+    assert gain.unit == claims.TEACHER_UNIT and gain.se == 0 and gain.df == 1  # the seeds' df
     _items(cfg, s, [r for r in rows if not (r[0] == "control" and r[1] == 2)])
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     control = _one(found, "teacher_beats_control", s)
@@ -454,16 +454,19 @@ def test_lora_teacher_claims_on_a_par(cfg):
     for i in range(40):
         q = f"q{i}"
         rows += [("initial", 0, "initial-student", 0.5, q, 2)]
-        for seed in (1, 2, 3):  # the LoRA teacher one right continuation fewer on every fourth question
-            rows += [("scout", seed, "initial-student", 0.5, q, 3), ("scout-lora", seed, "initial-student", 0.5, q, 3 - (i % 4 == 0))]
+        for seed in (1, 2, 3):  # the LoRA teacher one right continuation fewer on every other question
+            rows += [("scout", seed, "initial-student", 0.5, q, 3), ("scout-lora", seed, "initial-student", 0.5, q, 3 - (i % 2 == 0))]
     _items(cfg, s, rows)
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     avg = _one(found, "lora_teacher_student", s)
     assert avg.kind == "on_par" and avg.margin == 2.2 and avg.effect == pytest.approx(0.1) and avg.verdict == HOLDS
     cont = _one(found, "lora_teacher_continuation", s)
-    # LoRA minus full: 10 of 160 continuations fewer a seed = -6.25 points, well outside 2.2 points
-    assert cont.kind == "on_par" and cont.effect == pytest.approx(-100 * 10 / 160)
-    assert cont.verdict == FAILS and cont.high < 0
+    # LoRA minus full: 20 of 160 continuations fewer a seed = -12.5 points; the teachers agree seed by
+    # seed, so the questions' sampling alone spreads it (12.5 / sqrt(40) = 1.98), over the seeds' 4 df:
+    # the interval lies wholly beyond the margin
+    assert cont.kind == "on_par" and cont.effect == pytest.approx(-100 * 20 / 160) and cont.df == 4
+    assert cont.se == pytest.approx(12.5 / math.sqrt(40), rel=0.05)
+    assert cont.verdict == FAILS and cont.high < -2.2
     assert "scout-lora s3" in " ".join(cont.used)
     assert not [c for c in found if c.id.startswith("lora_") and c.setting != s]  # the lora experiment's setting only
 
