@@ -731,7 +731,7 @@ def across_settings(cache: Cache) -> list[Across]:
                 a, b = _runs(cache, setting, variant)[0], _runs(cache, setting, baseline)[0]
                 if a and b:
                     x[setting], y[setting] = [100 * v for v in a], [100 * v for v in b]
-        if x:
+        if len(x) > 1:  # across settings: one setting's runs are its own claims' rows
             label = f"{cache.label(variant)} over {name or cache.label(baseline)}"
             out.append(Across(variant, baseline, label, stats.probability_of_improvement(x, y)))
     return out
