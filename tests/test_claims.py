@@ -9,13 +9,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
-import yaml
-import numpy as np
 import statsmodels.stats.multitest as sm_mt
 import statsmodels.stats.power as sm_power
 import statsmodels.stats.weightstats as sm_ws
+import yaml
 from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
