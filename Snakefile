@@ -34,5 +34,17 @@ rule all:
         # finished grid is planned from here
         tuning_files(),
         independent_targets(),
-        # the teacher servers the workflow starts run beside the cells that use them
-        server_files(),
+
+
+# The teacher servers the workflow starts (scout.serving) live by this run's heartbeat, from its start
+# to its end, whichever way it ends
+onstart:
+    serving_start()
+
+
+onsuccess:
+    serving_end()
+
+
+onerror:
+    serving_end()

@@ -123,9 +123,28 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_serve_teacher(args) -> int:
-    from scout.teacher_server import serve
+    from scout.serving import serve
 
-    serve(_spec(args.spec), args.out, log=_log)
+    serve(_spec(args.spec), args.id, log=_log)
+    return 0
+
+
+def cmd_await_teacher(args) -> int:
+    """A served cell's gate: its teacher's server up (launched if none is), before the cell is
+    submitted; the flag it writes names the run and the server."""
+    import time
+
+    from scout import serving, teacher_server
+
+    server = teacher_server.server_for(args.setting)
+    if not server or "spec" not in server:
+        raise SystemExit(f"scout await-teacher: {args.setting}'s teacher is not served by the workflow "
+                         f"({teacher_server.ENV} names no server spec for it)")  # fmt: skip
+    run, how = os.environ.get(serving.RUN_ENV, ""), os.environ.get(serving.LAUNCH_ENV, "local")
+    found = serving.ensure(server["spec"], args.user, run, how, log=_log)
+    _log(f"teacher server of {server['spec']['model']} answers at {found['url']} (id {found['id']}): {args.user} may start")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"run": run, "server": found["id"], "url": found["url"], "time": time.time()}))
     return 0
 
 
@@ -217,7 +236,7 @@ def cmd_plan(args) -> int:
     jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
     print(plan.render(jobs))
     print(plan.sharing(cfg))
-    for costs in (plan.render_teacher_options(cfg), plan.render_teacher_servers(cfg)):
+    for costs in (plan.render_teacher_options(cfg), plan.render_teacher_servers(cfg), plan.render_server_limits(cfg)):
         if costs:
             print(costs)
     waiting = tuning.pending(cfg)
@@ -402,7 +421,6 @@ def main(argv: list[str] | None = None) -> int:
         ("prepare-data", cmd_prepare_data, "turn a hub dataset into local JSONL (paper world)"),
         ("analyze", cmd_analyze, "probe the initial and the SCOUT-trained teacher (report figures)"),
         ("choose-lr", cmd_choose_lr, "choose a tuned LR from its search runs' validation scores"),
-        ("serve-teacher", cmd_serve_teacher, "serve a frozen teacher while the cells that score with it run"),
     ]:
         s = sub.add_parser(name, help=help_)
         s.add_argument("--spec", required=True, help="JSON object or @file")
@@ -416,6 +434,15 @@ def main(argv: list[str] | None = None) -> int:
                 help="verl backend: write the data's parquet twin and the checked verl config, do not train",
             )
         s.set_defaults(func=func)
+    s = sub.add_parser("serve-teacher", help="serve a frozen teacher while a run needs it (launched by await-teacher)")
+    s.add_argument("--spec", required=True, help="JSON object or @file")
+    s.add_argument("--id", required=True, help="the server's id, written into its address")
+    s.set_defaults(func=cmd_serve_teacher)
+    s = sub.add_parser("await-teacher", help="wait for (or launch) a served cell's teacher server")
+    s.add_argument("--setting", required=True)
+    s.add_argument("--user", required=True, help="the cell's train.json")
+    s.add_argument("--out", required=True, help="the flag written once the server answers")
+    s.set_defaults(func=cmd_await_teacher)
     s = sub.add_parser("grade", help="regrade saved generations without regenerating (see the README)")
     s.add_argument("generations", nargs="+", help="BENCHMARK.generations.jsonl file(s) of one benchmark")
     s.add_argument("--data", required=True, help="the benchmark's prepared JSONL (common schema)")

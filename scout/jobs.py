@@ -7,6 +7,7 @@ the results record, so that what exists can be compared with what the config ask
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from scout import teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
@@ -114,24 +115,27 @@ def served_outputs(config: dict, model_id: str) -> list[str]:
 
 
 def teacher_server_spec(config: dict, model_id: str) -> dict:
-    """The spec of a teacher server the workflow starts (``scout serve-teacher``): the teacher's
-    weights, long enough contexts and enough top-k for its users, and their ``train.json`` files,
-    which say when it is no longer needed."""
+    """The spec of a teacher server the workflow starts (``scout serve-teacher``, launched by
+    ``scout.serving``): the teacher's weights, long enough contexts and enough top-k for its users,
+    where its files go, and its job's resources."""
     users = served_users(config, model_id)
     specs = [cell_spec(config, c) for c in users]
     lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
     serving = config.get("teacher_serving", {})
     r = job_resources(config, "teacher_server")
     topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
+    results = str(Path(config.get("results", "results")).resolve())
     return {
         "model": model_id,
-        "path": model_path(config, model_id),
-        "address": str(teacher_server.server_folder(config, model_id) / "address.json"),
-        "users": served_outputs(config, model_id),
+        "path": model_path(config, model_id) if "hub" in config["models"][model_id]
+        else str(Path(model_path(config, model_id)).resolve()),  # a Slurm job may start elsewhere
+        "results": results,
+        "folder": str(teacher_server.server_folder({"results": results}, model_id)),
         "max_model_len": max(lengths, default=1) + 1,
         "max_logprobs": max([20, *topk]),
         "gpus": r["nodes"] * r["gpus_per_node"],
-        **{k: serving[k] for k in ("idle_minutes", "start_minutes", "args") if k in serving},
+        "resources": {k: r[k] for k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb", "runtime")},
+        **{k: serving[k] for k in ("idle_minutes", "start_minutes", "args", "engine", "sbatch") if k in serving},
     }
 
 

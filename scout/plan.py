@@ -85,8 +85,8 @@ def _rows(config: dict) -> list[dict]:
             add("toy world", "toy_pretrain", f"{res}/toy/models/{m}/model.safetensors", toy)
     for m in prepared:
         add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
-    for m in teacher_server.served_by_workflow(config):  # up while its cells train: needed until they are done
-        add("teachers", "serve_teacher", str(teacher_server.server_folder(config, m) / "served.json"),
+    for m in teacher_server.served_by_workflow(config):  # launched by its cells, up while they train
+        add("teachers", "serve_teacher", str(teacher_server.server_folder(config, m)),
             job_resources(config, "teacher_server"), users=jobs.served_outputs(config, m))  # fmt: skip
     experiment_of = {}
     plans = grid.run_plans(config)
@@ -324,3 +324,26 @@ def render_teacher_servers(config: dict) -> str:
     fmt = {"gpu_hours_own_engines": "{:,.0f}", "gpu_hours_one_server": "{:,.0f}", "tokens_per_s": "{:,.0f}"}
     shown = table.assign(**{k: table[k].map(v.format) for k, v in fmt.items()})
     return head + "\n" + shown.to_string(index=False)
+
+
+def render_server_limits(config: dict) -> str:
+    """For each teacher the workflow serves: how long its server must live, from the cells it serves,
+    beside its Slurm time limit (docs/cluster.md sizes it so)."""
+    lines = []
+    for m in teacher_server.served_by_workflow(config):
+        cells = jobs.served_users(config, m)
+        if not cells:
+            continue
+        runtimes = [job_resources(config, "train", c.setting, c.method, c.variant)["runtime"] for c in cells]
+        limit = job_resources(config, "teacher_server")["runtime"]
+        short = " (shorter than its longest cell: each of its runs outlives it)" if limit < max(runtimes) else ""
+        lines.append(f"  {m}: {len(cells)} cells; it must live from the first to start to the last to end: at least "
+                     f"the longest cell, {max(runtimes) / 60:,.1f} h, at most all of them one after another, "
+                     f"{sum(runtimes) / 60:,.1f} h; its time limit: {limit / 60:,.1f} h{short}")  # fmt: skip
+    if not lines:
+        return ""
+    return ("Teacher servers the workflow starts (teacher_server: serve): each is launched by the first of its cells "
+            "that a run trains and lives while they need it; one that reaches its time limit (resources."
+            "teacher_server.runtime) is launched again by the next cell that asks, and cells that were using it wait "
+            "for it. Give it the waves of cells that run at once, and no more than your cluster's limit:\n"
+            + "\n".join(lines))  # fmt: skip

@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import grid, jobs, runs, teacher_server
+from scout import grid, jobs, runs, serving, teacher_server
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -148,20 +148,17 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
 
 
 def servers(config: dict, work: Path) -> list[dict]:
-    """The teacher servers the workflow starts (``teacher_server: serve``): up or not, with their
-    URL, the cells holding them now and the cells still to train."""
+    """The teacher servers the workflow starts (``teacher_server: serve``): up (its address answers
+    and serves the model) or not, with their URL, the cells holding them now and the cells still
+    to train."""
     out = []
     for model in teacher_server.served_by_workflow(config):
         folder = work / teacher_server.server_folder(config, model)
-        address = folder / "address.json"
-        try:
-            url = json.loads(address.read_text())["url"] if address.exists() else None
-        except (OSError, ValueError, KeyError):  # being written
-            url = None
+        found = serving.live_server(folder, model)
         users = jobs.served_outputs(config, model)
-        holding = teacher_server.read_leases(folder / "leases", time.time())[0]
-        out.append({"model": model, "url": url, "holding": len(holding), "users": len(users),
-                    "to_train": sum(not (work / u).exists() for u in users)})  # fmt: skip
+        holding = serving.read_leases(folder / "leases", time.time())[0]
+        out.append({"model": model, "url": found["url"] if found else None, "holding": len(holding),
+                    "users": len(users), "to_train": sum(not (work / u).exists() for u in users)})  # fmt: skip
     return out
 
 

@@ -6,12 +6,13 @@ import copy
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
 
 from scout import config as C
-from scout import grid, jobs, runs
+from scout import grid, jobs, resources, runs
 from tests.conftest import REPO, dry_run
 
 
@@ -674,11 +675,15 @@ def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_
     for c in grid.all_cells(toy):  # everyone else keeps a teacher of its own, or shares a user's run
         if c.setting in ("toy-l-s-math", "toy-l-s-code") and c not in users:
             assert c.method in ("scout", "relay_opd", "grpo", "opd_teacher_grpo", "optr_scout") or plans[c].shares in users, c
-    assert spec["users"] == sorted(f"{grid.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
-    assert len(spec["users"]) == len(set(spec["users"]))
-    assert spec["path"] == grid.model_path(toy, "toy-large") and spec["model"] == "toy-large"
+    outputs = jobs.served_outputs(served, "toy-large")
+    assert outputs == sorted(f"{grid.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
+    assert len(outputs) == len(set(outputs))
+    # absolute paths: its Slurm job may start in another folder
+    assert spec["path"] == str(Path(grid.model_path(toy, "toy-large")).resolve()) and spec["model"] == "toy-large"
     tr = toy["training"]
     longest = max(toy["settings"][s].get("max_prompt_length", tr["max_prompt_length"]) for s in ("toy-l-s-math", "toy-l-s-code"))
     assert spec["max_model_len"] == longest + tr["max_response_length"] + 1
     assert spec["max_logprobs"] == max(20, toy["methods"]["prune_opd"]["topk"])
-    assert spec["address"].endswith("servers/toy-large/address.json")
+    assert spec["folder"] == str(Path(toy["results"]).resolve() / "servers" / "toy-large")
+    assert spec["resources"] == {k: v for k, v in resources.job_resources(toy, "teacher_server").items()
+                                 if k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb", "runtime")}  # fmt: skip

@@ -4,10 +4,11 @@ failing job, a preempted training job, and a two-node Ray job."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -39,9 +40,6 @@ def cluster(tmp_path_factory):
         yield c
 
 
-SERVED = importlib.util.find_spec("vllm") is not None  # CI has vLLM's CPU build (SCOUT_REQUIRE_VLLM=1)
-
-
 def slurm_config(results: str) -> dict:
     """A few jobs of every kind: toy world, training (one of them SCOUT), evaluation, report;
     distinct resources per rule family and method, so that the test can see each reach sbatch."""
@@ -57,11 +55,6 @@ def slurm_config(results: str) -> dict:
         "evaluate": {"cpus_per_node": 2, "mem_mb": 1500, "runtime": 20},
         "train": {"methods": {"scout": {"mem_mb": 2500, "runtime": 45}}},
     }
-    if SERVED:  # OPD's teacher served by the workflow, in a Slurm job of its own
-        cfg["models"]["toy-large"]["toy"]["hidden_size"] = 64  # head_dim 32, as vLLM's CPU attention needs
-        cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
-        cfg["teacher_serving"] = {"args": ["--dtype", "float32", "--enforce-eager", "--kv-cache-memory-bytes", "268435456"]}
-        cfg["resources"]["teacher_server"] = {"mem_mb": 3000, "runtime": 20}
     return cfg
 
 
@@ -110,11 +103,31 @@ def test_grid_runs_through_the_profile(grid_run):
     assert json.loads((work / "results" / "report" / "manifest.json").read_text())["missing"] == []
     ckpt = work / "results" / "train" / "toy-l-s-math" / "scout" / "s1" / "model" / "final" / "model.safetensors"
     assert ckpt.exists()
-    if SERVED:  # OPD scored against the server the workflow started; SCOUT kept its own teacher
-        log = (work / "results" / "logs" / "servers" / "toy-large.log").read_text().strip().splitlines()
-        record = json.loads(log[-1])
-        assert record["stopped"] == "every user has finished" and record["requests"] > 0
-        assert record["users"] == ["results/train/toy-l-s-math/opd/s1/train.json"]
+
+
+def _server_record(work: Path, wait_s: float = 60) -> dict:
+    """The record a server of this folder logs when it stops (the last line of its log), once it has."""
+    logs = work / "results" / "servers" / "toy-large"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < wait_s:
+        for log in sorted(logs.glob("server-*.log"), key=lambda p: p.stat().st_mtime, reverse=True):
+            last = log.read_text().strip().splitlines()[-1:]
+            if last and last[0].startswith("{"):
+                return json.loads(last[0])
+        time.sleep(0.5)
+    raise AssertionError(f"no server of {work} logged its stop in {wait_s} s")
+
+
+def server_jobs(cluster, work: Path, settled: float = 60) -> list[dict]:
+    """The teacher servers the workflow launched for this folder (sbatch from its await jobs), once
+    none is queued or running any more (they stop within seconds of their run's end)."""
+    t0 = time.monotonic()
+    while True:
+        jobs = sorted((j for j in slurm_jobs(cluster) if j.get("JobName") == "scout-teacher-toy-large"
+                       and j.get("WorkDir") == str(work)), key=lambda j: int(j["JobId"]))  # fmt: skip
+        if all(j["JobState"] not in ("PENDING", "RUNNING", "COMPLETING") for j in jobs) or time.monotonic() - t0 > settled:
+            return jobs
+        time.sleep(1)
 
 
 def test_sbatch_received_each_rule_family_resources(grid_run):
@@ -125,11 +138,7 @@ def test_sbatch_received_each_rule_family_resources(grid_run):
         name = re.match(r"rule_([a-z_]+?)(_wildcards|$)", comment)
         by_rule.setdefault(name.group(1) if name else comment, []).append(j)
     # the local rule (grid_report) never went to Slurm; everything else did
-    assert set(by_rule) == {"toy_data", "toy_tokenizer", "toy_pretrain", "train", "evaluate_math"} | (
-        {"serve_teacher"} if SERVED else set())  # fmt: skip
-    if SERVED:
-        (server,) = by_rule["serve_teacher"]
-        assert (server["MinMemoryNode"], server["TimeLimit"], server["NumNodes"]) == ("3000M", "00:20:00", "1")
+    assert set(by_rule) == {"toy_data", "toy_tokenizer", "toy_pretrain", "train", "evaluate_math"}
     assert all(j["JobState"] == "COMPLETED" for j in jobs)
     evals = by_rule["evaluate_math"]
     assert len(evals) == 4  # opd, scout, base-student, base-teacher
@@ -247,3 +256,113 @@ def test_two_node_ray_job(cluster, tmp_path):
     }
     assert states == {"0": "COMPLETED", "3": "FAILED"}
     assert all(j["NumNodes"] == "2" for j in slurm_jobs(cluster) if "ray_probe" in j.get("Comment", ""))
+
+
+
+# -- a teacher server the workflow launches, where it breaks ------------------------------------------
+
+SERVED_TARGETS = [f"results/train/toy-l-s-math/{m}/s1/train.json" for m in ("opd", "prune_opd")]
+
+
+def served_folder(grid_run, tmp_path: Path, **serving) -> Path:
+    """A folder whose OPD and Prune-OPD cells score against a server the workflow launches (the
+    embedded engine: seconds to start), its toy world copied from the grid's (the same specs)."""
+    work = tmp_path / "work"
+    (work / "results").mkdir(parents=True)
+    shutil.copytree(grid_run["work"] / "results" / "toy", work / "results" / "toy")
+    cfg = yaml.safe_load((grid_run["work"] / "config.yaml").read_text())
+    cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
+    cfg["teacher_serving"] = {"engine": "embedded", "wait_minutes": 3, **serving}
+    cfg["resources"]["teacher_server"] = {"mem_mb": 1500, "runtime": 20}
+    cfg["experiments"] = {"main": {"settings": ["toy-l-s-math"], "methods": ["opd", "prune_opd"], "seeds": [1]}}
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return work
+
+
+def _ok(out) -> str:
+    return f"{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+
+
+def test_served_cells_are_submitted_once_their_server_answers_and_wait_for_it_again(cluster, grid_run, tmp_path):
+    """Leftovers of a run that is gone (a killed server's address, its record, an await flag) are
+    not trusted; the server is held in Slurm's queue for 8 s, and no cell is submitted before it
+    runs; once a cell holds it, it is killed (scancel), and the cells wait for it again: one of them
+    launches another, and both train. No cell failed, so no retry was spent."""
+    work = served_folder(grid_run, tmp_path, sbatch=["--begin=now+8"])
+    where = work / "results" / "servers" / "toy-large"
+    flag = where / "await" / "toy-l-s-math" / "opd" / "s1.json"
+    flag.parent.mkdir(parents=True)
+    flag.write_text(json.dumps({"run": "gone"}))
+    (where / "address.json").write_text(json.dumps({"id": "old", "url": "http://127.0.0.1:9", "model": "toy-large"}))
+    (where / "served.json").write_text("{}")
+    killed, finished = [], threading.Event()
+
+    def kill_once_held():
+        while not finished.is_set() and not killed:
+            address = json.loads((where / "address.json").read_text()) if (where / "address.json").exists() else {}
+            if list((where / "leases").glob("*.lease")) and address.get("job"):
+                killed.append(address["job"])
+                cluster.run("scancel", address["job"])
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=kill_once_held)
+    watcher.start()
+    out = snakemake(cluster, work, "--retries", "0", *SERVED_TARGETS)
+    finished.set()
+    watcher.join()
+    assert out.returncode == 0, _ok(out)
+    assert all((work / t).exists() for t in SERVED_TARGETS)
+    servers = server_jobs(cluster, work)
+    assert len(servers) == 2 and killed == [servers[0]["JobId"]], servers
+    assert servers[0]["JobState"] == "CANCELLED" and servers[1]["JobState"] == "COMPLETED"
+    # each with the config's resources.teacher_server, launched by the workflow (no profile involved)
+    assert {(j["MinMemoryNode"], j["TimeLimit"], j["NumNodes"], j["NumCPUs"]) for j in servers} == {("1500M", "00:20:00", "1", "1")}
+    cells = [j for j in slurm_jobs(cluster) if "rule_train" in j.get("Comment", "") and j.get("WorkDir") == str(work)]
+    assert len(cells) == 2 and all(j["JobState"] == "COMPLETED" for j in cells)
+    # Slurm's times (ISO, to the second): the server waited in the queue, and each cell was
+    # submitted only after it had started
+    assert servers[0]["StartTime"] > servers[0]["SubmitTime"]
+    assert all(j["SubmitTime"] >= servers[0]["StartTime"] for j in cells)
+    logs = " ".join((work / "results" / "logs" / "train" / "toy-l-s-math" / m / "s1.log").read_text() for m in ("opd", "prune_opd"))
+    assert "teacher server of toy-large: launched as Slurm job" in logs  # a cell launched the second one
+    assert not flag.exists() or json.loads(flag.read_text())["run"] != "gone"
+
+
+def test_a_restart_a_failed_cell_and_a_rerun_by_target_each_get_their_server(cluster, grid_run, tmp_path):
+    """Snakemake is killed (SIGKILL) while its server waits in Slurm's queue; restarted, it finds that
+    job and waits for it instead of launching a second server. In that run (--keep-going) Prune-OPD
+    cannot be placed (its memory is above every node's) while OPD trains through the server; the
+    run ends with the failure. The next run plans Prune-OPD's await job again (its flag cleared) with
+    OPD forced by target, and both train against a server (the same one, within its grace, or a new
+    one). Once no run is alive, no server is left queued or running."""
+    work = served_folder(grid_run, tmp_path, sbatch=["--begin=now+8"])
+    where = work / "results" / "servers" / "toy-large"
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["resources"]["train"]["methods"]["prune_opd"] = {"mem_mb": 64000}
+    (work / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work), "--profile",
+           str(REPO / "profiles" / "slurm"), *FAST, "--configfile=bad.yaml", *SERVED_TARGETS]  # fmt: skip
+    env = {**cluster.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    first = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
+    t0 = time.monotonic()
+    while not (where / "launch.json").exists() and time.monotonic() - t0 < 120:
+        time.sleep(0.2)
+    assert (where / "launch.json").exists(), "the first run never launched its server"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    (killed_run,) = [p.name for p in (work / "results" / "servers" / "runs").iterdir()]
+    assert snakemake(cluster, work, "--unlock").returncode == 0
+    out = snakemake(cluster, work, "--configfile=bad.yaml", "--retries", "0", "--keep-going", *SERVED_TARGETS)
+    assert out.returncode != 0 and (work / SERVED_TARGETS[0]).exists() and not (work / SERVED_TARGETS[1]).exists()
+    assert len(server_jobs(cluster, work, settled=0)) == 1  # the killed run's server served the restart
+    trained = (work / SERVED_TARGETS[0]).stat().st_mtime
+    out = snakemake(cluster, work, "--force", *SERVED_TARGETS)
+    assert out.returncode == 0, _ok(out)
+    assert out.stderr.count("rule await_teacher") + out.stdout.count("rule await_teacher") == 2
+    assert (work / SERVED_TARGETS[1]).exists() and (work / SERVED_TARGETS[0]).stat().st_mtime > trained
+    old = time.time() - 600  # the killed run's heartbeat, as it is 10 minutes later
+    os.utime(work / "results" / "servers" / "runs" / killed_run, (old, old))
+    servers = server_jobs(cluster, work)
+    assert 1 <= len(servers) <= 2 and all(j["JobState"] == "COMPLETED" for j in servers), servers
+    assert _server_record(work)["stopped"] == "no run needs it"

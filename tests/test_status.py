@@ -143,19 +143,43 @@ def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
 
 
 def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
-    from scout import jobs, teacher_server
+    """Up only when its address answers and serves its model: an address left by a server that is
+    gone reads "not up"."""
+    import http.server
+    import threading
+
+    from scout import jobs, serving, teacher_server
 
     cfg = toy_config()
     cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
-    users = jobs.teacher_server_spec(cfg, "toy-large")["users"]
+    users = jobs.served_outputs(cfg, "toy-large")
     finished_run(tmp_path / users[0].removesuffix("/train.json"))
     text = status.render(status.status(cfg, tmp_path))
     assert f"teacher server toy-large: not up; {len(users) - 1} of its {len(users)} cells still to train" in text
     folder = tmp_path / teacher_server.server_folder(cfg, "toy-large")
     folder.mkdir(parents=True)
-    (folder / "address.json").write_text(json.dumps({"url": "http://node7:8123", "model": "toy-large"}))
-    lease = teacher_server.Lease(folder / "leases", users[1])
+
+    class Models(http.server.BaseHTTPRequestHandler):  # what a server answers on /v1/models
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": "toy-large"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    (folder / "address.json").write_text(json.dumps({"id": "a", "url": url, "model": "toy-large"}))
+    lease = serving.Lease(folder / "leases", users[1])
     lease.path.parent.mkdir(parents=True)
     lease._write(released=False)
     text = status.render(status.status(cfg, tmp_path))
-    assert "teacher server toy-large: up at http://node7:8123, 1 cells holding it;" in text
+    assert f"teacher server toy-large: up at {url}, 1 cells holding it;" in text
+    server.shutdown()
+    server.server_close()
+    text = status.render(status.status(cfg, tmp_path))
+    assert "teacher server toy-large: not up;" in text  # its address is still there, and not trusted

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
-import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
 
+from scout import serving
 from scout import teacher_server as ts
 from scout.embedded import lm
 from scout.embedded.trainer import Trainer
@@ -53,6 +55,20 @@ def test_a_server_that_is_gone_fails_after_its_retries_with_one_clear_error():
     assert waits == [0.5, 1.0]
 
 
+def test_a_client_of_a_launched_server_finds_it_again_before_it_gives_up():
+    """A cell's server that goes away: after each round of retries the client finds it again (the
+    workflow's server: waits, or launches one) and tries there, RECONNECTS times, then fails."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    found = []
+    client = ts.TeacherClient(dead, "toy", retries=2, backoff=0.1, sleep=lambda _: None,
+                              reconnect=lambda: found.append(dead) or dead)  # fmt: skip
+    with pytest.raises(ts.TeacherServerError, match="is gone: 2 tries failed"):
+        client.score([[1, 2]], [[3]])
+    assert len(found) == ts.RECONNECTS
+
+
 @pytest.fixture(scope="module")
 def served(world, tmp_path_factory):
     """The toy teacher (head_dim 32, which vLLM's CPU attention supports) behind vLLM's
@@ -67,20 +83,7 @@ def served(world, tmp_path_factory):
 
 
 def test_the_servers_log_probs_and_top_k_equal_the_embedded_teachers(served):
-    client = ts.TeacherClient(served["url"], served["model"])
-    g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(3, 30, (12,), generator=g)]
-    responses = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(1, 40, (12,), generator=g)]
-    got = client.score(prompts, responses, k=5)
-    model = lm.load_model(served["teacher"], "cpu").eval()
-    with torch.no_grad():
-        logits, tokens, _ = lm.response_logits(model, prompts, responses, 0)
-    ours = lm.token_logp(logits, tokens)
-    top = torch.log_softmax(logits, dim=-1).topk(5, dim=-1).indices
-    gap = max(abs(ours[i, j].item() - s.logp[j]) for i, s in enumerate(got) for j in range(len(responses[i])))
-    print(f"\nserver vs embedded teacher: largest |log-prob gap| {gap:.2e} over {sum(map(len, responses))} tokens")
-    assert gap < 1e-4
-    assert all(set(s.topk[j]) == set(top[i, j].tolist()) for i, s in enumerate(got) for j in range(len(responses[i])))
+    _compare_with_embedded(served, "vLLM's server")
 
 
 @pytest.mark.parametrize("method", ["opd", "prune_opd"])
@@ -159,71 +162,190 @@ def test_verls_own_teacher_manager_scores_through_the_server(served):
 
 
 def test_when_a_workflow_server_stops_by_hand():
-    """Needed while a lease is live; after every user has finished and none has held it for the
-    grace period (once one has); or once none has held it for the idle time."""
-    stop = ts.stop_reason
+    """Wanted while a run that may use it lives, up to the idle time after its last use; once no
+    such run lives, a grace period after that."""
+    stop = serving.stop_reason
     idle, grace = 600.0, 15.0
-    assert stop(100.0, 0.0, 100.0, True, 50.0, idle, grace) is None  # a user holds it
-    assert stop(100.0, 0.0, None, False, 0.0, idle, grace) is None  # every output exists, no user came yet
-    assert stop(100.0, 0.0, 90.0, False, 90.0, idle, grace) is None  # finished 10 s ago: within the grace
-    assert stop(106.0, 0.0, 90.0, False, 90.0, idle, grace) == "every user has finished"
-    assert stop(106.0, 0.0, 90.0, False, None, idle, grace) is None  # a user is still to come
-    assert stop(691.0, 0.0, 90.0, False, None, idle, grace) == "no user for 10 minutes"
-    assert stop(599.0, 0.0, None, False, None, idle, grace) is None
-    assert stop(601.0, 0.0, None, False, None, idle, grace) == "no user for 10 minutes"
+    assert stop(100.0, 100.0, True, None, idle, grace) is None  # a user holds it or waits for it
+    assert stop(700.0, 100.0, True, None, idle, grace) is None  # idle 600 s: not yet over
+    assert stop(701.0, 100.0, True, None, idle, grace) == "no user for 10 minutes"
+    assert stop(110.0, 100.0, False, 100.0, idle, grace) is None  # its run ended 10 s ago
+    assert stop(115.0, 100.0, False, 100.0, idle, grace) == "no run needs it"
 
 
 def test_a_lease_is_live_while_its_job_runs_and_seen_after_it_ends(tmp_path):
-    lease = ts.Lease(tmp_path, "results/train/a/train.json").start()
+    lease = serving.Lease(tmp_path, "results/train/a/train.json").start()
     now = time.time()
-    assert ts.read_leases(tmp_path, now) == (["results/train/a/train.json"], {"results/train/a/train.json"},
-                                             lease.path.stat().st_mtime)  # fmt: skip
-    os.utime(lease.path, (now - ts.STALE - 1, now - ts.STALE - 1))  # a job killed outright: no heartbeat
-    assert ts.read_leases(tmp_path, now)[0] == []
+    assert serving.read_leases(tmp_path, now) == (["results/train/a/train.json"], {"results/train/a/train.json"},
+                                                  lease.path.stat().st_mtime)  # fmt: skip
+    os.utime(lease.path, (now - serving.STALE - 1, now - serving.STALE - 1))  # a job killed outright: no heartbeat
+    assert serving.read_leases(tmp_path, now)[0] == []
     lease._write(released=True)  # what the job does at its end
-    live, seen, last = ts.read_leases(tmp_path, time.time())
+    live, seen, last = serving.read_leases(tmp_path, time.time())
     assert live == [] and seen == {"results/train/a/train.json"} and last >= now
 
 
-def test_a_served_cell_without_its_server_fails_with_what_to_run(tmp_path, monkeypatch):
-    """A cell targeted alone, whose server is not part of the run, waits and then names the target."""
-    address = tmp_path / "results" / "servers" / "toy-large" / "address.json"
-    monkeypatch.setenv(ts.ENV, json.dumps({"toy-l-s-math": {"address": str(address), "wait_minutes": 0.002}}))
-    with pytest.raises(ts.TeacherServerError, match=r"no teacher server came up in 0.002 minutes.*served.json"):
-        ts.client_for("toy-l-s-math", user="x/train.json", log=lambda _: None)
+def test_a_demand_waits_until_its_cell_has_trained_and_only_while_its_run_lives(tmp_path):
+    """A cell's demand counts until its train.json is newer than it, and only for a run whose
+    heartbeat is fresh; leftovers of runs that are gone (demands, await flags) are cleared."""
+    results = tmp_path / "results"
+    where = serving.folder(results, "toy-large")
+    user = str(tmp_path / "train" / "opd" / "train.json")
+    serving.add_demand(where, user, "run1")
+    assert serving.pending(where, {"run1"}) == [user] and serving.pending(where, {"run2"}) == []
+    Path(user).parent.mkdir(parents=True)
+    Path(user).write_text("{}")  # trained after the demand: no longer waiting
+    assert serving.pending(where, {"run1"}) == []
+    os.utime(user, (time.time() - 60, time.time() - 60))  # an old train.json (a forced rerun's): waiting again
+    assert serving.pending(where, {"run1"}) == [user]
+    flag = where / "await" / "toy-l-s-math" / "opd" / "s1.json"
+    flag.parent.mkdir(parents=True)
+    flag.write_text(json.dumps({"run": "run1"}))
+    serving.start_run(results, "run1")
+    assert serving.live_runs(results) == {"run1"} and serving.clear_stale(results) == []
+    (serving.runs_folder(results) / "run1").unlink()  # run1 gone (killed: its heartbeat stops)
+    assert sorted(serving.clear_stale(results)) == sorted([flag, where / "demand" / f"{serving._key(user)}.json"])
+    assert not flag.exists()
+
+
+@pytest.fixture(scope="module")
+def toy_teacher(world, tmp_path_factory):
+    root = tmp_path_factory.mktemp("teacher")
+    model, tok = build_model({**TINY, "hidden_size": 64}, world["root"] / "tokenizer", seed=64)
+    model.save_pretrained(root / "teacher")
+    tok.save_pretrained(root / "teacher")
+    return str(root / "teacher")
+
+
+def _spec(path: str, results: Path, **extra) -> dict:
+    return {"model": "toy-large", "path": path, "results": str(results), "folder": str(serving.folder(results, "toy-large")),
+            "max_model_len": 256, "max_logprobs": 20, "gpus": 0, "engine": "embedded", "grace_s": 2, "poll_s": 0.5,
+            "resources": {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 1000, "runtime": 10}, **extra}  # fmt: skip
+
+
+def test_the_embedded_servers_answers_are_the_embedded_teachers(toy_teacher, tmp_path):
+    """The embedded engine's server (what the toy world serves without vLLM) answers as vLLM's does:
+    the tokens' log-probs and the top k, within float rounding of the embedded teacher's forward."""
+    serving.start_run(tmp_path, "r")
+    found = serving.ensure(_spec(toy_teacher, tmp_path), str(tmp_path / "u.json"), "r", "local", wait_s=120, poll=0.5)
+    try:
+        _compare_with_embedded({"url": found["url"], "model": "toy-large", "teacher": toy_teacher}, "embedded engine")
+    finally:
+        serving.end_run(tmp_path, "r")
+
+
+def _compare_with_embedded(served: dict, what: str) -> None:
+    client = ts.TeacherClient(served["url"], served["model"])
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(3, 30, (12,), generator=g)]
+    responses = [torch.randint(5, 100, (int(n),), generator=g).tolist() for n in torch.randint(1, 40, (12,), generator=g)]
+    got = client.score(prompts, responses, k=5)
+    model = lm.load_model(served["teacher"], "cpu").eval()
+    with torch.no_grad():
+        logits, tokens, _ = lm.response_logits(model, prompts, responses, 0)
+    ours = lm.token_logp(logits, tokens)
+    top = torch.log_softmax(logits, dim=-1).topk(5, dim=-1).indices
+    gap = max(abs(ours[i, j].item() - s.logp[j]) for i, s in enumerate(got) for j in range(len(responses[i])))
+    print(f"\n{what} vs embedded teacher: largest |log-prob gap| {gap:.2e} over {sum(map(len, responses))} tokens")
+    assert gap < 1e-4
+    assert all(set(s.topk[j]) == set(top[i, j].tolist()) for i, s in enumerate(got) for j in range(len(responses[i])))
+
+
+def test_a_server_is_launched_once_found_again_relaunched_when_killed_and_stopped_with_its_run(toy_teacher, tmp_path):
+    """The lifecycle on one machine: the first waiter launches the server, a second finds the same
+    one; a server killed outright (SIGKILL, its engine with it) leaves an address that is not
+    trusted, and the next waiter launches another; an address of a server of another model is not
+    trusted either; once its run ends the server stops, and deletes its own address only."""
+    results = tmp_path / "results"
+    spec = _spec(toy_teacher, results)
+    where = Path(spec["folder"])
+    serving.start_run(results, "run1")
+    first = serving.ensure(spec, str(tmp_path / "a.json"), "run1", "local", wait_s=120, poll=0.5)
+    assert serving.ensure(spec, str(tmp_path / "b.json"), "run1", "local", wait_s=120, poll=0.5)["id"] == first["id"]
+    os.kill(first["pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+    while serving.answers(first["url"], "toy-large", timeout=1) and time.monotonic() - t0 < 20:
+        time.sleep(0.2)
+    assert json.loads((where / "address.json").read_text())["id"] == first["id"]  # left behind ...
+    assert serving.live_server(where, "toy-large") is None  # ... and not trusted
+    second = serving.ensure(spec, str(tmp_path / "a.json"), "run1", "local", wait_s=120, poll=0.5)
+    assert second["id"] != first["id"] and json.loads((where / "launch.json").read_text())["id"] == second["id"]
+    assert serving.live_server(where, "another-model") is None
+    serving.end_run(results, "run1")
+    t0 = time.monotonic()
+    while serving.answers(second["url"], "toy-large", timeout=1) and time.monotonic() - t0 < 30:
+        time.sleep(0.5)
+    assert not serving.answers(second["url"], "toy-large") and not (where / "address.json").exists()
+    log = Path(json.loads((where / "launch.json").read_text())["log"]).read_text()
+    assert '"stopped": "no run needs it"' in log
+
+
+def test_a_server_that_stopped_idle_is_launched_again_by_the_next_cell(toy_teacher, tmp_path):
+    """While its run lives, a server with no cell holding it or waiting for it stops after
+    idle_minutes, a normal end; the next cell that needs it launches another."""
+    results = tmp_path / "results"
+    spec = _spec(toy_teacher, results, idle_minutes=0.03)
+    serving.start_run(results, "run1")
+    user = tmp_path / "train" / "a" / "train.json"
+    first = serving.ensure(spec, str(user), "run1", "local", wait_s=120, poll=0.5)
+    user.parent.mkdir(parents=True)
+    user.write_text("{}")  # the cell has trained: nobody waits for the server now
+    t0 = time.monotonic()
+    while serving.answers(first["url"], "toy-large", timeout=1) and time.monotonic() - t0 < 30:
+        time.sleep(0.3)
+    log = Path(json.loads((Path(spec["folder"]) / "launch.json").read_text())["log"])
+    assert '"stopped": "no user for 0.03 minutes"' in log.read_text()
+    second = serving.ensure(spec, str(tmp_path / "train" / "b" / "train.json"), "run1", "local", wait_s=120, poll=0.5)
+    assert second["id"] != first["id"] and serving.live_server(Path(spec["folder"]), "toy-large")["id"] == second["id"]
+    serving.end_run(results, "run1")
+
+
+def test_a_server_that_never_answers_fails_its_waiter_after_its_launches(tmp_path):
+    """A server whose engine cannot start (its weights are missing) is launched LAUNCHES times,
+    then the waiter fails naming the last launch's log; no cell was given a server."""
+    results = tmp_path / "results"
+    serving.start_run(results, "run1")
+    with pytest.raises(serving.TeacherServerError, match=r"launched 3 times and never answered.*server-\w+\.log"):
+        serving.ensure(_spec(str(tmp_path / "no-model"), results), str(tmp_path / "a.json"), "run1", "local", poll=0.3)
+    serving.end_run(results, "run1")
+
+
+def test_a_served_cell_without_a_server_in_its_environment_keeps_its_own_teacher(monkeypatch):
+    monkeypatch.setenv(ts.ENV, json.dumps({"toy-l-s-math": {"url": "http://x:1", "model": "m"}}))
     assert ts.client_for("toy-mg-s-math") is None
+    assert ts.client_for("toy-l-s-math").url == "http://x:1"
 
 
 def test_the_workflow_serves_the_teacher_while_its_cells_train(tmp_path):
     """One node, through Snakemake: OPD and Prune-OPD of a setting with ``teacher_server: serve``.
-    The serve_teacher job starts vLLM's CPU server on the setting's teacher, both cells find it by
-    its address and hold it by their leases while they train, and it stops once both have
-    finished, its address gone and its port closed. SCOUT's cell in the same run keeps its own
-    teacher. The server's record is temporary: a later run with nothing to train plans no server."""
-    vllm_or_skip()
+    Their await_teacher jobs launch one server (the embedded engine), both cells find it and hold it
+    by their leases, and it stops once the run has ended. SCOUT's cell in the same run keeps its own
+    teacher. A later run with nothing to train plans no await job. (Where it breaks: on the Slurm
+    test cluster, tests/test_slurm.py.)"""
     from tests.conftest import mini_config
     from tests.test_workflow import snakemake
 
     cfg = mini_config("results")
-    cfg["models"]["toy-large"]["toy"]["hidden_size"] = 64  # head_dim 32, as vLLM's CPU attention needs
     cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
-    cfg["teacher_serving"] = {"idle_minutes": 3, "args": ["--dtype", "float32", "--enforce-eager",
-                                                          "--kv-cache-memory-bytes", "268435456"]}  # fmt: skip
+    cfg["teacher_serving"] = {"engine": "embedded"}
     cfg["experiments"] = {"main": {"settings": ["toy-l-s-math"], "methods": ["opd", "prune_opd", "scout"], "seeds": [1]}}
     cfg["claims"] = []  # the config's own claims are about experiments left out here
     (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
     train = [f"results/train/toy-l-s-math/{m}/s1/train.json" for m in ("opd", "prune_opd", "scout")]
-    snakemake(tmp_path, *train, "results/servers/toy-large/served.json")
-    record = json.loads((tmp_path / "results/logs/servers/toy-large.log").read_text().strip().splitlines()[-1])
-    print(f"\nthe workflow's teacher server: {record}")
-    assert record["stopped"] == "every user has finished"
-    assert sorted(record["users"]) == train[:2]
-    assert record["requests"] > 0
-    assert not (tmp_path / "results/servers/toy-large/address.json").exists()
-    with pytest.raises(OSError):
-        urllib.request.urlopen(f"{record['url']}/v1/models", timeout=5)
+    out = snakemake(tmp_path, *train)
+    assert out.stdout.count("rule await_teacher") + out.stderr.count("rule await_teacher") == 2
+    where = tmp_path / "results/servers/toy-large"
+    launches = sorted(where.glob("server-*.log"))
+    assert len(launches) == 1
     for t in train:  # each served cell tested its teacher against the server; SCOUT its own
         first = json.loads((tmp_path / t).parent.joinpath("metrics.jsonl").read_text().splitlines()[0])
         assert first["teacher_selftest_diff"] < 1e-4, t
-    rest = snakemake(tmp_path, "-n")  # the rest of the grid: evaluations, the report, no server
-    assert "rule serve_teacher" not in rest.stdout and "rule evaluate" in rest.stdout
+    users = {json.loads(p.read_text())["user"] for p in where.glob("leases/*.lease")}
+    assert users == {str(tmp_path / t) for t in train[:2]}
+    t0 = time.monotonic()  # the run has ended: the server stops within its grace
+    while (where / "address.json").exists() and time.monotonic() - t0 < 40:
+        time.sleep(0.5)
+    record = json.loads(launches[0].read_text().strip().splitlines()[-1])
+    assert record["stopped"] == "no run needs it" and record["requests"] > 0
+    rest = snakemake(tmp_path, *train, "-n")
+    assert "await_teacher" not in rest.stdout + rest.stderr

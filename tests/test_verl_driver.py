@@ -92,7 +92,8 @@ def test_a_served_cell_finds_its_server_or_names_what_is_missing(math_rows, tmp_
     with pytest.raises(SystemExit, match="trains on GPUs"):
         driver.train(spec, tmp_path / "run", log=lambda *_: None)
     cfg = OmegaConf.load(tmp_path / "run" / "verl_config.yaml")
-    assert dict(cfg.scout.teacher_server) == server and cfg.scout.teacher_served
+    user = str((tmp_path / "run" / "train.json").resolve())  # its lease's name, should the server need finding again
+    assert dict(cfg.scout.teacher_server) == {**server, "user": user} and cfg.scout.teacher_served
     assert (cfg.trainer.nnodes, cfg.distillation.nnodes) == (1, 0)
 
 

@@ -139,7 +139,7 @@ def find_server(spec: dict, out: Path, log=print) -> dict | None:
             f'{teacher_server.ENV}=\'{{"{spec["setting"]}": {{"url": ..., "model": ...}}}}\''
         )
     log(f"the teacher scores at {client.url} ({client.model})")
-    return {"url": client.url, "model": client.model}
+    return {"url": client.url, "model": client.model, "user": str((out / "train.json").resolve())}
 
 
 def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:

@@ -580,7 +580,8 @@ class ServedTeacher:
         from scout.verl.teacher_client import ServedTeacherClient
 
         server = self.config.scout.teacher_server
-        return {key: ServedTeacherClient(server.url, server.model) for key in self.distillation_config.teacher_models}
+        user = server.get("user", "")
+        return {key: ServedTeacherClient(server.url, server.model, user) for key in self.distillation_config.teacher_models}
 
 
 @contextmanager

@@ -1,12 +1,17 @@
 # Shared helpers: validated config, the grid of cells, and the input/param functions rules use.
 import json
+import os
 import re
 import sys
+import uuid
 from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 
 from scout import config as scout_config
 from scout import grid, jobs
 from scout import resources as scout_resources
+from scout import serving as scout_serving
 from scout import teacher_server as scout_teacher_server
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
@@ -27,8 +32,18 @@ RES = config.get("results", "results")
 # changing it never reruns a job (scout.tracking)
 scout_tracking.export(config.get("tracking", {}))
 # Which settings' teachers are served (settings.*.teacher_server): also in the environment, not in the
-# specs, so a served teacher retrains nothing (scout.teacher_server)
-scout_teacher_server.export(config)
+# specs, so a served teacher retrains nothing (scout.teacher_server). A server the workflow starts
+# (serve) is launched by its cells' await_teacher jobs and lives while this run needs it
+# (scout.serving): the run's id names its heartbeat, and what runs that are gone left behind (an
+# await flag would let a cell skip waiting for its server) is cleared before anything is planned.
+SERVED = {m: jobs.teacher_server_spec(config, m) for m in scout_teacher_server.served_by_workflow(config)}
+SERVED_CELLS = {(c.setting, c.variant, str(c.seed)): m for m in SERVED for c in jobs.served_users(config, m)}
+scout_teacher_server.export(config, SERVED)
+if workflow.is_main_process:  # a run of its own; its jobs (which read this file again) inherit it
+    os.environ[scout_serving.RUN_ENV] = uuid.uuid4().hex[:12]
+    if SERVED:
+        scout_serving.clear_stale(RES)
+RUN = os.environ.get(scout_serving.RUN_ENV, "")
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
 # The grid, resolved once (scout.grid.Grid): every input function below reads the same cells and specs
@@ -230,28 +245,52 @@ def train_spec(wc):
     return job_spec(f"train/{cell.key}", jobs.train_job_spec(cfg, cell))
 
 
-def train_inputs(wc):
+def cell_inputs(wc):
     cfg = config_for(wc)
     return jobs.train_inputs(cfg, jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
 
 
-def server_spec(wc):
-    return job_spec(f"servers/{wc.model}", jobs.teacher_server_spec(config, wc.model))
+def await_flag(wc):
+    """A served cell's gate: the flag its await_teacher job writes once the server answers, so that
+    the cell is submitted (and holds GPUs) only then. Temporary: planned exactly when the cell is."""
+    model = SERVED_CELLS.get((wc.setting, wc.variant, wc.seed))
+    return [f"{RES}/servers/{model}/await/{wc.setting}/{wc.variant}/s{wc.seed}.json"] if model else []
 
 
-def server_inputs(wc):
-    return grid.model_inputs(config, wc.model)
+def train_inputs(wc):
+    return cell_inputs(wc) + await_flag(wc)
 
 
-def server_files():
-    """The teacher servers the workflow starts (settings.*.teacher_server: serve), each planned
-    while one of its cells has yet to train: its record is temporary, so a cell made again later
-    brings its server up again."""
-    out = []
-    for model in scout_teacher_server.served_by_workflow(config):
-        if any(not Path(u).exists() for u in jobs.served_outputs(config, model)):
-            out.append(f"{RES}/servers/{model}/served.json")
-    return out
+def serving_start():
+    """The run's start (onstart, never in a dry run): how its servers are launched, the heartbeat
+    they live by; a GPU server on one machine is refused (it would share the cells' GPUs)."""
+    if not SERVED:
+        return
+    executor = getattr(workflow.executor_plugin, "name", "local")
+    how = "slurm" if executor == "slurm" else "local"
+    if how == "local" and not workflow.local_exec:
+        raise WorkflowError(
+            f"teacher_server: serve launches its server through Slurm or on this machine, not through the {executor} "
+            "executor: start the server yourself and give teacher_server: {url, model} (docs/cluster.md)"
+        )
+    gpu = sorted(m for m, s in SERVED.items() if s["gpus"])
+    if how == "local" and gpu:
+        raise WorkflowError(
+            f"teacher_server: serve would start a GPU server of {', '.join(gpu)} on this machine, beside the cells, "
+            "on the same GPUs (jobs of one machine are not given GPUs of their own). On one node, start the server "
+            "yourself on GPUs you keep from the workflow (CUDA_VISIBLE_DEVICES=6,7 vllm serve ... --max-logprobs 20) "
+            "and give its address instead: teacher_server: {url: http://localhost:8000, model: NAME} "
+            "(docs/cluster.md); or run on Slurm (--profile profiles/slurm)."
+        )
+    os.environ[scout_serving.LAUNCH_ENV] = how
+    scout_serving.start_run(RES, RUN)
+
+
+def serving_end():
+    """The run's end, successful or not (onsuccess, onerror): its servers stop once no other run
+    needs them, and one still queued is cancelled."""
+    if SERVED:
+        scout_serving.end_run(RES, RUN)
 
 
 def training_data():

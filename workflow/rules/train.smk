@@ -68,23 +68,20 @@ rule train:
         "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"
 
 
-# A frozen teacher served once for the cells of its settings that only score with it
-# (settings.*.teacher_server: serve; docs/cluster.md): it runs beside them, not before them, so
-# they find it by the address file it writes and hold it by leases; it stops when they are done.
-rule serve_teacher:
+# A served cell's gate (settings.*.teacher_server: serve; docs/cluster.md): on the submit host, with
+# no GPU, it makes sure the teacher's server answers, launching it if none is up (scout.serving),
+# before the cell is submitted. Planned exactly when its cell is.
+rule await_teacher:
     input:
-        server_inputs,
+        cell_inputs,
     output:
-        temp(f"{RES}/servers/{{model}}/served.json"),
+        temp(f"{RES}/servers/{{model}}/await/{{setting}}/{{variant}}/s{{seed}}.json"),
     params:
-        spec=server_spec,
+        user=lambda wc: f"{RES}/train/{wc.setting}/{wc.variant}/s{wc.seed}/train.json",
     log:
-        f"{RES}/logs/servers/{{model}}.log",
-    priority: 100
-    threads: cluster_threads("teacher_server")
-    resources:
-        **cluster_resources("teacher_server"),
+        f"{RES}/logs/servers/{{model}}/await/{{setting}}/{{variant}}/s{{seed}}.log",
+    localrule: True
     conda:
-        GPU_ENV  # vLLM
+        GPU_ENV  # the server it launches runs vLLM in the same environment
     shell:
-        "scout --log {log} serve-teacher --spec {params.spec:q} --out {output}"
+        "scout --log {log} await-teacher --setting {wildcards.setting} --user {params.user} --out {output}"
