@@ -25,6 +25,12 @@ from scout.toy.world import build_data, build_model, build_tokenizer_files  # no
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """The Slurm cluster's tests first: they wait on the cluster more than they compute, so in make
+    test's parallel phase (a file per worker) they overlap the other files instead of running last."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)  # stable: files stay in order
+
+
 def dry_run(workdir, configfile, *args) -> subprocess.CompletedProcess:
     """``snakemake -n`` of this repo's workflow in a scratch working directory."""
     cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),

@@ -155,7 +155,7 @@ def _served_run(world: dict, variant: str):
     """A frozen-teacher cell of a setting whose teacher is served (``teacher_server``): the toy
     teacher behind vLLM's OpenAI-compatible server, up for this run alone; its job is placed
     without a teacher engine and scores through the server (``ServedTeacher``)."""
-    from scout import jobs
+    from scout import jobs, serving
     from scout import teacher_server as ts
     from tests.vllm_server import openai_server
 
@@ -168,7 +168,7 @@ def _served_run(world: dict, variant: str):
     with openai_server(grid.model_path(cfg, "toy-large"), out.parent / f"{variant}.server.log", "toy-large") as url:
         env = {ts.ENV: json.dumps({"toy-l-s-math": {"url": url, "model": "toy-large"}})}
         done = _train(world, spec, out, env=env)
-        done.requests = ts.requests_answered(url)
+        done.requests = serving.requests_answered(url)
     return done
 
 
