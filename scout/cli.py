@@ -69,12 +69,11 @@ def cmd_toy_pretrain(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from scout.backends import get_backend
+    from scout import backends
     from scout.tuning import TUNED
 
     spec = _spec(args.spec)
-    if args.dry_run and spec["backend"] != "verl":
-        raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
+    backend = backends.of(spec)
     lrs = {"lr": spec.get("lr"), "teacher_lr": spec.get("method_cfg", {}).get("scout", {}).get("teacher_lr")}
     pending = [k for k, v in lrs.items() if v == TUNED]
     if pending:
@@ -82,9 +81,8 @@ def cmd_train(args) -> int:
             f"the spec's {' and '.join(pending)}: 'tuned'; run the tuning stage first "
             "(snakemake runs it before the cells that read its choice), or give a number"
         )
-    extra = {"dry_run": True} if args.dry_run else {}
     try:
-        get_backend(spec["backend"]).train(spec, args.out, log=_log, **extra)
+        backend.train(spec, args.out, log=_log, dry_run=args.dry_run)
     except BaseException:
         _restore_hint(args.out)
         raise
@@ -295,25 +293,26 @@ def offline_unless_hub_reachable(log=_log, timeout: float = 3.0) -> bool:
 
 
 def cmd_preflight(args) -> int:
-    """Check every training cell against the installed verl before GPU hours are spent."""
+    """Check every training cell with its backend (verl: against the installed verl) before GPU hours are spent."""
     import json as _json
 
     offline_unless_hub_reachable()
-    from scout.verl import preflight
+    from scout import backends, preflight
 
     cfg = _config(args)
-    if cfg["backend"] != "verl":
-        raise SystemExit("scout preflight: the config's backend is not verl (the embedded backend needs no preflight)")
-    rows = preflight.run(cfg, log=_log)
-    print(preflight.render(rows))
-    pairs = preflight.pairs(cfg)
+    if not backends.of(cfg).checks_cells:
+        raise SystemExit(f"scout preflight: the {cfg['backend']} backend needs no preflight")
+    found = preflight.run(cfg, log=_log)
+    rows, pairs = found.cells, found.pairs
+    if rows:
+        print(preflight.table(rows))
     for pair in pairs:  # the tokenizer and template check of each teacher-student pair
         print(f"\n{pair.name}: {pair.verdict}" + "".join(f"\n  {k}: {v}" for k, v in pair.checks.items()))
     problems = [f"{x.name}: {p}" for x in rows + pairs for p in x.problems]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        found = [{"cell": r.name, **r.checks} for r in rows] + [{"pair": x.name, **x.checks} for x in pairs]
-        Path(args.out).write_text(_json.dumps(found, indent=1))
+        record = [{"cell": r.name, **r.checks} for r in rows] + [{"pair": x.name, **x.checks} for x in pairs]
+        Path(args.out).write_text(_json.dumps(record, indent=1))
     if problems:
         raise SystemExit("scout preflight: refused\n  " + "\n  ".join(problems))
     _log(f"preflight: {len(rows)} cells and {len(pairs)} teacher-student pairs pass")

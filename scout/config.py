@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from scout import backends
 from scout.methods import METHODS
 from scout.resources import job_resources
 
@@ -147,17 +148,18 @@ def _reference_errors(config: dict) -> list[str]:
             errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}; expected one of {sorted(config['experiments'])}")
     errs += _resource_errors(config, variants)
     errs += _silent_no_ops(config)
+    if config["backend"] not in backends.BACKENDS:
+        errs.append(
+            f"backend: unknown training backend {config['backend']!r}; expected one of {sorted(backends.BACKENDS)}"
+        )
+    else:
+        errs += backends.get(config["backend"]).config_errors(config)
     if config["world"] == "toy":
         if "toy" not in config:
             errs.append("toy: required when world is 'toy'")
         for name, b in benches.items():
             if "toy" not in b:
                 errs.append(f"benchmarks.{name}.toy: required when world is 'toy' (generator settings)")
-        if config["backend"] == "verl" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
-            errs.append(
-                "backend: verl on the toy world needs GPUs in resources.default (config/verl-smoke.yaml), or "
-                "device: cpu with fake ones (config/verl-cpu.yaml)"
-            )
     else:
         from scout.catalogue import CATALOGUE  # the paper world's only: it loads the graders
 

@@ -17,17 +17,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import tuning
+from scout import backends, tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
-from scout.methods import METHODS
+from scout.methods import LORA_TARGETS, METHODS
+from scout.prompts import view_key
 from scout.runs import NOT_WEIGHTS, checkpoint_steps
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
-# A LoRA teacher's adapters by default: every linear map of a Qwen3 layer (attention's four, the MLP's three)
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr", "teacher_lora_rank")
 
 
@@ -68,11 +67,6 @@ def data_path(config: dict, name: str) -> str:
 def data_view(config: dict, model_id: str, max_prompt_length: int) -> dict:
     return {"tokenizer": model_path(config, model_id), "chat": chat_options(config, model_id),
             "max_prompt_length": max_prompt_length}  # fmt: skip
-
-
-def view_key(view: dict) -> str:
-    """How the prepared data's metadata names one view (tokenizer | prompt limit | chat options)."""
-    return f"{view['tokenizer']}|{view['max_prompt_length']}|{json.dumps(view['chat'], sort_keys=True)}"
 
 
 def meta_path(config: dict, name: str) -> str:
@@ -196,11 +190,10 @@ def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
 def _base_spec(config: dict) -> dict:
     """Training fields every run shares, taken from the ``training`` section."""
     tr = config["training"]
-    device = {"device": config.get("device", "cuda")} if config["backend"] == "verl" else {}
     return {
         "world": config["world"],
         "backend": config["backend"],
-        **device,
+        **backends.of(config).spec_fields(config),
         "batch_size": tr["batch_size"],
         "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
         "ppo_epochs": tr.get("ppo_epochs", 1),
@@ -372,7 +365,7 @@ def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
             plans[c] = Plan(shares=first[key])
         else:
             first[key] = c
-    if config["backend"] == "embedded":
+    if backends.of(config).continues_runs:
         owners = list(first.values())
         for c in owners:
             if not METHODS[c.method].length_free:

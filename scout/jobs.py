@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scout import teacher_server, tuning
+from scout import backends, teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import (
     BASE_VARIANTS,
@@ -72,33 +72,22 @@ def _training_views(config: dict, data: str) -> list[dict]:
 
 
 def train_resources(config: dict, setting: str, method: str, variant: str) -> dict:
-    """What a training job asks for: its configured resources, except that a verl cell scoring
-    against a teacher server (``settings.<s>.teacher_server``) asks for its student's pool alone
-    and is marked so (``teacher_served``), which its placement reads."""
+    """What a training job asks for: its configured resources, as its backend places them (a verl
+    cell scoring against a teacher server asks for its student's pool alone)."""
+    served = bool(config["settings"][setting].get("teacher_server")) and METHODS[method].scores_with_frozen_teacher
     res = job_resources(config, "train", setting, method, variant)
-    if (config["backend"] == "verl" and config["settings"][setting].get("teacher_server")
-            and METHODS[method].scores_with_frozen_teacher):  # fmt: skip
-        from scout.verl.config import served_resources  # no verl import: the placement rule alone
-
-        return served_resources(method, res)
-    return res
+    return backends.of(config).train_resources(method, res, served)
 
 
 def train_job_spec(config: dict, cell: Cell) -> dict:
-    """The spec of a cell's training job; the verl backend places its pools from the job's
-    resources (the embedded one needs none)."""
-    spec = run_spec(config, cell)
-    if config["backend"] != "verl":
-        return spec
-    return {**spec, "resources": train_resources(config, cell.setting, cell.method, cell.variant)}
+    """The spec of a cell's training job, as its backend receives it."""
+    res = train_resources(config, cell.setting, cell.method, cell.variant)
+    return backends.of(config).job_spec(run_spec(config, cell), res)
 
 
 def teacher_job_spec(config: dict, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
-    spec = teacher_prep_spec(config, model_id)
-    if config["backend"] != "verl":
-        return spec
-    return {**spec, "resources": job_resources(config, "prepare_teacher")}
+    return backends.of(config).job_spec(teacher_prep_spec(config, model_id), job_resources(config, "prepare_teacher"))
 
 
 def served_users(config: dict, model_id: str) -> list[Cell]:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# A LoRA teacher's adapters by default: every linear map of a Qwen3 layer (attention's four, the MLP's three)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
 # The config section (``methods.<name>``) each part reads
 PART_SECTIONS = {
     ("budget", "esr"): "esr",

@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scout.catalogue import DataError, Unconvertible, check_row, entry
-from scout.grid import view_key
 from scout.io import DamagedInput, read_jsonl, write_jsonl
-from scout.tuning import normalized
+from scout.prompts import normalized, view_key
 
 
 def _read_files(spec: dict, files: Iterable[str]) -> list[dict]:

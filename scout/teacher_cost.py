@@ -1,7 +1,7 @@
 """What SCOUT's teacher costs in GPUs, by how it trains and where it sits: the cost its paper names
 as its main limitation, for ``scout plan`` and the preflight.
 
-A SCOUT cell on verl has three pools (``scout.verl.config.placement``): the student's (as OPD's),
+A SCOUT cell on verl has three pools (``scout.placement``): the student's (as OPD's),
 the teacher's inference engine (as OPD's) and the teacher's trainer (SCOUT's own). What the
 trainer holds per parameter of the teacher, sharded over its GPUs by FSDP:
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scout.grid import LORA_TARGETS
-from scout.verl.config import VerlConfigError, placement
+from scout.methods import LORA_TARGETS
+from scout.placement import PlacementError, placement
 
 GIB = 1 << 30
 TRAINED_BYTES = 16  # fp32 weights, gradients, Adam's two moments
@@ -111,7 +111,7 @@ def fewest_nodes(name: str, gpus_per_node: int, gpu_gib: float, params: float, a
     for nodes in range(least, max(least, most) + 1):
         try:
             opt = _option(name, nodes, gpus_per_node, gpu_gib, params, adapters, shared, activations)
-        except VerlConfigError:  # too few GPUs on one node for three pools
+        except PlacementError:  # too few GPUs on one node for three pools
             continue
         if opt.fits:
             return opt

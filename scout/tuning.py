@@ -30,6 +30,7 @@ from pathlib import Path
 from scout.config import ConfigError, teacher_lora_rank, validation_sets
 from scout.io import read_record
 from scout.methods import METHODS
+from scout.prompts import normalized
 
 TUNED = "tuned"
 PARAMS = ("student_lr", "teacher_lr", "teacher_lora_lr")
@@ -244,13 +245,6 @@ def write_choice(spec: dict, out: str | Path, log=print) -> dict:
             f"(± {100 * p['sem']:.1f}){mark}"
         )
     return result
-
-
-def normalized(prompt) -> str:
-    """A prompt as compared across datasets: its text (a chat's messages joined), whitespace collapsed."""
-    if isinstance(prompt, list):
-        prompt = "\n".join(str(m.get("content", "")) for m in prompt)
-    return " ".join(str(prompt).split()).lower()
 
 
 def overlap(validation: list[dict], tests: dict[str, list[dict]]) -> dict[str, list[str]]:

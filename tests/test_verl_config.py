@@ -11,6 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from scout import grid, resources
+from scout.placement import PlacementError, placement
 from tests.conftest import REPO
 
 vc = pytest.importorskip("scout.verl.config", reason="needs verl (pip install '.[verl]')")
@@ -147,7 +148,7 @@ def test_override_values_survive_hydra_quoting():
     ],
 )
 def test_placement(method, nodes, gpus, expected):
-    p = vc.placement(method, {"nodes": nodes, "gpus_per_node": gpus})
+    p = placement(method, {"nodes": nodes, "gpus_per_node": gpus})
     got = tuple((p[f"{k}_nodes"], p[f"{k}_gpus"]) for k in ("student", "teacher", "train"))
     assert got == expected
 
@@ -164,7 +165,7 @@ def test_placement(method, nodes, gpus, expected):
     ],
 )
 def test_a_shared_teacher_trainer_sits_on_the_engines_pool(method, nodes, gpus, expected):
-    p = vc.placement(method, {"nodes": nodes, "gpus_per_node": gpus, "teacher_trainer": "shared"})
+    p = placement(method, {"nodes": nodes, "gpus_per_node": gpus, "teacher_trainer": "shared"})
     got = tuple((p[f"{k}_nodes"], p[f"{k}_gpus"]) for k in ("student", "teacher", "train"))
     assert got + (p["train_shared"],) == expected
 
@@ -192,8 +193,8 @@ def test_a_shared_teacher_sleeps_its_engine_offloads_its_state_and_syncs_through
 
 
 def test_scout_on_too_few_gpus_is_refused():
-    with pytest.raises(vc.VerlConfigError, match="at least 4 GPUs"):
-        vc.placement("scout", {"nodes": 1, "gpus_per_node": 2})
+    with pytest.raises(PlacementError, match="at least 4 GPUs"):
+        placement("scout", {"nodes": 1, "gpus_per_node": 2})
 
 
 def _teacher_inference(cfg):

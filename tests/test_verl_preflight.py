@@ -12,7 +12,8 @@ from scout import grid
 from scout.toy.world import build_model
 from tests.conftest import REPO, TINY
 
-preflight = pytest.importorskip("scout.verl.preflight", reason="needs verl (pip install '.[verl]')")
+verl_checks = pytest.importorskip("scout.verl.preflight", reason="needs verl (pip install '.[verl]')")
+from scout import preflight  # noqa: E402  (after the skip: the verl backend's checks need verl)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def cells(cfg, *variants):
 
 def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     said = []
-    rows = preflight.run(verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout", "prune_opd", "relay_opd"))
+    rows = preflight.run(
+        verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout", "prune_opd", "relay_opd")
+    ).cells
     assert [r.problems for r in rows] == [[], [], [], []]
     scout = rows[1].checks
     assert scout["weight sync"] == "nccl -> nccl" and scout["log-probs"] == "on (single_turn_agent)"
@@ -44,10 +47,10 @@ def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     assert scout["teacher engine prefill"].startswith("prefill logits") and "student rollout prefill" not in scout
     assert rows[3].checks["student rollout prefill"].startswith("prefill logits 0.0 GiB for 4096 tokens")
     assert any(line.startswith("first prompt of math-train as verl renders it") and "Compute" in line for line in said)
-    table = preflight.render(rows)
+    table = preflight.table(rows)
     assert "toy-l-s-math/scout/s1" in table and "FAIL" not in table
     # the teacher-student pair: toy-large scores toy-small's prompts, read from the training data
-    (pair,) = preflight.pairs(verl_toy, cells=cells(verl_toy, "opd", "scout"))
+    (pair,) = preflight.run(verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout")).pairs
     assert pair.name == "toy-l-s-math: toy-large scores toy-small" and pair.verdict == "passes"
     assert pair.checks["decoding"] == "4 rendered prompts decode to the same text"
     assert pair.checks["template"] == "the same rendering of 4 prompts"
@@ -57,12 +60,12 @@ def test_refusals_name_the_cell_and_the_reason(verl_toy, tmp_path):
     cfg = copy.deepcopy(verl_toy)
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-6  # no room for even the weights
     cfg["training"]["steps"] = 10**6  # more steps than verl's dataloader has batches
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))[0]
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd")).cells[0]
     assert any(p.startswith("student rollout KV: KV") for p in row.problems)
     assert any(p.startswith("steps: verl's dataloader runs") and "the plan has 1000000" in p for p in row.problems)
     cfg = copy.deepcopy(verl_toy)
     cfg["results"] = str(tmp_path / "elsewhere")  # nothing prepared there
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))[0]
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd")).cells[0]
     assert any("is not prepared" in p for p in row.problems)
 
 
@@ -70,21 +73,21 @@ def test_kv_cache_arithmetic_by_hand():
     # Qwen3-4B's shape: 36 layers x 8 KV heads x head_dim 128, K and V in bf16 = 147,456 bytes a token
     qwen3_4b = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                 "hidden_size": 2560, "intermediate_size": 9728, "vocab_size": 151936, "tie_word_embeddings": True}  # fmt: skip
-    assert preflight.kv_bytes_per_token(qwen3_4b) == 2 * 36 * 8 * 128 * 2
+    assert verl_checks.kv_bytes_per_token(qwen3_4b) == 2 * 36 * 8 * 128 * 2
     # its full 262,144-token context needs 36 GiB of KV: not on a 40 GB GPU at 0.5, fine at 17,409 tokens
-    assert not preflight.kv_fit(qwen3_4b, 262_144, 40, 0.5, 1)[0]
-    assert preflight.kv_fit(qwen3_4b, 17_409, 40, 0.85, 1)[0]
-    assert preflight.steps_per_epoch(45_883, 128) == 358
+    assert not verl_checks.kv_fit(qwen3_4b, 262_144, 40, 0.5, 1)[0]
+    assert verl_checks.kv_fit(qwen3_4b, 17_409, 40, 0.85, 1)[0]
+    assert verl_checks.steps_per_epoch(45_883, 128) == 358
 
 
 def test_prefill_logits_arithmetic_by_hand():
     """A prompt-log-prob prefill of 8,192 tokens over Qwen3's 151,936-token vocabulary holds
     8192 x 151936 x 6 bytes = 6.96 GiB of logits, outside vLLM's share of the GPU."""
-    fits, text = preflight.prefill_logits_fit(8192, 151_936, 40, 0.5)
+    fits, text = verl_checks.prefill_logits_fit(8192, 151_936, 40, 0.5)
     assert fits and text == "prefill logits 7.0 GiB for 8192 tokens, 20.0 GiB outside vLLM"
-    assert not preflight.prefill_logits_fit(8192, 151_936, 40, 0.9)[0]  # 4 GiB outside vLLM
-    assert preflight.prefill_logits_fit(4096, 151_936, 40, 0.9)[0]  # 3.48 GiB: fits
-    assert not preflight.prefill_logits_fit(4096, 151_936, 40, 0.9, resident_bytes=2**30)[0]  # beside 1 GiB more
+    assert not verl_checks.prefill_logits_fit(8192, 151_936, 40, 0.9)[0]  # 4 GiB outside vLLM
+    assert verl_checks.prefill_logits_fit(4096, 151_936, 40, 0.9)[0]  # 3.48 GiB: fits
+    assert not verl_checks.prefill_logits_fit(4096, 151_936, 40, 0.9, resident_bytes=2**30)[0]  # beside 1 GiB more
 
 
 def _with_lora(cfg: dict) -> dict:
@@ -99,14 +102,14 @@ def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
     """SCOUT's teacher trainer on its pool (a quarter of the 4-GPU node): a full teacher's state and
     a LoRA one's, each with a micro-batch's activations, against the GPU; too small a GPU fails."""
     cfg = _with_lora(verl_toy)
-    full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora"))
+    full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora")).cells
     assert full.checks["teacher trainer"].startswith("full teacher on its own 1 GPUs: state")
     assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on its own 1 GPUs: state")
     assert "teacher host memory" not in full.checks  # its own pool: nothing waits in host memory
     state = {r: float(r_.checks["teacher trainer"].split("state ")[1].split(" ")[0]) for r, r_ in (("f", full), ("l", lora))}
     assert state["l"] < state["f"]
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-9
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert any(p.startswith("teacher trainer: LoRA r4 teacher") for p in row.problems)
 
 
@@ -129,11 +132,11 @@ def test_a_shared_teacher_trainer_is_checked_on_the_engines_gpus_and_in_host_mem
     against the node's memory; too little host memory fails, naming the check."""
     cfg = _with_lora(verl_toy)
     cfg["resources"]["train"] = {"methods": {"scout-lora": {"teacher_trainer": "shared"}}}
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert row.problems == []
     assert row.checks["teacher trainer"].startswith("LoRA r4 teacher on the engine's 2 GPUs: state")
     assert row.checks["teacher host memory"].startswith("LoRA r4 teacher state")
     assert row.checks["weight sync"] == "gloo -> gloo"
     cfg["resources"]["train"]["methods"]["scout-lora"]["mem_mb"] = 1e-6
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora"))[0]
+    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert [p.split(":")[0] for p in row.problems] == ["teacher host memory"]

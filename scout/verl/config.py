@@ -19,6 +19,7 @@ from omegaconf import open_dict
 
 from scout import runs
 from scout.methods import METHODS
+from scout.placement import PlacementError, placement
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
 from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV
@@ -83,68 +84,6 @@ def config_dir() -> Path:
 def parquet_path(jsonl: str) -> str:
     """verl's dataset reads parquet; the JSONL of a prepared dataset gets a converted twin beside it."""
     return str(Path(jsonl).with_suffix(".verl.parquet"))
-
-
-def placement(method_id: str, res: dict) -> dict:
-    """Nodes and GPUs per node of the three pools: the student (actor, rollout, reference), the
-    teacher's inference engine (scores the student; SCOUT also samples continuations from it) and,
-    for SCOUT, the teacher's trainer. With enough nodes each pool has whole nodes (the student
-    one, the engine one, the trainer the rest); otherwise they split a node's GPUs.
-
-    ``res["teacher_trainer"] == "shared"``: the teacher's trainer sits on the engine's pool (the
-    engine sleeps while it trains), the pools are OPD's and ``train_shared`` is set.
-    ``res["teacher_served"]`` (``served_resources``): the teacher is a server, the student has it all."""
-    nodes, gpus = res["nodes"], res["gpus_per_node"]
-    m = METHODS[method_id]
-    out = {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
-    out |= {"train_nodes": 0, "train_gpus": 0, "train_shared": False}
-    if not m.needs_teacher or (res.get("teacher_served") and m.scores_with_frozen_teacher):
-        return out
-    if m.trains_teacher and res.get("teacher_trainer", "own") == "shared":
-        opd = placement("opd", res)
-        return opd | {"train_nodes": opd["teacher_nodes"], "train_gpus": opd["teacher_gpus"], "train_shared": True}
-    if not m.trains_teacher:
-        if nodes == 1:
-            return out | {
-                "student_nodes": 1,
-                "student_gpus": gpus - gpus // 2,
-                "teacher_nodes": 1,
-                "teacher_gpus": gpus // 2,
-            }
-        return out | {"student_nodes": 1, "teacher_nodes": nodes - 1, "teacher_gpus": gpus}
-    if nodes >= 3:
-        return out | {
-            "student_nodes": 1,
-            "teacher_nodes": 1,
-            "teacher_gpus": gpus,
-            "train_nodes": nodes - 2,
-            "train_gpus": gpus,
-        }
-    if nodes == 2:
-        half = gpus // 2
-        return out | {
-            "student_nodes": 1,
-            "teacher_nodes": 1,
-            "teacher_gpus": half,
-            "train_nodes": 1,
-            "train_gpus": gpus - half,
-        }
-    quarter = gpus // 4
-    if quarter < 1:
-        raise VerlConfigError(
-            f"{method_id} on one node needs at least 4 GPUs (student, teacher engine, teacher trainer)"
-        )
-    return out | {
-        "student_nodes": 1, "student_gpus": gpus - 2 * quarter,
-        "teacher_nodes": 1, "teacher_gpus": quarter, "train_nodes": 1, "train_gpus": quarter,
-    }  # fmt: skip
-
-
-def served_resources(method_id: str, res: dict) -> dict:
-    """The resources of a cell whose teacher is served (``scout.teacher_server``): its student's
-    pool of the configured placement, so that sharing a server frees the engine's GPUs."""
-    pools = placement(method_id, res)
-    return {**res, "nodes": pools["student_nodes"], "gpus_per_node": pools["student_gpus"], "teacher_served": True}
 
 
 def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
@@ -362,7 +301,11 @@ def check(cfg) -> None:
 
 def build(spec: dict, res: dict, out_dir: str):
     """The checked verl config of one job; VerlConfigError names the cell and what verl said."""
-    cfg = compose(overrides(spec, res, out_dir))
+    cell = f"{spec['setting']}/{spec['variant']}/s{spec['seed']}"
+    try:
+        cfg = compose(overrides(spec, res, out_dir))
+    except PlacementError as exc:
+        raise VerlConfigError(f"{cell}: {exc}") from exc
     with open_dict(cfg):
         cfg.ray_kwargs.ray_init.runtime_env = {"env_vars": worker_env(spec, out_dir)}
     if spec.get("device") == "cpu":  # no GPU: verl on the CPU platform, vLLM's CPU build (scout.verl.cpu)
@@ -372,6 +315,5 @@ def build(spec: dict, res: dict, out_dir: str):
     try:
         check(cfg)
     except Exception as exc:  # verl raises ValueError, AssertionError or hydra's InstantiationException
-        cell = f"{spec['setting']}/{spec['variant']}/s{spec['seed']}"
         raise VerlConfigError(f"{cell}: verl refuses the config: {exc}") from exc
     return cfg

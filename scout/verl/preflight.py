@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scout import grid, jobs
 from scout import teacher_cost as tc
+from scout.backends import CellCheck, PairCheck
 from scout.io import read_jsonl
 from scout.methods import METHODS
 from scout.pairing import Checklist, check_pair
+from scout.prompts import view_key
 from scout.verl import config as vc
 from scout.verl import data as vdata
 
@@ -152,29 +153,23 @@ def count_after_filter(cfg, tokenizer, parquet: str) -> int:
 LOGPROB_LOOPS = {None, "scout_budget"}  # agent loops that return the rollout's log-probs
 
 
-def _model_config(config: dict, model_id: str) -> dict:
-    """A model's architecture (config.json), for a prepared teacher that of its base model."""
+def _model_config(path: str) -> dict:
+    """A model's architecture (its config.json)."""
     from transformers import AutoConfig
 
-
-    spec = config["models"][model_id]
-    if "prepare" in spec:
-        return _model_config(config, spec["prepare"]["base"])
-    return AutoConfig.from_pretrained(grid.model_path(config, model_id)).to_dict()
+    return AutoConfig.from_pretrained(path).to_dict()
 
 
-def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -> list[dict]:
+def _engines(cfg, item: CellCheck) -> list[dict]:
     """Each vLLM engine of a cell: name, model id, max_model_len, gpu_memory_utilization, tensor
     parallel size, batched tokens, whether it serves prompt log-probs (the teacher scores every
     response; Relay-OPD's student checks its own top-k), and what shares its GPUs (the student
     rollout is colocated with the FSDP actor)."""
-
-    setting = config["settings"].get(spec["setting"], {})
-    student = setting.get("student") or config["models"][spec["setting"]]["prepare"]["base"]
+    spec, res, teacher_id = item.spec, item.resources, item.teacher
     r = cfg.actor_rollout_ref.rollout
     length = r.get("max_model_len") or (r.prompt_length + r.response_length)
     method = METHODS[spec["method"]]
-    out = [{"name": "student rollout", "model": student, "length": length, "util": r.gpu_memory_utilization,
+    out = [{"name": "student rollout", "model": item.student, "length": length, "util": r.gpu_memory_utilization,
             "tp": r.tensor_model_parallel_size, "batched": r.max_num_batched_tokens,
             "prompt_logprobs": method.rollout == "relay", "actor_gpus": res["nodes"] * res["gpus_per_node"]}]  # fmt: skip
     if teacher_id and method.needs_teacher:
@@ -185,20 +180,18 @@ def _engines(cfg, config: dict, spec: dict, res: dict, teacher_id: str | None) -
     return out
 
 
-def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) -> Row:
+def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Row:
     """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
     from scout.verl.trainer import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
 
-    spec = grid.cell_spec(config, cell)
-    row = Row(cell.key)
-    res = jobs.train_resources(config, cell.setting, cell.method, cell.variant)
+    spec, res = item.spec, item.resources
+    row = Row(item.key)
     try:
-        cfg = vc.build(spec, res, grid.train_dir(config, cell.setting, cell.variant, cell.seed))
+        cfg = vc.build(spec, res, item.out_dir)
     except vc.VerlConfigError as exc:
         row.fail("config", str(exc))
         return row
     row.ok("config", "valid")
-    setting = config["settings"][cell.setting]
     if "scout" in cfg:
         if "teacher_train" in cfg.scout:
             sender = teacher_worker_config(cfg).rollout.checkpoint_engine.backend
@@ -218,13 +211,13 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
     else:
         row.ok("log-probs", f"{'on' if wants else 'off'} ({loop or 'single_turn_agent'})")
     gpu_gb = res.get("gpu_mem_gb")
-    for e in _engines(cfg, config, spec, res, setting.get("teacher")):
+    for e in _engines(cfg, item):
         name = e["name"]
         if not gpu_gb:
             row.fail(f"{name} KV", "resources give no gpu_mem_gb to check the KV cache against")
             continue
         try:
-            arch = _model_config(config, e["model"])
+            arch = _model_config(item.arch[e["model"]])
         except (OSError, ValueError) as exc:
             row.fail(f"{name} KV", f"cannot read the config of {e['model']}: {str(exc).splitlines()[0][:120]}")
             continue
@@ -237,7 +230,7 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
             (row.ok if fits else row.fail)(f"{name} prefill", text)
     if gpu_gb and "scout" in cfg and "teacher_train" in cfg.scout:
         try:
-            arch = _model_config(config, setting["teacher"])
+            arch = _model_config(item.arch[item.teacher])
         except (OSError, ValueError) as exc:
             row.fail("teacher trainer", f"cannot read the teacher's config: {str(exc).splitlines()[0][:120]}")
         else:
@@ -246,20 +239,21 @@ def check_cell(config: dict, cell, tokenizers: dict, counts: dict, log=print) ->
             if shared_trainer(cfg):
                 fits, text = shared_host_fit(cfg, arch, res["mem_mb"])
                 (row.ok if fits else row.fail)("teacher host memory", text)
-    data = grid.data_path(config, setting["train_data"])
+    data = item.data_path
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")
         return row
-    view = grid.data_view(config, setting["student"], spec["max_prompt_length"])
-    key = (setting["train_data"], grid.view_key(view))
+    view = item.view
+    key = (item.train_data, view_key(view))
     if key not in counts:
-        if view["tokenizer"] not in tokenizers:
-            tokenizers[view["tokenizer"]] = _tokenizer(view["tokenizer"])
-        tok = tokenizers[view["tokenizer"]]
+        tok = _cached_tokenizer(tokenizers, view["tokenizer"])
+        if isinstance(tok, str):
+            row.fail("steps", tok)
+            return row
         parquet = vdata.export(data, vc.parquet_path(data))
         counts[key] = count_after_filter(cfg, tok, str(parquet))
         first = rendered_prompt(cfg, tok, _first_prompt(data))
-        log(f"first prompt of {setting['train_data']} as verl renders it for {view['tokenizer']} "
+        log(f"first prompt of {item.train_data} as verl renders it for {view['tokenizer']} "
             f"(chat options {view['chat'] or 'none'}):\n{tok.decode(first)}\n")  # fmt: skip
     verl_steps = steps_per_epoch(counts[key], spec["batch_size"]) * spec["epochs"]
     planned = spec["total_steps"]
@@ -277,6 +271,16 @@ def _tokenizer(name: str):
     return AutoTokenizer.from_pretrained(name)
 
 
+def _cached_tokenizer(tokenizers: dict, path: str):
+    """A tokenizer, loaded once for all checks; where it cannot be loaded, why (a string)."""
+    if path not in tokenizers:
+        try:
+            tokenizers[path] = _tokenizer(path)
+        except (OSError, ValueError) as exc:  # not downloaded, no hub, or not a tokenizer
+            tokenizers[path] = f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0][:160]}"
+    return tokenizers[path]
+
+
 def _first_prompt(path: str) -> list[dict]:
     return _prompts(path, 1)[0]
 
@@ -292,45 +296,25 @@ def _prompts(path: str, n: int) -> list[list[dict]]:
 STAND_IN = [[{"role": "user", "content": "Find the sum of 2 and 3. Put the final answer in \\boxed{}."}]]
 
 
-def _tokenizer_model(config: dict, model_id: str) -> str:
-    """Where a model's tokenizer is read from: a prepared teacher's is its base model's."""
-
-    spec = config["models"][model_id]
-    return _tokenizer_model(config, spec["prepare"]["base"]) if "prepare" in spec else grid.model_path(config, model_id)
-
-
-def pairs(config: dict, cells=None, tokenizers: dict | None = None) -> list:
-    """The tokenizer and template check (``scout.pairing``) of every teacher-student pair the cells
-    distil from, once per setting."""
-    tokenizers = {} if tokenizers is None else tokenizers
-    settings = dict.fromkeys(c.setting for c in (cells or grid.cells(config)) if METHODS[c.method].needs_teacher)
+def pairs(items: list[PairCheck], tokenizers: dict) -> list:
+    """The tokenizer and template check (``scout.pairing``) of each teacher-student pair."""
     out = []
-    for name in settings:
-        s = config["settings"][name]
+    for item in items:
         toks = []
-        for model in (s["student"], s["teacher"]):
-            path = _tokenizer_model(config, model)
-            if path not in tokenizers:
-                tokenizers[path] = _tokenizer(path)
-            toks.append(tokenizers[path])
-        data = grid.data_path(config, s["train_data"])
-        convs = _prompts(data, 4) if Path(data).exists() else STAND_IN
-        out.append(check_pair(f"{name}: {s['teacher']} scores {s['student']}", *toks, convs,
-                              grid.chat_options(config, s["student"]), grid.chat_options(config, s["teacher"])))  # fmt: skip
+        for path in item.tokenizers:
+            toks.append(_cached_tokenizer(tokenizers, path))
+        unread = [t for t in toks if isinstance(t, str)]
+        if unread:
+            failed = Checklist(item.name)
+            failed.fail("tokenizers", "; ".join(dict.fromkeys(unread)))
+            out.append(failed)
+            continue
+        convs = _prompts(item.data_path, 4) if Path(item.data_path).exists() else STAND_IN
+        out.append(check_pair(item.name, *toks, convs, *item.chats))
     return out
 
 
-def run(config: dict, log=print, cells=None) -> list[Row]:
-    """Every training cell of ``config`` (or the given ones), checked."""
-
-    tokenizers: dict = {}
+def run(items: list[CellCheck], tokenizers: dict, log=print) -> list[Row]:
+    """Every check of each cell."""
     counts: dict = {}
-    return [check_cell(config, c, tokenizers, counts, log) for c in (cells or grid.cells(config))]
-
-
-def render(rows: list[Row]) -> str:
-    """The preflight as a table: one row per cell, one column per check."""
-    import pandas as pd
-
-    table = pd.DataFrame([{"cell": r.name, **r.checks} for r in rows]).fillna("")
-    return table.to_string(index=False, max_colwidth=60)
+    return [check_cell(item, tokenizers, counts, log) for item in items]

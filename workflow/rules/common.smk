@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from scout import backends as scout_backends
 from scout import config as scout_config
 from scout import grid, jobs
 from scout import resources as scout_resources
@@ -77,7 +78,8 @@ wildcard_constraints:
 # Paths are relative to the rule files (workflow/rules/). GPU rules get the gpu extra (verl, vLLM).
 CPU_ENV = "../../envs/scout.yaml"
 GPU_ENV = "../../envs/gpu.yaml"
-TRAIN_ENV = GPU_ENV if config["backend"] == "verl" else CPU_ENV
+BACKEND = scout_backends.of(config)  # (the config was validated above)
+TRAIN_ENV = GPU_ENV if BACKEND.environment == "gpu" else CPU_ENV
 EVAL_ENV = GPU_ENV if config["evaluation"].get("engine") == "vllm" else CPU_ENV
 
 
@@ -117,17 +119,9 @@ def cluster_threads(family):
 
 
 def launcher(family):
-    """The command prefix of a training job: the verl backend's driver runs against a Ray cluster
-    over the job's nodes (`scout ray-run`); the embedded backend, and verl on the CPU (a local Ray),
-    run in-process."""
-    if config["backend"] != "verl" or config.get("device") == "cpu":
-        return lambda wc: ""
-
-    def prefix(wc):
-        r = _job_resources(family, wc)
-        return f"scout ray-run --cpus-per-node {r['cpus_per_node']} --gpus-per-node {r['gpus_per_node']} --"
-
-    return prefix
+    """The command prefix of a training job, as its backend runs it (verl's driver against a Ray
+    cluster over the job's nodes: `scout ray-run`; in-process: none)."""
+    return lambda wc: BACKEND.launcher(config, _job_resources(family, wc))
 
 
 def job_spec(job, spec):
@@ -302,7 +296,7 @@ def training_data():
 
 
 def preflight_files():
-    return [f"{RES}/preflight.json"] if config["backend"] == "verl" else []
+    return [f"{RES}/preflight.json"] if BACKEND.checks_cells else []
 
 
 def teacher_spec(wc):

@@ -1,6 +1,7 @@
-# Training: one job per cell (setting x variant x seed), plus teacher preparation. On verl, a
-# preflight of every cell (scout preflight) runs once, where snakemake runs, before the first job.
-if config["backend"] == "verl":
+# Training: one job per cell (setting x variant x seed), plus teacher preparation. Where the backend
+# checks its cells (verl), a preflight of every cell (scout preflight) runs once, where snakemake
+# runs, before the first job.
+if BACKEND.checks_cells:
 
     localrules:
         preflight,

@@ -1,0 +1,20 @@
+"""The embedded backend's door: the toy world's trainer, in-process with torch (CPU or one GPU)."""
+
+from __future__ import annotations
+
+from scout.backends import Backend
+
+
+class Embedded(Backend):
+    name = "embedded"
+    continues_runs = True  # a longer run of the same spec resumes a shorter one's checkpoints, bit for bit
+
+    def train(self, spec: dict, out_dir: str, log=print, dry_run: bool = False) -> dict:
+        if dry_run:
+            raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
+        from scout.embedded.trainer import train  # torch loads with the job that trains
+
+        return train(spec, out_dir, log=log)
+
+
+EMBEDDED = Embedded()

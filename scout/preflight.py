@@ -1,0 +1,62 @@
+"""What a backend's preflight checks, resolved from the config: each training cell's spec,
+resources, folder, models and data view, and each teacher-student pair's tokenizers and chat
+options. The backend (``scout.backends``) checks them; it never reads the config itself."""
+
+from __future__ import annotations
+
+from scout import backends, grid, jobs
+from scout.backends import CellCheck, PairCheck, Preflight
+from scout.methods import METHODS
+
+
+def _base_path(config: dict, model_id: str) -> str:
+    """Where a model's config and tokenizer are read: a prepared teacher's are its base model's."""
+    spec = config["models"][model_id]
+    return _base_path(config, spec["prepare"]["base"]) if "prepare" in spec else grid.model_path(config, model_id)
+
+
+def cell_check(config: dict, cell: grid.Cell) -> CellCheck:
+    spec = grid.cell_spec(config, cell)
+    setting = config["settings"][cell.setting]
+    teacher = setting.get("teacher") if METHODS[cell.method].needs_teacher else None
+    models = [setting["student"]] + ([teacher] if teacher else [])
+    return CellCheck(
+        key=cell.key,
+        spec=spec,
+        resources=jobs.train_resources(config, cell.setting, cell.method, cell.variant),
+        out_dir=grid.train_dir(config, cell.setting, cell.variant, cell.seed),
+        student=setting["student"],
+        teacher=teacher,
+        arch={m: _base_path(config, m) for m in models},
+        train_data=setting["train_data"],
+        data_path=grid.data_path(config, setting["train_data"]),
+        view=grid.data_view(config, setting["student"], spec["max_prompt_length"]),
+    )
+
+
+def pair_checks(config: dict, cells: list[grid.Cell] | None = None) -> list[PairCheck]:
+    """One check per setting whose cells distil from a teacher."""
+    settings = dict.fromkeys(c.setting for c in (cells or grid.cells(config)) if METHODS[c.method].needs_teacher)
+    out = []
+    for name in settings:
+        s = config["settings"][name]
+        out.append(PairCheck(
+            name=f"{name}: {s['teacher']} scores {s['student']}",
+            tokenizers=(_base_path(config, s["student"]), _base_path(config, s["teacher"])),
+            chats=(grid.chat_options(config, s["student"]), grid.chat_options(config, s["teacher"])),
+            data_path=grid.data_path(config, s["train_data"]),
+        ))  # fmt: skip
+    return out
+
+
+def run(config: dict, log=print, cells: list[grid.Cell] | None = None) -> Preflight:
+    """The config's backend's preflight of every training cell (or the given ones) and their pairs."""
+    cells = cells or grid.cells(config)
+    return backends.of(config).preflight([cell_check(config, c) for c in cells], pair_checks(config, cells), log)
+
+
+def table(rows: list) -> str:
+    """The cells' checks as a table: a row per cell, a column per check."""
+    import pandas as pd
+
+    return pd.DataFrame([{"cell": r.name, **r.checks} for r in rows]).fillna("").to_string(index=False, max_colwidth=60)

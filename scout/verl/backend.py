@@ -1,0 +1,54 @@
+"""The verl backend's door: the cluster engine for the paper grid (GPU nodes under Ray; verl's CPU
+platform for the toy world in CI). verl itself loads only in ``train`` and ``preflight``."""
+
+from __future__ import annotations
+
+from scout.backends import Backend, CellCheck, PairCheck, Preflight
+from scout.placement import served_resources
+
+
+class Verl(Backend):
+    name = "verl"
+    environment = "gpu"
+    checks_cells = True
+    dry_runs = True
+
+    def config_errors(self, config: dict) -> list[str]:
+        if config["world"] == "toy" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
+            return ["backend: verl on the toy world needs GPUs in resources.default (config/verl-smoke.yaml), or "
+                    "device: cpu with fake ones (config/verl-cpu.yaml)"]  # fmt: skip
+        return []
+
+    def spec_fields(self, config: dict) -> dict:
+        return {"device": config.get("device", "cuda")}
+
+    def train_resources(self, method: str, resources: dict, served: bool) -> dict:
+        # a served cell asks for its student's pool alone, marked so (``teacher_served``) for its placement
+        return served_resources(method, resources) if served else resources
+
+    def job_spec(self, spec: dict, resources: dict) -> dict:
+        return {**spec, "resources": resources}  # the driver places its pools from them
+
+    def launcher(self, config: dict, resources: dict) -> str:
+        if config.get("device") == "cpu":  # a local Ray in the job's process
+            return ""
+        return (f"scout ray-run --cpus-per-node {resources['cpus_per_node']} "
+                f"--gpus-per-node {resources['gpus_per_node']} --")  # fmt: skip
+
+    def preflight(self, cells: list[CellCheck], pairs: list[PairCheck], log=print) -> Preflight:
+        from scout.verl import preflight  # transformers and verl's config load with it
+
+        tokenizers: dict = {}
+        return Preflight(preflight.run(cells, tokenizers, log), preflight.pairs(pairs, tokenizers))
+
+    def train(self, spec: dict, out_dir: str, log=print, dry_run: bool = False) -> dict:
+        try:
+            from scout.verl import driver
+        except ImportError as exc:
+            raise SystemExit(
+                f"the 'verl' training backend needs verl (pip install '.[gpu]' on GPU nodes): {exc}"
+            ) from exc
+        return driver.train(spec, out_dir, log=log, dry_run=dry_run)
+
+
+VERL = Verl()
