@@ -14,6 +14,15 @@ from dataclasses import dataclass
 # A LoRA teacher's adapters by default: every linear map of a Qwen3 layer (attention's four, the MLP's three)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+# The parts a method is built from, and the kinds of each that the backends implement: a method
+# naming another kind is refused when the table loads, with the known ones
+PARTS = {
+    "student_loss": ("opd", "optr", "grpo"),  # K1 policy gradient, trust-region K1, outcome reward
+    "rollout": ("student", "relay"),  # the student's own, or the teacher taking over at reflection points
+    "budget": ("full", "esr", "prune"),  # every token, the first N, an adaptive budget with weights
+    "teacher_phase": ("none", "scout", "prefix0"),  # frozen teacher, SCOUT's, SCOUT with k = 0
+}
+
 # The config section (``methods.<name>``) each part reads
 PART_SECTIONS = {
     ("budget", "esr"): "esr",
@@ -34,6 +43,12 @@ class Method:
     # a function of scout.algorithms, f(advantages, mask, cfg) -> advantages, applied to the
     # distillation advantage per token (after Prune-OPD's or OPTR's weights); cfg is methods.<id>
     advantage: str = ""
+
+    def __post_init__(self):
+        for part, kinds in PARTS.items():
+            if getattr(self, part) not in kinds:
+                raise ValueError(f"method {self.id!r}: unknown {part} {getattr(self, part)!r}; the known ones: "
+                                 f"{', '.join(kinds)} (scout.methods.PARTS)")  # fmt: skip
 
     @property
     def needs_teacher(self) -> bool:

@@ -687,3 +687,14 @@ def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_
     assert spec["folder"] == str(Path(toy["results"]).resolve() / "servers" / "toy-large")
     assert spec["resources"] == {k: v for k, v in resources.job_resources(toy, "teacher_server").items()
                                  if k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb", "runtime")}  # fmt: skip
+
+
+def test_a_method_of_an_unknown_part_is_refused_with_the_known_ones():
+    from scout.methods import METHODS, PARTS, Method
+
+    with pytest.raises(ValueError, match=r"'opd_half': unknown budget 'half'; the known ones: full, esr, prune"):
+        Method("opd_half", "opd", budget="half")
+    with pytest.raises(ValueError, match=r"unknown student_loss 'kl'; the known ones: opd, optr, grpo"):
+        Method("kl", "kl")
+    for part, kinds in PARTS.items():  # every kind is used by a method of the table
+        assert {getattr(m, part) for m in METHODS.values()} == set(kinds), part
