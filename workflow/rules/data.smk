@@ -11,11 +11,11 @@ if not TOY:
             holdout_inputs,
         output:
             f"{RES}/data/{{dataset}}.jsonl",
-        params:
-            spec=dataset_spec,
         log:
             f"{RES}/logs/data/{{dataset}}.log",
         conda:
             CPU_ENV
+        params:
+            spec=dataset_spec,
         shell:
             "scout --log {log} prepare-data --spec {params.spec:q} --out {output}"

@@ -7,20 +7,20 @@ if settings_of("math"):
         output:
             # update: a record stays in place while its job reruns, and comes back if the job fails
             [update(f) for f in eval_outputs("math")],
-        wildcard_constraints:
-            setting=_alternatives(settings_of("math")),
-        params:
-            spec=eval_spec,
-            out=folder_of(),
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
         benchmark:
             f"{RES}/benchmarks/evaluate_math/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.tsv"
+        wildcard_constraints:
+            setting=_alternatives(settings_of("math")),
+        conda:
+            EVAL_ENV
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
-        conda:
-            EVAL_ENV
+        params:
+            spec=eval_spec,
+            out=folder_of(),
         shell:
             "scout --log {log} evaluate --spec {params.spec:q} --out {params.out}"
 
@@ -32,19 +32,19 @@ if settings_of("code"):
             eval_inputs,
         output:
             [update(f) for f in eval_outputs("code")],
-        wildcard_constraints:
-            setting=_alternatives(settings_of("code")),
-        params:
-            spec=eval_spec,
-            out=folder_of(),
         log:
             f"{RES}/logs/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.log",
         benchmark:
             f"{RES}/benchmarks/evaluate_code/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}.tsv"
+        wildcard_constraints:
+            setting=_alternatives(settings_of("code")),
+        conda:
+            EVAL_ENV
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
-        conda:
-            EVAL_ENV
+        params:
+            spec=eval_spec,
+            out=folder_of(),
         shell:
             "scout --log {log} evaluate --spec {params.spec:q} --out {params.out}"

@@ -11,13 +11,13 @@ localrules:
 
 
 rule report:
-    params:
-        spec=config_spec(),
-        out=f"{RES}/report",
     log:
         f"{RES}/logs/report.log",
     conda:
         CPU_ENV
+    params:
+        spec=config_spec(),
+        out=f"{RES}/report",
     shell:
         "scout --log {log} report --spec {params.spec:q} --out {params.out}"
 
@@ -42,12 +42,12 @@ rule grid_report:
             caption="../report/tables.rst",
             category="Tables",
         ),
-    params:
-        spec=config_spec(),
-        out=folder_of(),
     log:
         f"{RES}/logs/grid_report.log",
     conda:
         CPU_ENV
+    params:
+        spec=config_spec(),
+        out=folder_of(),
     shell:
         "scout --log {log} report --spec {params.spec:q} --out {params.out}"

@@ -11,15 +11,14 @@ if BACKEND.checks_cells:
             training_data(),
         output:
             f"{RES}/preflight.json",
-        params:
-            spec=config_spec(),
         log:
             f"{RES}/logs/preflight.log",
         conda:
             TRAIN_ENV
+        params:
+            spec=config_spec(),
         shell:
             "scout --log {log} preflight --spec {params.spec:q} --out {output}"
-
 
 
 rule prepare_teacher:
@@ -28,19 +27,19 @@ rule prepare_teacher:
         preflight_files(),
     output:
         f"{RES}/teachers/{{model}}/train.json",
-    params:
-        spec=teacher_spec,
-        out=folder_of(),
-        launch=launcher("prepare_teacher"),
     log:
         f"{RES}/logs/teachers/{{model}}.log",
     benchmark:
         f"{RES}/benchmarks/prepare_teacher/{{model}}.tsv"
+    conda:
+        TRAIN_ENV
     threads: cluster_threads("prepare_teacher")
     resources:
         **cluster_resources("prepare_teacher"),
-    conda:
-        TRAIN_ENV
+    params:
+        spec=teacher_spec,
+        out=folder_of(),
+        launch=launcher("prepare_teacher"),
     shell:
         "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"
 
@@ -51,20 +50,20 @@ rule train:
         preflight_files(),
     output:
         f"{RES}/train/{{setting}}/{{variant}}/s{{seed}}/train.json",
-    params:
-        spec=train_spec,
-        out=folder_of(),
-        launch=launcher("train"),
     log:
         f"{RES}/logs/train/{{setting}}/{{variant}}/s{{seed}}.log",
     benchmark:
         f"{RES}/benchmarks/train/{{setting}}/{{variant}}/s{{seed}}.tsv"
     priority: train_priority
+    conda:
+        TRAIN_ENV
     threads: cluster_threads("train")
     resources:
         **cluster_resources("train"),
-    conda:
-        TRAIN_ENV
+    params:
+        spec=train_spec,
+        out=folder_of(),
+        launch=launcher("train"),
     shell:
         "{params.launch} scout --log {log} train --spec {params.spec:q} --out {params.out}"
 
@@ -77,12 +76,12 @@ rule await_teacher:
         cell_inputs,
     output:
         temp(f"{RES}/servers/{{model}}/await/{{setting}}/{{variant}}/s{{seed}}.json"),
-    params:
-        user=lambda wc: f"{RES}/train/{wc.setting}/{wc.variant}/s{wc.seed}/train.json",
     log:
         f"{RES}/logs/servers/{{model}}/await/{{setting}}/{{variant}}/s{{seed}}.log",
     localrule: True
     conda:
         GPU_ENV  # the server it launches runs vLLM in the same environment
+    params:
+        user=lambda wc: f"{RES}/train/{wc.setting}/{wc.variant}/s{wc.seed}/train.json",
     shell:
         "scout --log {log} await-teacher --setting {wildcards.setting} --user {params.user} --out {output}"

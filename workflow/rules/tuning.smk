@@ -9,19 +9,19 @@ if TUNED:
             validate_inputs,
         output:
             f"{RES}/tuning/{{setting}}/{{variant}}/s{{seed}}/validation/{{dataset}}.json",
-        params:
-            spec=validate_spec,
-            out=folder_of(),
         log:
             f"{RES}/logs/tuning/{{setting}}/{{variant}}/s{{seed}}/{{dataset}}.log",
         benchmark:
             f"{RES}/benchmarks/validate/{{setting}}/{{variant}}/s{{seed}}/{{dataset}}.tsv"
         priority: 3  # the choice, and every cell of the setting, waits for it
+        conda:
+            EVAL_ENV
         threads: cluster_threads("evaluate")
         resources:
             **cluster_resources("evaluate"),
-        conda:
-            EVAL_ENV
+        params:
+            spec=validate_spec,
+            out=folder_of(),
         shell:
             "scout --log {log} evaluate --spec {params.spec:q} --out {params.out}"
 
@@ -30,15 +30,15 @@ if TUNED:
             choice_inputs,
         output:
             f"{RES}/tuning/{{setting}}/{{param}}.json",
-        wildcard_constraints:
-            param="|".join(scout_tuning.PARAMS),
-        params:
-            spec=choice_spec,
-        priority: 3  # every cell of the setting waits for it
         log:
             f"{RES}/logs/tuning/{{setting}}/{{param}}.log",
+        wildcard_constraints:
+            param="|".join(scout_tuning.PARAMS),
+        priority: 3  # every cell of the setting waits for it
         conda:
             CPU_ENV
+        params:
+            spec=choice_spec,
         shell:
             "scout --log {log} choose-lr --spec {params.spec:q} --out {output}"
 
