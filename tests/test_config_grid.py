@@ -698,3 +698,48 @@ def test_a_method_of_an_unknown_part_is_refused_with_the_known_ones():
         Method("kl", "kl")
     for part, kinds in PARTS.items():  # every kind is used by a method of the table
         assert {getattr(m, part) for m in METHODS.values()} == set(kinds), part
+
+
+def _schema_defaults(node: dict, path: tuple = ()) -> list[tuple[tuple, object]]:
+    """(key path, default) of every schema property that declares a default."""
+    out = [(path, node["default"])] if "default" in node else []
+    for key, sub in node.get("properties", {}).items():
+        out += _schema_defaults(sub, (*path, key))
+    return out
+
+
+def _every_spec(cfg: dict) -> dict[str, str]:
+    specs = {f"train {c.key}": jobs.train_job_spec(cfg, c) for c in grid.cells(cfg)}
+    specs |= {f"teacher {m}": jobs.teacher_job_spec(cfg, m) for m in jobs.models_in_grid(cfg) if "prepare" in cfg["models"][m]}
+    for c in grid.cells(cfg):
+        specs[f"eval {c.key}"] = jobs.eval_spec(cfg, c.setting, c.variant, c.seed, "final")
+    return {k: runs.fingerprint(v) for k, v in specs.items()}
+
+
+def test_a_setting_given_at_its_default_changes_no_spec():
+    """The spec's rule: a config that leaves a key out and one that gives it at its default make
+    the same specs, so a setting added later at its default changes no digest of a finished grid."""
+    from tests.conftest import toy_config
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    defaults = _schema_defaults(schema)
+    assert len(defaults) >= 7
+    base = toy_config()
+    before = _every_spec(base)
+    tried = 0
+    for path, default in defaults:
+        cfg = copy.deepcopy(base)
+        node = cfg
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        if path[-1] in node:
+            continue  # the toy config gives it: not a key left out
+        node[path[-1]] = default
+        C.validate(cfg)
+        assert _every_spec(cfg) == before, f"{'.'.join(path)}: {default!r} changed a spec"
+        tried += 1
+    assert tried >= 3
+    # and the check can fail: a key away from its default changes the specs that read it
+    cfg = copy.deepcopy(base)
+    cfg["evaluation"]["engine"] = "vllm"
+    assert _every_spec(cfg) != before
