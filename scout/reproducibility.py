@@ -14,7 +14,7 @@ and a user sets nothing:
   (:data:`SHIM_C`, compiled once with the system's C compiler and loaded before torch) makes it
   honour the branch on AMD CPUs too. The branch's code is plain AVX2 and FMA, which every such CPU
   runs. Measured with ``../shared/tools/isa_probe.py``: an AMD EPYC computes ``ac1d2744c46c`` with
-  the pin, the value a real Intel Xeon computed on the same branch (issue 45); without the shim it
+  the pin, the value a real Intel Xeon computed on the same branch; without the shim it
   computed ``4975f0310b5d``, and MKL's compatible branch (the previous pin) gave ``a3523a561862``
   on the AMD and ``fd8c869a01d3`` on the Intel. The AVX2 branch is also the fast one: a toy
   model's matrix products take about a third of the compatible branch's time.
