@@ -1,9 +1,10 @@
 """``scout status``: where a running or finished grid stands, from the results folder and
-Snakemake's own state (``.snakemake/incomplete`` marks the outputs of jobs under way, ``locks`` that
-a Snakemake is running). The same for local runs and ``--profile profiles/slurm``.
+Snakemake's own state (``.snakemake/incomplete`` marks the outputs of jobs under way) and this
+host's processes (a snakemake working in the folder is what runs; its ``locks`` outlive a crash).
+The same for local runs and ``--profile profiles/slurm``, where snakemake runs on the submit host.
 
 Per experiment: training cells done, stale, running, failed, interrupted and pending; the last step
-of every running training; evaluations done and stale; what is stale and why (``scout.freshness``:
+of every running training, and of every interrupted one with the step it resumes from; evaluations done and stale; what is stale and why (``scout.freshness``:
 a result whose job's spec is not the one the config gives it now); the wall time so far and an
 estimate of what is left.
 """
@@ -38,9 +39,43 @@ def _incomplete(workdir: Path) -> set[str]:
     return out
 
 
-def _running(workdir: Path) -> bool:
+def _locked(workdir: Path) -> bool:
     locks = workdir / ".snakemake" / "locks"
     return locks.is_dir() and any(locks.iterdir())
+
+
+def _directory_of(argv: list[str], cwd: Path) -> Path:
+    """The working directory a snakemake command line runs in: its --directory, else its cwd."""
+    for i, arg in enumerate(argv):
+        if arg in ("--directory", "-d") and i + 1 < len(argv):
+            return (cwd / argv[i + 1]).resolve()
+        if arg.startswith("--directory="):
+            return (cwd / arg.split("=", 1)[1]).resolve()
+    return cwd.resolve()
+
+
+def snakemake_processes(workdir: Path, proc: Path = Path("/proc")) -> list[int]:
+    """The snakemake processes of this host that work in ``workdir``. Snakemake's lock files stay
+    behind when it is killed, so they alone cannot tell a live run from a crashed one."""
+    target, found = workdir.resolve(), []
+    for entry in proc.glob("[0-9]*"):
+        try:
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            if not any(Path(a).name == "snakemake" for a in argv[:3]):
+                continue
+            if _directory_of(argv, Path(os.readlink(entry / "cwd"))) == target:
+                found.append(int(entry.name))
+        except (OSError, ValueError):  # gone meanwhile, or another user's
+            continue
+    return sorted(found)
+
+
+def last_checkpoint(run_dir: Path) -> int | None:
+    """The step a training resumes from: its newest checkpoint (embedded ``step_N``, verl
+    ``global_step_N``)."""
+    steps = [int(d.name.rsplit("_", 1)[1]) for d in (run_dir / "checkpoints").glob("*step_*")
+             if d.name.rsplit("_", 1)[1].isdigit()] if (run_dir / "checkpoints").is_dir() else []  # fmt: skip
+    return max(steps, default=None)
 
 
 def _failed(log: Path) -> bool:
@@ -66,10 +101,11 @@ def last_step(run_dir: Path, log: Path) -> str:
 
 def status(config: dict, workdir: str | Path = ".") -> dict:
     work = Path(workdir)
-    incomplete, running = _incomplete(work), _running(work)
+    incomplete, pids = _incomplete(work), snakemake_processes(work)
+    running = bool(pids)
     res = config.get("results", "results")
     per_exp: dict[str, dict[str, int]] = {}
-    active, durations, damaged, restorable = [], [], [], []
+    active, stopped, durations, damaged, restorable = [], [], [], [], []
     plans, shared = grid.run_plans(config), []
     fresh = Freshness(config, work)
     left = 0  # runs not done
@@ -95,9 +131,11 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
         elif out in incomplete:
             state = "running" if running else "interrupted"
+            step, total = last_step(work / run, log), grid.run_spec(config, cell)["total_steps"]
             if running:
-                spec = grid.run_spec(config, cell)
-                active.append((cell.key, last_step(work / run, log), spec["total_steps"]))
+                active.append((cell.key, step, total))
+            else:
+                stopped.append((cell.key, step, total, last_checkpoint(work / run)))
         elif _failed(log):
             state = "failed"
         else:
@@ -134,6 +172,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     return {
         "experiments": per_exp,
         "running_trainings": active,
+        "interrupted_trainings": stopped,
         "evaluations": (evals_done, len(units)),
         "evaluations_stale": evals_stale,
         "stale": fresh.stale(),
@@ -141,6 +180,8 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "restorable": restorable,
         "shared": shared,
         "snakemake_running": running,
+        "snakemake_pids": pids,
+        "stale_lock": _locked(work) and not running,
         "wall": grid_wall_time(work / res, running),
         "remaining_s": remainder,
         "servers": servers(config, work),
@@ -201,6 +242,9 @@ def render(st: dict) -> str:
             lines.append(f"  ... and {len(st['stale']) - STALE_SHOWN} more")
     for key, step, total_steps in st["running_trainings"]:
         lines.append(f"running: {key} at step {step}/{total_steps}")
+    for key, step, total_steps, ckpt in st.get("interrupted_trainings", []):
+        resumes = f"resumes from step {ckpt}" if ckpt else "starts again from step 0 (no checkpoint yet)"
+        lines.append(f"interrupted: {key} at step {step}/{total_steps}; the next snakemake {resumes}")
     for d in st["damaged"]:
         lines.append(f"damaged: {d}")
     for run, kept in st.get("restorable", []):
@@ -215,7 +259,14 @@ def render(st: dict) -> str:
             lines.append(f"teacher server {sv['model']}: up at {sv['url']}, {sv['holding']} cells holding it; {left}")
         else:
             lines.append(f"teacher server {sv['model']}: not up; {left} (snakemake starts it beside them)")
-    state = "snakemake is running" if st["snakemake_running"] else "no snakemake running"
+    if st["snakemake_running"]:
+        state = f"snakemake is running (pid {', '.join(map(str, st['snakemake_pids']))})"
+    else:
+        state = "no snakemake running on this host"
+    if st.get("stale_lock"):
+        lines.append("stale lock: .snakemake/locks is left from a snakemake that was killed or crashed, and no "
+                     "snakemake works in this folder on this host; `snakemake --unlock` (with your --configfile) "
+                     "clears it, then the next run resumes")  # fmt: skip
     if st["wall"] is None:
         wall = f"{state}; no job has finished in this results folder yet, so its wall time cannot be told"
     else:

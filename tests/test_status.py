@@ -5,6 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 
 from scout import grid, status
 from tests.conftest import toy_config
@@ -23,6 +27,23 @@ def finished_run(d) -> None:
     safetensors(d / "model" / "final" / "model.safetensors")
 
 
+@contextmanager
+def a_snakemake_in(folder, tmp_path):
+    """A process of this host whose command line is a snakemake's working in ``folder``."""
+    script = tmp_path / "bin" / "snakemake"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text("import time\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(script), "--cores", "2", "--directory", str(folder)], cwd=tmp_path / "bin")
+    try:
+        t0 = time.monotonic()
+        while not status.snakemake_processes(folder) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_cells_by_state_and_the_running_step(tmp_path):
     cfg = toy_config()
     running = "toy-l-s-math/scout/s2"
@@ -38,7 +59,9 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     log = tmp_path / "results" / "logs" / "train" / "toy-l-s-code" / "grpo" / "s3.log"  # failed
     log.parent.mkdir(parents=True)
     log.write_text("step 3/50\nTraceback (most recent call last):\n  ...\nValueError: boom\n")
-    st = status.status(cfg, tmp_path)
+    with a_snakemake_in(tmp_path, tmp_path) as pid:
+        st = status.status(cfg, tmp_path)
+    assert st["snakemake_pids"] == [pid] and not st["stale_lock"]
     main = st["experiments"]["main"]
     plans = grid.run_plans(cfg)
     n = sum(1 for c in grid.cells(cfg) if "main" in c.experiments and plans[c].shares is None)
@@ -51,10 +74,20 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     text = status.render(st)
     total = cfg["training"]["steps"]
     assert f"running: toy-l-s-math/scout/s2 at step 17/{total}" in text and "evaluations: 0 of" in text
-    # Snakemake gone with the marker left behind: interrupted, not running
-    (tmp_path / ".snakemake" / "locks" / "0.output.lock").unlink()
+    assert f"snakemake is running (pid {pid})" in text and "stale lock" not in text
+    # Snakemake killed: its marker and its lock left behind, no process. Interrupted, not running,
+    # with the step it resumes from, and the lock named with the command that clears it
+    (d / "checkpoints" / "step_16").mkdir(parents=True)
     st = status.status(cfg, tmp_path)
     assert st["experiments"]["main"]["interrupted"] == 1 and st["running_trainings"] == []
+    assert st["interrupted_trainings"] == [(running, "17", total, 16)] and st["stale_lock"]
+    text = status.render(st)
+    assert f"interrupted: {running} at step 17/{total}; the next snakemake resumes from step 16" in text
+    assert "stale lock:" in text and "`snakemake --unlock`" in text and "no snakemake running on this host" in text
+    assert "running:" not in text and "snakemake is running" not in text and "of training left" not in text
+    # a snakemake of another folder is not this one's
+    with a_snakemake_in(tmp_path / "elsewhere", tmp_path):
+        assert status.status(cfg, tmp_path)["stale_lock"]
 
 
 def test_damaged_files_and_the_grid_wall_time(tmp_path):
@@ -183,3 +216,42 @@ def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
     server.server_close()
     text = status.render(status.status(cfg, tmp_path))
     assert "teacher server toy-large: not up;" in text  # its address is still there, and not trusted
+
+
+def test_after_snakemake_is_killed_status_says_interrupted_and_names_the_stale_lock(tmp_path):
+    """The newcomer's steps: a cell trains through snakemake, snakemake and its job are killed
+    (SIGKILL, as an OOM killer or a lost terminal does), `scout status` tells what is true, and
+    the command it names clears the lock."""
+    import signal
+
+    import yaml
+
+    from tests.conftest import REPO, mini_config
+
+    cfg = mini_config("results")
+    cfg["training"].update(steps=400, save_every=2)
+    (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    smk = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--configfile", "mini.yaml"]
+    cell = "results/train/toy-l-s-math/opd/s1"
+    run = subprocess.Popen([*smk, "--cores", "1", f"{cell}/train.json"], cwd=tmp_path, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    metrics, t0 = tmp_path / cell / "metrics.jsonl", time.monotonic()
+    while time.monotonic() - t0 < 240 and run.poll() is None:
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        if len(lines) >= 5:
+            break
+        time.sleep(0.1)
+    assert run.poll() is None, "the run ended before it could be killed"
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    said = subprocess.run([sys.executable, "-m", "scout.cli", "status", "--configfile", "mini.yaml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    text = said.stdout
+    assert "interrupted: toy-l-s-math/opd/s1 at step" in text and "the next snakemake resumes from step" in text
+    assert "stale lock:" in text and "running:" not in text and "snakemake is running" not in text
+    subprocess.run([*smk, "--unlock"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    text = subprocess.run([sys.executable, "-m", "scout.cli", "status", "--configfile", "mini.yaml"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True).stdout  # fmt: skip
+    assert "stale lock" not in text and "interrupted: toy-l-s-math/opd/s1" in text
