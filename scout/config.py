@@ -44,15 +44,45 @@ def _schema_errors(config: dict) -> list[str]:
     out = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
-            out.append(f"{_where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}")
+            out.append(_unknown_key(err))
         elif err.validator in ("oneOf", "anyOf") and isinstance(err.instance, dict):
-            sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
-            out.append(f"{_where(err.absolute_path)}: {sub.message if sub else err.message}")
+            # the branch meant for a mapping says what is wrong inside it; "is not of type 'string'"
+            # from the other branches is about the whole value, and names the wrong thing
+            inside = [e for e in err.context if list(e.relative_path) or e.validator != "type"]
+            sub = max(inside, key=lambda e: len(list(e.absolute_path)), default=None)
+            if sub is None:
+                out.append(f"{_where(err.absolute_path)}: {err.message}")
+            elif sub.validator == "additionalProperties":
+                out.append(_unknown_key(sub))
+            else:
+                out.append(f"{_where(sub.absolute_path)}: {sub.message}{_number_hint(sub.instance)}")
+        elif err.validator in ("oneOf", "anyOf"):
+            wanted = " or ".join(_expected(branch) for branch in err.validator_value)
+            out.append(f"{_where(err.absolute_path)}: {err.instance!r} is not {wanted}{_number_hint(err.instance)}")
         else:
             out.append(f"{_where(err.absolute_path)}: {err.message}{_number_hint(err.instance)}")
     return out
+
+
+def _unknown_key(err) -> str:
+    extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+    allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
+    return f"{_where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}"
+
+
+def _expected(schema: dict) -> str:
+    """A schema branch in words: "an integer (at least 0)", "a string matching ^[0-9]+$"."""
+    article = {"integer": "an integer", "object": "a mapping", "array": "a list", "string": "a string",
+               "number": "a number", "boolean": "true or false"}  # fmt: skip
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    kinds = schema.get("type", "value")
+    text = " or ".join(article.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds))
+    limits = [f"at least {schema['minimum']}" if "minimum" in schema else "",
+              f"above {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "",
+              f"at most {schema['maximum']}" if "maximum" in schema else ""]  # fmt: skip
+    text += f" ({', '.join(x for x in limits if x)})" if any(limits) else ""
+    return text + (f" matching {schema['pattern']}" if "pattern" in schema else "")
 
 
 def _number_hint(value) -> str:

@@ -56,6 +56,19 @@ def toy():
             "report.primary.settings[0]: unknown setting 'q4b-math'; expected one of [",
         ),
         (lambda c: c.update(world="mars"), "world: 'mars' is not one of ['toy', 'paper']"),
+        # inside an entry that may be a name or a mapping: the mapping's own key, not the whole entry
+        (
+            lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "scout", "interval": "four"}),
+            "experiments.main.methods.6.interval: 'four' is not of type 'integer'",
+        ),
+        (
+            lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "scout", "kk": 4}),
+            "experiments.main.methods.6.kk: unknown key; expected one of: epochs, eval_every, interval, method, name",
+        ),
+        (
+            lambda c: c.update(select={"seeds": ["one"]}),
+            "select.seeds.0: 'one' is not an integer (at least 0) or a string matching ^[0-9]+$",
+        ),
         (
             lambda c: c["experiments"]["main"]["methods"].append({"name": "x", "method": "opd", "interval": 3}),
             "experiments.main.methods[6].interval: method 'opd' has no teacher updates",
