@@ -558,6 +558,23 @@ def _dispatch(args) -> int:
         return 2
     except (DataError, DamagedInput, JobStopped) as exc:  # bad, missing or damaged data, a check: one line
         raise SystemExit(f"scout {args.cmd}: {exc}") from exc
+    except KeyboardInterrupt:  # Ctrl-C: a person's choice, not a failure to explain with a traceback
+        print(f"scout {args.cmd}: interrupted{_resumes(args)}", file=sys.stderr)
+        return INTERRUPTED
+
+
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+
+
+def _resumes(args) -> str:
+    """Where an interrupted training picks up: its newest checkpoint, kept in its folder."""
+    if args.cmd != "train" or not getattr(args, "out", None):
+        return ""
+    from scout import runs
+
+    step = runs.last_checkpoint(Path(args.out))
+    where = f"from its checkpoint at step {step}" if step else "from step 0 (no checkpoint was written yet)"
+    return f"; the same command (or snakemake) resumes it {where}"
 
 
 _LOGGING = "SCOUT_LOG"  # the log a parent scout already writes to (a driver under `scout ray-run`)
@@ -595,7 +612,8 @@ def _logged(args) -> int:
     sys.stderr.flush()
     if code:
         lines = log.read_text(errors="replace").rstrip().splitlines()[-TAIL_LINES:]
-        text = f"scout {args.cmd} failed (exit {code}); the last lines of {log}:\n" + "".join(
+        what = "was interrupted" if code == INTERRUPTED else f"failed (exit {code})"
+        text = f"scout {args.cmd} {what}; the last lines of {log}:\n" + "".join(
             f"  | {line}\n" for line in lines
         )
         os.write(console, text.encode())

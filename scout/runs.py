@@ -103,6 +103,14 @@ def checkpoints(spec: dict) -> list[str]:
     return [f"step{s}" for s in checkpoint_steps(spec)] + ["final"]
 
 
+def last_checkpoint(run_dir: Path) -> int | None:
+    """The step a training resumes from: its newest checkpoint (embedded ``step_N``, verl
+    ``global_step_N``)."""
+    steps = [int(d.name.rsplit("_", 1)[1]) for d in (run_dir / "checkpoints").glob("*step_*")
+             if d.name.rsplit("_", 1)[1].isdigit()] if (run_dir / "checkpoints").is_dir() else []  # fmt: skip
+    return max(steps, default=None)
+
+
 class RunMismatch(RuntimeError):
     """A run folder was written under another spec than the job expects."""
 

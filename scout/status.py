@@ -70,14 +70,6 @@ def snakemake_processes(workdir: Path, proc: Path = Path("/proc")) -> list[int]:
     return sorted(found)
 
 
-def last_checkpoint(run_dir: Path) -> int | None:
-    """The step a training resumes from: its newest checkpoint (embedded ``step_N``, verl
-    ``global_step_N``)."""
-    steps = [int(d.name.rsplit("_", 1)[1]) for d in (run_dir / "checkpoints").glob("*step_*")
-             if d.name.rsplit("_", 1)[1].isdigit()] if (run_dir / "checkpoints").is_dir() else []  # fmt: skip
-    return max(steps, default=None)
-
-
 def _failed(log: Path) -> bool:
     if not log.exists():
         return False
@@ -135,7 +127,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
             if running:
                 active.append((cell.key, step, total))
             else:
-                stopped.append((cell.key, step, total, last_checkpoint(work / run)))
+                stopped.append((cell.key, step, total, runs.last_checkpoint(work / run)))
         elif _failed(log):
             state = "failed"
         else:

@@ -173,6 +173,25 @@ def test_killed_run_resumes_to_the_same_result(spec_for, tmp_path):
     assert _metrics_without_time(ref / "metrics.jsonl") == _metrics_without_time(out / "metrics.jsonl")
 
 
+def test_ctrl_c_says_where_the_run_resumes_without_a_traceback(spec_for, tmp_path):
+    """A person's Ctrl-C (SIGINT to the job, here under --log as the workflow runs it) is not a
+    failure: one line on the console says so and where the same command picks the run up."""
+    spec = spec_for("opd", total_steps=400, steps_per_epoch=400, save_every=2)
+    out, log = tmp_path / "run", tmp_path / "train.log"
+    cmd = [sys.executable, "-m", "scout.cli", "--log", str(log), "train", "--spec", json.dumps(spec), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "checkpoints" / "step_4").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    step = max(int(d.name.split("_")[1]) for d in (out / "checkpoints").glob("step_*"))
+    assert step >= 4 and "Traceback" not in err and "failed" not in err
+    assert "scout train was interrupted" in err
+    assert f"scout train: interrupted; the same command (or snakemake) resumes it from its checkpoint at step {step}" in err
+
+
 def test_prune_budget_adapts_during_training(spec_for, tmp_path):
     spec = spec_for("prune_opd", total_steps=4, steps_per_epoch=4)
     spec["method_cfg"]["prune_opd"] = {**spec["method_cfg"]["prune_opd"], "hit_fraction": 0.0}
