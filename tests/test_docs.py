@@ -61,3 +61,18 @@ def test_the_everyday_commands_that_need_no_results_run_as_written(tmp_path):
         out = subprocess.run([sys.executable, "-m", "scout.cli", *words], capture_output=True, text=True, **where)
         assert out.returncode == 0, (line, out.stderr[-2000:])
         assert out.stdout.strip(), line
+
+
+def test_the_guides_comparison_has_the_seeds_the_allocation_study_gives_the_headline():
+    """One answer on seeds: the recipe for a comparison of one's own (docs/extending.md) runs as
+    many paired seeds as the toy config gives the headline's SCOUT and OPD, which the allocation
+    study chose, and it links that study."""
+    import yaml
+
+    text = (REPO / "docs" / "extending.md").read_text()
+    block = re.search(r"<!-- add-a-method: config/config.yaml, merged -->\n```yaml\n(.*?)```", text, re.S)[1]
+    (recipe,) = yaml.safe_load(block)["experiments"].values()
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    arms = {m["name"]: m["seeds"] for m in config["experiments"]["headline"]["methods"] if isinstance(m, dict)}
+    assert len(recipe["seeds"]) == len(arms["opd"]) == len(arms["scout"]) == 6
+    assert "toy-world.md#seeds-for-the-headline-claims-the-allocation-study" in text
