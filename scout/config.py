@@ -8,7 +8,9 @@ the resolved cells show is checked above, by ``scout.grid.check``.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -309,6 +311,22 @@ def validate(config: dict) -> dict:
     return select(config)
 
 
+def selection_name(sel: dict) -> str:
+    """A selection as a folder name, so that each selection's report has a folder of its own:
+    ``select-settings-toy-l-s-math-methods-opd-scout-seeds-1-2``; a long one ends in a digest."""
+    parts = []
+    for key in ("experiments", "settings", "methods", "seeds"):
+        if isinstance(sel.get(key), list):
+            parts += [key, *(str(v) for v in sel[key])]
+    if str(sel.get("analysis", True)).lower() == "false":
+        parts.append("no-analysis")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(["select", *parts]))
+    if len(name) > 80:
+        digest = hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        name = f"{name[:70].rstrip('-')}-{digest}"
+    return name
+
+
 def select(config: dict) -> dict:
     """The grid cut down to the cells ``config["select"]`` names (experiments, settings, variant
     names, seeds; each optional): an experiment keeps what matches and goes when nothing does.
@@ -362,7 +380,8 @@ def select(config: dict) -> dict:
     config["experiments"] = kept
     config["selected_from"] = whole  # a kept run's spec is the whole grid's (scout.grid.unselected)
     parts = [f"{k} {', '.join(map(str, v))}" for k, v in sel.items() if isinstance(v, list)]
-    config["report"] = {**config.get("report", {}), "scope": f"a selection of the {config['world']} grid ({'; '.join(parts)})"}
+    config["report"] = {**config.get("report", {}), "scope": f"a selection of the {config['world']} grid ({'; '.join(parts)})",
+                        "selection": selection_name(sel)}
     left = {m if isinstance(m, str) else m["name"] for e in kept.values() for m in e["methods"]}
     left |= {"base-student", "base-teacher"}
     if config.get("claims"):  # the config's own claims about what the selection still trains

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scout import grid, jobs, tuning  # noqa: E402
-from scout.results import AVG, Cache  # noqa: E402
+from scout.results import AVG, Cache, summary_dir  # noqa: E402
 
 CONTINUATION_COLUMNS = ["setting", "teacher", "prefixes", "prefix_ratio", "accuracy", "prefix_tokens"]
 ENTROPY_COLUMNS = ["setting", "teacher", "context", "position", "entropy"]
@@ -528,7 +528,7 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
             figs.append(fig)
         else:
             notices.append(f"figure learning-rate sensitivity ({setting}) skipped: its searches have not chosen")
-    behaviour = analysis_dir.parent / "summary" / "behaviour.csv"
+    behaviour = summary_dir(cfg) / "behaviour.csv"
     if behaviour.exists():
         figs += behaviour_figures(behaviour, cache, out_dir)
     else:

@@ -464,14 +464,14 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
     root = results.results_dir(config)
-    out = Path(out_dir) if out_dir else root / "report"
+    out = Path(out_dir) if out_dir else results.report_dir(config)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     refuse_stale(config)
     damaged: list = []
     df = reported(config, results.load(config, damaged))
     for d in damaged:  # left out, each named with the command that remakes it
         log(f"damaged: {d}")
-    summarize(config, df, root / "summary")  # the CSVs of what this report shows
+    summarize(config, df, results.summary_dir(config))  # the CSVs of what this report shows
     cache = results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
     env = render.tex_environment()

@@ -354,3 +354,23 @@ def test_snakemakes_own_report_holds_the_results(finished_grid, tmp_path):
     for fig in manifest["figures"]:
         assert any(n.endswith(f"/{fig}.png") for n in names), fig
     assert sum(n.endswith(".tex") for n in names) == len(manifest["tables"])
+
+
+def test_two_selections_reports_stand_side_by_side(finished_grid):
+    """Experiments side by side: each selection's report goes to a folder named by it, and the
+    whole grid's page stays as it was."""
+    whole = finished_grid / "results" / "report" / "index.html"
+    before = whole.read_bytes()
+    sels = {"select-settings-toy-l-s-math-methods-opd-esr-seeds-1":
+            "select={settings: [toy-l-s-math], methods: [opd, esr], seeds: [1]}",
+            "select-settings-toy-l-s-math-methods-opd-prune_opd-seeds-1":
+            "select={settings: [toy-l-s-math], methods: [opd, prune_opd], seeds: [1]}"}  # fmt: skip
+    for sel in sels.values():
+        snakemake(finished_grid, "report", "--config", sel)
+    for folder, sel in sels.items():
+        page = (finished_grid / "results" / "report" / folder / "index.html").read_text()
+        assert "a selection of the toy grid" in page, folder
+        own, other = ("ESR", "Prune-OPD") if "esr" in folder else ("Prune-OPD", "ESR")
+        assert f">{own}<" in page and f">{other}<" not in page, folder  # each shows its own selection's methods
+        assert (finished_grid / "results" / "summary" / folder / "runs.csv").exists()
+    assert whole.read_bytes() == before

@@ -17,7 +17,9 @@ from scout import teacher_server as scout_teacher_server
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
+from scout.results import report_dir as scout_report_dir
 from scout.report import settings as report_settings
+from scout.results import summary_dir as scout_summary_dir
 
 _twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
 if _twice:
@@ -337,8 +339,13 @@ def eval_records(wc=None):
     return jobs.eval_records(resolved() if TUNED else config)
 
 
+# The whole grid's report and summaries, or a selection's beside them (scout.report.report_dir)
+REPORT = str(scout_report_dir(config))
+SUMMARY = str(scout_summary_dir(config))
+
+
 def summary_files():
-    return [f"{RES}/summary/runs.csv", f"{RES}/summary/methods.csv", f"{RES}/summary/behaviour.csv"]
+    return [f"{SUMMARY}/runs.csv", f"{SUMMARY}/methods.csv", f"{SUMMARY}/behaviour.csv"]
 
 
 # -- analysis and report ------------------------------------------------------------------------
@@ -401,5 +408,5 @@ def analysis_files():
 def report_files():
     """The PDF is an output only when it is required (report.pdf: true); with `auto` it is written
     where TeX is installed and the manifest says why it is not elsewhere."""
-    out = [f"{RES}/report/manifest.json"]
-    return out + ([f"{RES}/report/report.pdf"] if report_settings(config)["pdf"] is True else [])
+    out = [f"{REPORT}/manifest.json"]
+    return out + ([f"{REPORT}/report.pdf"] if report_settings(config)["pdf"] is True else [])

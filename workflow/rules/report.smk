@@ -1,5 +1,6 @@
 # Report: every table and figure of the paper plus one PDF, rendered from the results cache, and
 # the summary CSVs of the same records (results/summary/: per run, per method, each run's behaviour).
+# A selection's (config select) go to a folder of their own beneath both (scout.report.report_dir).
 #   snakemake report   renders from whatever is cached, every time it is asked for: it has no
 #                      inputs and no outputs in the DAG, so it never trains or evaluates anything
 #   snakemake          (the default target) renders the same report once the whole grid is done
@@ -17,7 +18,7 @@ rule report:
         CPU_ENV
     params:
         spec=config_spec(),
-        out=f"{RES}/report",
+        out=REPORT,
     shell:
         "scout --log {log} report --spec {params.spec:q} --out {params.out}"
 
@@ -29,15 +30,15 @@ rule grid_report:
         # update: the report stays in place while it is rendered again, and comes back if that fails
         [update(f) for f in report_files()],
         [update(f) for f in summary_files()],
-        report(update(f"{RES}/report/index.html"), caption="../report/claims.rst", category="Report"),
+        report(update(f"{REPORT}/index.html"), caption="../report/claims.rst", category="Report"),
         report(
-            update(directory(f"{RES}/report/figures")),
+            update(directory(f"{REPORT}/figures")),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
         ),
         report(
-            update(directory(f"{RES}/report/tables")),
+            update(directory(f"{REPORT}/tables")),
             patterns=["{name}.tex"],
             caption="../report/tables.rst",
             category="Tables",
