@@ -367,7 +367,7 @@ def test_two_selections_reports_stand_side_by_side(finished_grid):
             "select={settings: [toy-l-s-math], methods: [opd, prune_opd], seeds: [1]}"}  # fmt: skip
     for sel in sels.values():
         snakemake(finished_grid, "report", "--config", sel)
-    for folder, sel in sels.items():
+    for folder in sels:
         page = (finished_grid / "results" / "report" / folder / "index.html").read_text()
         assert "a selection of the toy grid" in page, folder
         own, other = ("ESR", "Prune-OPD") if "esr" in folder else ("Prune-OPD", "ESR")
