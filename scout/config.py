@@ -66,6 +66,29 @@ def _schema_errors(config: dict) -> list[str]:
     return out
 
 
+def _variant_override_errors(config: dict, where: str, method: str, overrides: dict) -> list[str]:
+    """A variant's own method settings: sections of its method, keys those sections have, values
+    the schema accepts there (checked on the merged section, as its runs will read it)."""
+    import jsonschema
+
+    sections = list(dict.fromkeys(METHODS[method].sections(set(config["methods"]))))
+    schema = yaml.safe_load(SCHEMA.read_text())
+    errs = []
+    for section, over in overrides.items():
+        if section not in sections:
+            errs.append(f"{where}.{section}: {method!r} reads no such section; its sections: {', '.join(sections) or 'none'}")
+            continue
+        base = config["methods"].get(section, {})
+        unknown = sorted(set(over) - set(base))
+        if unknown:
+            errs.append(f"{where}.{section}.{unknown[0]}: unknown key; expected one of: {', '.join(sorted(base))}")
+            continue
+        sub = {"$defs": schema["$defs"], **schema["properties"]["methods"]["properties"].get(section, {})}
+        for err in jsonschema.Draft202012Validator(sub).iter_errors(deep_merge(base, over)):
+            errs.append(f"{where}.{section}.{_where(err.absolute_path)}: {err.message}{_number_hint(err.instance)}")
+    return errs
+
+
 def _unknown_key(err) -> str:
     extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
     allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
@@ -145,6 +168,8 @@ def _reference_errors(config: dict) -> list[str]:
                 )
             elif isinstance(m, dict) and "interval" in m and not METHODS[mid].trains_teacher:
                 errs.append(f"experiments.{exp}.methods[{i}].interval: method {mid!r} has no teacher updates")
+            elif isinstance(m, dict) and "overrides" in m:
+                errs += _variant_override_errors(config, f"experiments.{exp}.methods[{i}].overrides", mid, m["overrides"])
     variants = {m if isinstance(m, str) else m["name"] for e in config["experiments"].values() for m in e["methods"]}
     baseline = config.get("report", {}).get("baseline")
     if baseline is not None and baseline not in variants:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from scout import backends, tuning
 from scout.algorithms import scaled_teacher_lr
-from scout.config import ConfigError, method_cfg
+from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
 from scout.methods import LORA_TARGETS, METHODS
 from scout.prompts import view_key
@@ -121,6 +121,8 @@ def _expand_cells(config: dict) -> list[Cell]:
             if isinstance(entry, str):
                 entry = {"name": entry, "method": entry}
             overrides = tuple(sorted((k, entry[k]) for k in _OVERRIDE_KEYS if k in entry))
+            if entry.get("overrides"):  # its own method settings, as JSON: a cell is hashable
+                overrides = tuple(sorted([*overrides, ("overrides", json.dumps(entry["overrides"], sort_keys=True))]))
             for setting in exp["settings"]:
                 for seed in entry.get("seeds", exp["seeds"]):
                     cell = Cell(setting, entry["name"], entry["method"], seed, overrides, (exp_name,))
@@ -256,8 +258,9 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
     }  # not the experiments that name the cell: adding one must not retrain the runs it shares
     if grpo and "batch_size" in tr["grpo"]:  # GRPO's own prompts per step (n samples each)
         spec["batch_size"] = spec["mini_batch_size"] = tr["grpo"]["batch_size"]
+    own = json.loads(over.get("overrides", "{}"))  # the variant's own method settings
     for name in method.sections(set(config["methods"])):
-        spec["method_cfg"][name] = method_cfg(config, cell.setting, name)
+        spec["method_cfg"][name] = deep_merge(method_cfg(config, cell.setting, name), own.get(name, {}))
     analysis = config.get("analysis") or {}
     probed = cell.setting in analysis.get("settings", []) and cell.seed in analysis.get("seeds", [cell.seed])
     if cell.variant == "scout" and probed and analysis.get("checkpoints"):

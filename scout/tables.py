@@ -407,18 +407,29 @@ def _joined(values: list) -> str:
 
 
 def _scout_k_and_f(config: dict) -> tuple[str, str]:
-    """K and f of the grid's SCOUT runs, as their specs hold them (a setting may override either):
-    one value, or each setting's ("8 (toy-l-s-math), 4 (toy-l-s-code)")."""
-    first = {}  # a setting's SCOUT cells differ by seed alone: one spec each
+    """K and f of the grid's SCOUT runs, as their specs hold them (a setting or a variant may
+    override either): one value, or each value with the variants (and settings) that run it."""
+    first = {}  # the cells of a variant in a setting differ by seed alone: one spec each
     for c in grid.cells(config):
-        if c.variant == "scout":
-            first.setdefault(c.setting, c)
-    specs = {s: grid.cell_spec(config, c)["method_cfg"]["scout"] for s, c in first.items()} or {"": config["methods"]["scout"]}
+        if METHODS[c.method].teacher_phase == "scout":
+            first.setdefault((c.variant, c.setting), c)
+    specs = {key: grid.cell_spec(config, c)["method_cfg"]["scout"] for key, c in first.items()}
+    if not specs:
+        specs = {("", ""): config["methods"]["scout"]}
     out = []
     for key in ("k", "interval"):
-        values = {s: sc[key] for s, sc in specs.items()}
-        same = len(set(values.values())) == 1
-        out.append(str(next(iter(values.values()))) if same else ", ".join(f"{v} ({s})" for s, v in values.items()))
+        by_value: dict = {}
+        for (variant, setting), sc in specs.items():
+            by_value.setdefault(sc[key], []).append((variant, setting))
+        if len(by_value) == 1:
+            out.append(str(next(iter(by_value))))
+            continue
+        split = {v for v, _ in specs if len({specs[k][key] for k in specs if k[0] == v}) > 1}
+        parts = []
+        for value, where in by_value.items():
+            names = dict.fromkeys(f"{v}, {st}" if v in split else v for v, st in where)
+            parts.append(f"{value} ({'; '.join(names)})")
+        out.append(", ".join(parts))
     return out[0], out[1]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -756,3 +757,35 @@ def test_a_setting_given_at_its_default_changes_no_spec():
     cfg = copy.deepcopy(base)
     cfg["evaluation"]["engine"] = "vllm"
     assert _every_spec(cfg) != before
+
+
+def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
+    """SCOUT with K = 4 as an arm of its own: its runs' specs carry K = 4, the main SCOUT's and
+    every other spec stay as they were, the hyperparameter table says which variant runs which
+    K, and wrong entries name the key and what it may be."""
+    from scout import tables
+    from tests.conftest import toy_config
+
+    base = toy_config()
+    before = _every_spec(base)
+    cfg = copy.deepcopy(base)
+    k4 = {"name": "scout-k4", "method": "scout", "overrides": {"scout": {"k": 4}}}
+    cfg["experiments"]["mine"] = {"settings": ["toy-l-s-math"], "methods": ["opd", k4], "seeds": [1, 2]}
+    C.validate(cfg)
+    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "scout-k4", 1))
+    assert spec["method_cfg"]["scout"]["k"] == 4 and base["methods"]["scout"]["k"] != 4
+    after = _every_spec(cfg)
+    assert {k: v for k, v in after.items() if "scout-k4" not in k} == before  # nothing else retrains
+    k, _ = tables._scout_k_and_f(cfg)
+    assert k.startswith(f"{base['methods']['scout']['k']} (scout; ") and k.endswith("), 4 (scout-k4)")
+    for over, message in (
+        ({"scout": {"kk": 4}}, "overrides.scout.kk: unknown key; expected one of: answer_marker, interval, k,"),
+        ({"esr": {"max_tokens": 4}}, "overrides.esr: 'scout' reads no such section; its sections: scout"),
+        ({"scout": {"k": 1}}, "overrides.scout.k: 1 is less than the minimum of 2"),
+        ({"scout": {"k": "four"}}, "overrides.scout.k: 'four' is not of type 'integer'"),
+    ):
+        bad = copy.deepcopy(base)
+        bad["experiments"]["mine"] = {"settings": ["toy-l-s-math"], "seeds": [1],
+                                      "methods": [{"name": "x", "method": "scout", "overrides": over}]}  # fmt: skip
+        with pytest.raises(C.ConfigError, match=re.escape(f"experiments.mine.methods[0].{message}")):
+            C.validate(bad)

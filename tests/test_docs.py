@@ -76,3 +76,15 @@ def test_the_guides_comparison_has_the_seeds_the_allocation_study_gives_the_head
     arms = {m["name"]: m["seeds"] for m in config["experiments"]["headline"]["methods"] if isinstance(m, dict)}
     assert len(recipe["seeds"]) == len(arms["opd"]) == len(arms["scout"]) == 6
     assert "toy-world.md#seeds-for-the-headline-claims-the-allocation-study" in text
+
+
+def test_the_keys_a_variant_may_set_are_the_schemas():
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    (entry,) = [b for b in schema["$defs"]["method_entry"]["oneOf"] if b.get("type") == "object"]
+    text = (REPO / "config" / "README.md").read_text()
+    table = text[text.index("**A variant of a method.**") :].split("\n\n")[1]
+    listed = set(re.findall(r"^\| `([a-z_]+)`(?:, `([a-z_]+)`)?", table, re.M))
+    listed = {k for pair in listed for k in pair if k}
+    assert listed == set(entry["properties"]) - {"name", "method"}

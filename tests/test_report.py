@@ -495,4 +495,6 @@ def test_a_settings_own_interval_reaches_the_sweep_and_the_caption(tmp_path):
     assert sweep == {"scout-f1": 1, "scout-f3": 3, "scout-f4": 4, "scout": 5}
     assert dict((v, f) for f, v in cache.interval_variants("toy-l-s-math"))["scout"] == 2
     caption = tables.hyper_table(cfg)["caption"]
-    assert "every f = 2 (toy-l-s-math), 5 (toy-mg-s-math), 2 (toy-l-s-code) steps" in caption
+    # each f with the variants that run it, and the setting where a variant's f differs by setting
+    assert "every f = 2 (scout, toy-l-s-math; scout, toy-l-s-code; " in caption
+    assert ", 5 (scout, toy-mg-s-math), 1 (scout-f1), 3 (scout-f3), 4 (scout-f4) steps" in caption
