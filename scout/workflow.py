@@ -104,3 +104,57 @@ def export_environment(workflow_dir: str) -> None:
             f"{Path(workflow_dir).resolve()}; jobs would run the other code (pip install -e {workflow_dir})",
             file=sys.stderr,
         )
+
+
+_RUN_TARGET = r"(?:train|eval)/(?P<setting>[^/]+)/(?P<variant>[^/]+)/s(?P<seed>\d+)(?:/|$)"
+
+
+def outside_grid(targets, results: str, runs: set[tuple[str, str, int]], base_variants, config_dir: Path,
+                 configfiles: list[str]) -> list[str]:  # fmt: skip
+    """Why each run target (a training's or an evaluation's path) names no run of the configured
+    grid, and which of the checkout's configs define its variant: snakemake alone says only "No
+    rule to produce" or fails inside an input function."""
+    import re
+
+    import yaml
+
+    pattern = re.compile(rf"^(?:\./)?{re.escape(results.rstrip('/'))}/{_RUN_TARGET}")
+    out = []
+    for target in targets:
+        m = pattern.match(str(target))
+        if not m or m["variant"] in base_variants:
+            continue
+        setting, variant, seed = m["setting"], m["variant"], int(m["seed"])
+        if (setting, variant, seed) in runs:
+            continue
+        seeds = sorted(s for st, v, s in runs if (st, v) == (setting, variant))
+        if seeds:
+            out.append(f"{target}: seed {seed} is not one of {setting}/{variant}'s seeds in this grid ({seeds})")
+            continue
+        here, elsewhere = [], []  # configs of the checkout whose experiments run the variant
+        for path in sorted(config_dir.glob("*.yaml")):
+            try:
+                exps = (yaml.safe_load(path.read_text()) or {}).get("experiments") or {}
+            except (OSError, yaml.YAMLError):
+                continue
+            for name, exp in exps.items():
+                names = {m if isinstance(m, str) else m.get("name") for m in exp.get("methods", [])}
+                if variant in names:
+                    where = f"{path.relative_to(config_dir.parent)} (experiment {name})"
+                    if setting in exp.get("settings", []):
+                        here.append(where)
+                    else:
+                        elsewhere.append(f"{where} for {', '.join(exp.get('settings', []))}")
+        given = " ".join(configfiles) or "config/config.yaml"
+        text = f"{target}: {setting}/{variant} is not in the grid of {given}"
+        if here:
+            text += (f"; {', '.join(here)} defines it: name that file after yours (the target first: "
+                     f"--configfile takes every word after it), snakemake {target} --configfile {given} "
+                     f"{here[0].split(' ')[0]}")  # fmt: skip
+        elif elsewhere:
+            text += f"; {variant} runs in {'; '.join(elsewhere)}, not {setting}"
+        else:
+            text += (f", nor in a config of {config_dir}; the grid's variants of {setting}: "
+                     f"{', '.join(sorted({v for st, v, _ in runs if st == setting})) or 'none'}")  # fmt: skip
+        out.append(text)
+    return out

@@ -109,3 +109,27 @@ def test_another_checkouts_code_is_named(tmp_path):
     dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=other, capture_output=True,
                          text=True)  # fmt: skip
     assert f"not this workflow's checkout {other}" in dry.stderr
+
+
+def test_a_target_outside_the_grid_is_named_with_the_config_that_defines_it(tmp_path):
+    """A newcomer's targets: a variant of an overlay the command did not name, a seed the grid does
+    not run, a variant in another setting. Each is one line saying why and what to name; no
+    Snakemake 'No rule to produce', no traceback. A target in the grid plans as before."""
+    from tests.conftest import dry_run
+
+    base = REPO / "config" / "config.yaml"
+    out = dry_run(tmp_path, base, "results/train/toy-mg-s-math/scout-f4/s1/train.json")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text and "No rule to produce" not in text
+    assert "toy-mg-s-math/scout-f4 is not in the grid of" in text
+    assert "config/toy-extra.yaml (experiment interval) defines it: name that file after yours" in text
+    assert "snakemake results/train/toy-mg-s-math/scout-f4/s1/train.json --configfile " in text
+    out = dry_run(tmp_path, base, "results/eval/toy-l-s-math/scout/s9/final/tm-easy.json")
+    assert "seed 9 is not one of toy-l-s-math/scout's seeds in this grid ([1, 2, 3, 4, 5, 6])" in out.stderr + out.stdout
+    out = dry_run(tmp_path, base, "results/train/toy-l-s-math/scout-f4/s1/train.json")
+    assert "scout-f4 runs in config/toy-extra.yaml (experiment interval) for toy-mg-s-math, not toy-l-s-math" in out.stderr + out.stdout
+    named = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+             "--cores", "1", "--configfile", str(base), str(REPO / "config" / "toy-extra.yaml"), "--",
+             "results/train/toy-mg-s-math/scout-f4/s1/train.json"]  # fmt: skip
+    out = subprocess.run(named, capture_output=True, text=True)
+    assert out.returncode == 0 and "rule train" in out.stdout + out.stderr, out.stdout[-2000:]

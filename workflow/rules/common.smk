@@ -54,6 +54,18 @@ GRID = grid.Grid.of(config)
 CELLS = GRID.cells
 RUNS = GRID.runs  # the grid's cells and the tuning stage's runs
 TUNED = scout_tuning.tuned_settings(config)  # setting -> LRs the tuning stage chooses
+# A training or evaluation target outside the configured grid, named with the configs that define it
+# (the command line's paths: Snakemake has not parsed its targets when this file is read)
+_outside = scout_workflow.outside_grid(
+    sys.argv[1:] if workflow.is_main_process else [],
+    RES,
+    {(c.setting, c.variant, c.seed) for c in RUNS},
+    grid.BASE_VARIANTS,
+    Path(workflow.basedir) / "config",
+    [os.path.relpath(f) for f in workflow.overwrite_configfiles],
+)
+if _outside:
+    raise WorkflowError("not a run of this grid:\n  " + "\n  ".join(_outside))
 INDEPENDENT = set(scout_tuning.independent_settings(config))  # settings whose jobs need no choice
 TOY = config["world"] == "toy"
 
