@@ -65,8 +65,11 @@ def test_refusals_name_the_cell_and_the_reason(verl_toy, tmp_path):
     assert any(p.startswith("steps: verl's dataloader runs") and "the plan has 1000000" in p for p in row.problems)
     cfg = copy.deepcopy(verl_toy)
     cfg["results"] = str(tmp_path / "elsewhere")  # nothing prepared there
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd")).cells[0]
-    assert any("is not prepared" in p for p in row.problems)
+    found = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))
+    assert any("is not prepared" in p for p in found.cells[0].problems)
+    # models that cannot be read (not downloaded, no hub): FAIL rows, not a traceback
+    (pair,) = found.pairs
+    assert pair.verdict == "refused" and pair.problems[0].startswith("tokenizers: cannot load the tokenizer of ")
 
 
 def test_kv_cache_arithmetic_by_hand():
