@@ -92,11 +92,11 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.buffers = [torch.empty(self.bucket_size, dtype=torch.uint8) for _ in range(2)]
         if not self.is_master:
             return None
-        from verl.utils.net_utils import get_free_port
-
+        # The store listens from here on, on a port the system picks: a port found free and let go
+        # until the group forms can be taken by another process meanwhile (EADDRINUSE in a busy CI)
         host = _node_ip()
-        port, _ = get_free_port(host)
-        self.master = GlooMaster(host, port)
+        self.store = dist.TCPStore(host, 0, None, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+        self.master = GlooMaster(host, self.store.port)
         return self.master
 
     @classmethod
@@ -120,7 +120,8 @@ class GlooCheckpointEngine(CheckpointEngine):
         self.rank, self.world_size = rank, world_size
         if rank < 0:
             return
-        self.store = dist.TCPStore(master.host, master.port, world_size, is_master=(rank == 0), timeout=TIMEOUT)
+        if rank != 0:  # rank 0 serves the store it opened in prepare()
+            self.store = dist.TCPStore(master.host, master.port, world_size, is_master=False, timeout=TIMEOUT)
         self.pg = dist.ProcessGroupGloo(self.store, rank, world_size, TIMEOUT)
 
     def finalize(self):
