@@ -58,7 +58,6 @@ class Backend:
     environment = "cpu"  # its training jobs' software: "cpu" (envs/scout.yaml) or "gpu" (envs/gpu.yaml)
     checks_cells = False  # whether the workflow runs ``scout preflight`` before the first training job
     continues_runs = False  # whether a longer run may resume a shorter one's run of the same spec
-    dry_runs = False  # whether ``scout train --dry-run`` means something
 
     def config_errors(self, config: dict) -> list[str]:
         """What this backend cannot run in a config, each naming the key to change."""

@@ -8,6 +8,7 @@ the resolved cells show is checked above, by ``scout.grid.check``.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import re
@@ -38,10 +39,16 @@ def _where(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
+@functools.cache
+def _schema() -> dict:
+    """The schema, read once a process (validation and each variant's overrides both read it)."""
+    return yaml.safe_load(SCHEMA.read_text())
+
+
 def _schema_errors(config: dict) -> list[str]:
     import jsonschema  # here, not at the top: every job imports this module, few validate (0.1 s a job)
 
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = _schema()
     validator = jsonschema.Draft202012Validator(schema)
     out = []
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
@@ -72,7 +79,7 @@ def _variant_override_errors(config: dict, where: str, method: str, overrides: d
     import jsonschema
 
     sections = list(dict.fromkeys(METHODS[method].sections(set(config["methods"]))))
-    schema = yaml.safe_load(SCHEMA.read_text())
+    schema = _schema()
     errs = []
     for section, over in overrides.items():
         if section not in sections:

@@ -52,20 +52,23 @@ def results_dir(config: dict) -> Path:
     return Path(config.get("results", "results"))
 
 
-def report_dir(config: dict) -> Path:
-    """Where a config's report goes: the whole grid's in ``{results}/report``, a selection's in a
-    folder of its own beneath it, so that running one's own experiment beside the demo keeps the
-    demo's page (each page says its scope)."""
-    root = results_dir(config) / "report"
+def _scoped(config: dict, folder: str) -> Path:
+    """``{results}/{folder}`` for the whole grid, a folder of its own beneath it for a selection, so
+    that running one's own experiment beside the demo keeps the demo's page (each page says its
+    scope)."""
+    root = results_dir(config) / folder
     name = config.get("report", {}).get("selection")
     return root / name if name else root
+
+
+def report_dir(config: dict) -> Path:
+    """Where a config's report goes."""
+    return _scoped(config, "report")
 
 
 def summary_dir(config: dict) -> Path:
-    """The summary CSVs of the records a report shows, beside the whole grid's or in its selection's."""
-    root = results_dir(config) / "summary"
-    name = config.get("report", {}).get("selection")
-    return root / name if name else root
+    """The summary CSVs of the records a report shows."""
+    return _scoped(config, "summary")
 
 
 def _record_files(root: Path) -> list[Path]:

@@ -143,3 +143,12 @@ def test_a_shared_teacher_trainer_is_checked_on_the_engines_gpus_and_in_host_mem
     cfg["resources"]["train"]["methods"]["scout-lora"]["mem_mb"] = 1e-6
     row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert [p.split(":")[0] for p in row.problems] == ["teacher host memory"]
+
+
+def test_a_backend_that_checks_no_cells_says_so_before_resolving_any():
+    """The toy world's embedded backend has no preflight: the command says so, even where no toy
+    model has been built yet (nothing is resolved first)."""
+    from scout.cli import main
+
+    with pytest.raises(SystemExit, match="the embedded backend needs no preflight"):
+        main(["preflight", "--configfile", str(REPO / "config" / "config.yaml"), "--config", "results=/nonexistent"])
