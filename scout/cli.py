@@ -398,12 +398,20 @@ def _overrides(entries: list[str] | None) -> dict | None:
     return parse_config(entries)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """Every command: the workflow's jobs, the teacher server's, the grid's and the cluster's."""
     p = argparse.ArgumentParser(prog="scout", description=__doc__)
     p.add_argument(
         "--log", help="write all output to this file; on failure, print the reason and its last lines to stderr"
     )
     sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_job_commands, _grid_commands, _cluster_commands):
+        add(sub)
+    return p
+
+
+def _job_commands(sub) -> None:
+    """What the workflow's rules run, one job each (a spec in, an output folder)."""
     s = sub.add_parser("check-config", help="validate a config file and count its grid")
     s.add_argument(
         "config", nargs="+", help="config file; more files are merged into it, as snakemake --configfile A B"
@@ -448,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("toy-tokenizer", help="write the toy tokenizer")
     s.add_argument("--out", required=True)
     s.set_defaults(func=cmd_toy_tokenizer)
+
+
+def _grid_commands(sub) -> None:
+    """What a user runs over a grid's results: the report, imports, the plan, the digits."""
     s = sub.add_parser("report", help="render every table and figure, and the PDF, from cached results")
     _add_config_args(s)
     s.add_argument("--out", help="output folder (default: {results}/report)")
@@ -471,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--strict", action="store_true", help="exit 1 when a file differs or is missing")
     s.add_argument("--record", metavar="NOTE", help="record this grid's fingerprints as the section, with a note")
     s.set_defaults(func=cmd_fingerprints)
+
+
+def _cluster_commands(sub) -> None:
+    """Where a grid stands, putting a run back, and the cluster's checks and launcher."""
     s = sub.add_parser("status", help="where a running or finished grid stands (cells, steps, time left)")
     _add_config_args(s)
     s.add_argument("--directory", default=".", help="snakemake's working directory (default: here)")
@@ -488,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--object-store-mb", type=int, help="Ray object store per node (default: Ray's 30%% of memory)")
     s.add_argument("driver", nargs=argparse.REMAINDER, help="-- then the driver command")
     s.set_defaults(func=cmd_ray_run)
-    args = p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     warn_if_another_checkout()
     # before torch computes anything: the same digits on every x86-64 machine with AVX2
     from scout.reproducibility import pin_numerics

@@ -133,6 +133,16 @@ def _number_hint(value) -> str:
 
 
 def _reference_errors(config: dict) -> list[str]:
+    """What the schema cannot see: names that must refer to something the config defines, and
+    what the backend and the world need."""
+    variants = {m if isinstance(m, str) else m["name"] for e in config["experiments"].values() for m in e["methods"]}
+    errs = _model_and_setting_errors(config) + _experiment_errors(config) + _report_errors(config, variants)
+    errs += _resource_errors(config, variants)
+    errs += _silent_no_ops(config)
+    return errs + _world_errors(config)
+
+
+def _model_and_setting_errors(config: dict) -> list[str]:
     errs = []
     models, settings, benches = config["models"], config["settings"], config["benchmarks"]
     data = set(config.get("datasets", {})) | set(config.get("toy", {}).get("splits", {}))
@@ -161,6 +171,12 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(
                     f"settings.{name}.overrides.{m}: unknown method section; expected one of {sorted(config['methods'])}"
                 )
+    return errs
+
+
+def _experiment_errors(config: dict) -> list[str]:
+    errs = []
+    settings = config["settings"]
     for exp, e in config["experiments"].items():
         for i, s in enumerate(e["settings"]):
             if s not in settings:
@@ -177,7 +193,13 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(f"experiments.{exp}.methods[{i}].interval: method {mid!r} has no teacher updates")
             elif isinstance(m, dict) and "overrides" in m:
                 errs += _variant_override_errors(config, f"experiments.{exp}.methods[{i}].overrides", mid, m["overrides"])
-    variants = {m if isinstance(m, str) else m["name"] for e in config["experiments"].values() for m in e["methods"]}
+    return errs
+
+
+def _report_errors(config: dict, variants: set[str]) -> list[str]:
+    """The report's baseline, the analysis, the primary family and the researcher's own claims."""
+    errs = []
+    settings, benches = config["settings"], config["benchmarks"]
     baseline = config.get("report", {}).get("baseline")
     if baseline is not None and baseline not in variants:
         errs.append(f"report.baseline: {baseline!r} is not a variant of the grid; expected one of {sorted(variants)}")
@@ -210,8 +232,13 @@ def _reference_errors(config: dict) -> list[str]:
                 errs.append(f"claims[{i}].{key}: {c[key]!r} is not a variant of the grid; expected one of {sorted(variants)}")
         if "experiment" in c and c["experiment"] not in config["experiments"]:
             errs.append(f"claims[{i}].experiment: unknown experiment {c['experiment']!r}; expected one of {sorted(config['experiments'])}")
-    errs += _resource_errors(config, variants)
-    errs += _silent_no_ops(config)
+    return errs
+
+
+def _world_errors(config: dict) -> list[str]:
+    """What the backend cannot run, and what the toy or the paper world needs."""
+    errs = []
+    benches = config["benchmarks"]
     if config["backend"] not in backends.BACKENDS:
         errs.append(
             f"backend: unknown training backend {config['backend']!r}; expected one of {sorted(backends.BACKENDS)}"

@@ -92,11 +92,37 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     pools = placement(spec["method"], res)
     prompt, response = spec["max_prompt_length"], spec["max_response_length"]
     cfg = spec.get("method_cfg", {})
-    if "esr" in cfg:  # ESR distils on the first N tokens of each student rollout
+    if method.budget == "esr":  # ESR distils on the first N tokens of each student rollout
         response = cfg["esr"]["max_tokens"]
+    o = _student(spec, pools, prompt, response, out_dir)
+    if method.needs_teacher:
+        o |= _teacher(spec, method, pools, prompt, response)
+    extra = {
+        # the dataset (and its overlong filter) and every agent loop render prompts with these:
+        # Qwen3-1.7B is trained as it is evaluated, without thinking
+        "+data.apply_chat_template_kwargs": spec.get("chat", {}),
+        "+scout.method": spec["method"],
+        "+scout.domain": spec["domain"],
+        "+scout.total_steps": spec["total_steps"],
+    }
+    _method_parts(spec, method, res, pools, o, extra)
+    kept = runs.checkpoint_steps(spec)
+    extra["+scout.keep_steps"] = kept  # evaluated intermediate checkpoints: kept, the rest deleted
+    if spec.get("keep_checkpoints") == "exported":  # ... or exported when saved, then deleted too
+        extra["+scout.export_when_saved"] = True
+    if kept:
+        o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)
+    for name, section in cfg.items():
+        for key, value in _flatten(section):
+            extra[f"+scout.{name}.{key}"] = value
+    return [f"{k}={_hydra(v)}" for k, v in {**o, **extra}.items()]
+
+
+def _student(spec: dict, pools: dict, prompt: int, response: int, out_dir: str) -> dict:
+    """The student's side: data, actor, rollout engine, advantage and the trainer's own settings."""
     tokens_per_gpu = prompt + response
     parquet = parquet_path(spec["train_data"])
-    o = {
+    return {
         "data.train_files": parquet,
         "data.val_files": parquet,
         "data.train_batch_size": spec["batch_size"],
@@ -157,28 +183,37 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         "reward.custom_reward_function.path": "pkg://scout.verl.reward",
         "reward.custom_reward_function.name": "compute_score",
     }
-    if method.needs_teacher:
-        o |= {
-            "distillation.enabled": True,
-            "distillation.nnodes": pools["teacher_nodes"],
-            "distillation.n_gpus_per_node": pools["teacher_gpus"],
-            "distillation.teacher_models.teacher_model.model_path": spec["teacher"],
-            "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
-            "distillation.distillation_loss.loss_mode": loss_mode(method),
-            "distillation.distillation_loss.use_policy_gradient": True,
-            "distillation.distillation_loss.use_task_rewards": False,
-            "distillation.distillation_loss.clip_ratio": spec["clip"],
-            "distillation.distillation_loss.clip_ratio_low": spec["clip"],
-            "distillation.distillation_loss.clip_ratio_high": spec["clip"],
-            # the engine serves prompt + response tokens, not the model's full context (262k for
-            # Qwen3-4B-Instruct-2507), and has its GPUs to itself but while a shared teacher trains
-            f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
-            f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
-            f"{TEACHER_INFERENCE}.max_num_batched_tokens": TEACHER_BATCHED_TOKENS,
-            # CUDA graphs: verl's distillation defaults run the teacher engine eager; the student's
-            # engine runs graphs and takes a weight update every step through the same path
-            f"{TEACHER_INFERENCE}.enforce_eager": False,
-        }
+
+
+def _teacher(spec: dict, method, pools: dict, prompt: int, response: int) -> dict:
+    """The teacher's engine and the distillation loss, for every method that has a teacher."""
+    return {
+        "distillation.enabled": True,
+        "distillation.nnodes": pools["teacher_nodes"],
+        "distillation.n_gpus_per_node": pools["teacher_gpus"],
+        "distillation.teacher_models.teacher_model.model_path": spec["teacher"],
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
+        "distillation.distillation_loss.loss_mode": loss_mode(method),
+        "distillation.distillation_loss.use_policy_gradient": True,
+        "distillation.distillation_loss.use_task_rewards": False,
+        "distillation.distillation_loss.clip_ratio": spec["clip"],
+        "distillation.distillation_loss.clip_ratio_low": spec["clip"],
+        "distillation.distillation_loss.clip_ratio_high": spec["clip"],
+        # the engine serves prompt + response tokens, not the model's full context (262k for
+        # Qwen3-4B-Instruct-2507), and has its GPUs to itself but while a shared teacher trains
+        f"{TEACHER_INFERENCE}.max_model_len": prompt + response + 1,  # verl: plus one scored token
+        f"{TEACHER_INFERENCE}.gpu_memory_utilization": TEACHER_GPU_MEMORY,
+        f"{TEACHER_INFERENCE}.max_num_batched_tokens": TEACHER_BATCHED_TOKENS,
+        # CUDA graphs: verl's distillation defaults run the teacher engine eager; the student's
+        # engine runs graphs and takes a weight update every step through the same path
+        f"{TEACHER_INFERENCE}.enforce_eager": False,
+    }
+
+
+def _method_parts(spec: dict, method, res: dict, pools: dict, o: dict, extra: dict) -> None:
+    """What a method's parts add: Prune-OPD's top-k, an agent loop, a served teacher, Relay-OPD's
+    student top-k, and SCOUT's teacher phase (its trainer and the engine's weight sync)."""
+    cfg = spec.get("method_cfg", {})
     if method.budget == "prune":
         o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
     loop = agent_loop(spec["method"])
@@ -188,14 +223,6 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     # verl then reads each sample's rollout log-probs back; an agent loop that mixes two models'
     # tokens (Relay-OPD) has none, and the actor recomputes the old log-probs anyway
     o["actor_rollout_ref.rollout.calculate_log_probs"] = loop not in LOOPS_WITHOUT_LOGPROBS
-    extra = {
-        # the dataset (and its overlong filter) and every agent loop render prompts with these:
-        # Qwen3-1.7B is trained as it is evaluated, without thinking
-        "+data.apply_chat_template_kwargs": spec.get("chat", {}),
-        "+scout.method": spec["method"],
-        "+scout.domain": spec["domain"],
-        "+scout.total_steps": spec["total_steps"],
-    }
     if res.get("teacher_served") and method.scores_with_frozen_teacher:
         # no teacher pool (distillation.nnodes 0): the trainer scores against the server the
         # driver finds for the cell (scout.verl.trainer.ServedTeacher)
@@ -215,14 +242,6 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         if pools["train_shared"]:  # the engine sleeps while its GPUs train (verl's defaults, stated)
             o[f"{TEACHER_INFERENCE}.free_cache_engine"] = True
             extra[f"+{TEACHER_INFERENCE}.enable_sleep_mode"] = True  # a dataclass default, not in the yaml
-    kept = runs.checkpoint_steps(spec)
-    extra["+scout.keep_steps"] = kept  # evaluated intermediate checkpoints: kept, the rest deleted
-    if kept:
-        o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)
-    for name, section in cfg.items():
-        for key, value in _flatten(section):
-            extra[f"+scout.{name}.{key}"] = value
-    return [f"{k}={_hydra(v)}" for k, v in {**o, **extra}.items()]
 
 
 def _flatten(d: dict, prefix: str = ""):
