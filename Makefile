@@ -1,5 +1,7 @@
 # One-command entry points (see README). CPU installs take every package from the lock (constraints/).
 VENV ?= .venv
+# jobs at once (a toy job takes one core): make toy CORES=16
+CORES ?= 2
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -69,10 +71,10 @@ test: lint
 # SCOUT's runs go first: they and the probes of their teachers are the longest chain.
 DEMO := select={settings: [toy-l-s-math], methods: [opd, scout], seeds: [1, 2]}
 demo: install
-	snakemake --cores 2 --config '$(DEMO)' --prioritize results/analysis/toy-l-s-math/continuation.csv
+	snakemake --cores $(CORES) --config '$(DEMO)' --prioritize results/analysis/toy-l-s-math/continuation.csv
 
 toy: install tex
-	snakemake --cores 2
+	snakemake --cores $(CORES)
 	scout fingerprints   # the same digits as config/fingerprints.yaml? (docs/toy-world.md: What reproduces where)
 
 # Targets of their own over the toy config (the 30 minutes of `make toy` cannot hold them), each
@@ -81,16 +83,16 @@ toy: install tex
 # and beyond the paper SCOUT with a LoRA teacher (and the search of its LR). toy-all: all of them.
 TOY := --configfile config/config.yaml
 toy-extra: install tex
-	snakemake --cores 2 $(TOY) config/toy-extra.yaml
+	snakemake --cores $(CORES) $(TOY) config/toy-extra.yaml
 
 toy-tune: install tex
-	snakemake --cores 2 $(TOY) config/toy-tune.yaml
+	snakemake --cores $(CORES) $(TOY) config/toy-tune.yaml
 
 toy-lora: install tex
-	snakemake --cores 2 $(TOY) config/toy-lora.yaml
+	snakemake --cores $(CORES) $(TOY) config/toy-lora.yaml
 
 toy-all: install tex
-	snakemake --cores 2 $(TOY) config/toy-extra.yaml config/toy-tune.yaml config/toy-lora.yaml
+	snakemake --cores $(CORES) $(TOY) config/toy-extra.yaml config/toy-tune.yaml config/toy-lora.yaml
 
 tex:
 	@command -v pdflatex >/dev/null && exit 0; \

@@ -2,7 +2,8 @@
 
 Cells of a finished CPU toy grid are trained again on this machine, all at once, from the specs
 that grid recorded (``results/specs/``), as the workflow's jobs run them (``scout train``, then
-``scout evaluate`` of the final checkpoint); the embedded backend takes CUDA where it finds it.
+``scout evaluate`` of the final checkpoint), with the spec's ``device`` set to ``--device`` (auto:
+CUDA where torch finds it), as ``--config device=auto`` would set it.
 Printed per cell: each job's seconds here and on the CPU, the first logged step at which the
 training reward parts from the CPU run's (a rounding difference flips a sampled token, and the runs
 become two draws of the same experiment), and the final Avg here and there.
@@ -37,12 +38,12 @@ CELLS = (
 )
 
 
-def recorded_spec(folder: Path, stem: str) -> str:
-    """The newest spec the CPU grid recorded for a job (``{stem}.{digest}.json``)."""
+def recorded_spec(folder: Path, stem: str, device: str) -> str:
+    """The newest spec the CPU grid recorded for a job (``{stem}.{digest}.json``), on ``device``."""
     found = sorted(folder.glob(f"{stem}.*.json"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise SystemExit(f"no recorded spec {folder}/{stem}.*.json: is the CPU grid finished?")
-    return found[-1].read_text()
+    return json.dumps({**json.loads(found[-1].read_text()), "device": device})
 
 
 def run_all(jobs: dict[str, list[str]], work: Path, timeout: float) -> dict[str, tuple[int, float]]:
@@ -100,6 +101,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=2)
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--timeout", type=float, default=600, help="seconds for each stage")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="where the jobs run")
     args = p.parse_args()
     import torch
 
@@ -115,13 +117,13 @@ def main() -> None:
     scout = [sys.executable, "-m", "scout.cli"]
     specs = grid / "results" / "specs"
     trains = {
-        c: [*scout, "train", "--spec", recorded_spec(specs / "train" / c, f"s{args.seed}"),
+        c: [*scout, "train", "--spec", recorded_spec(specs / "train" / c, f"s{args.seed}", args.device),
             "--out", f"results/train/{c}/s{args.seed}"]
         for c in cells
     }  # fmt: skip
     print("trainings, all at once:", flush=True)
     trained = run_all(trains, work, args.timeout)
-    eval_specs = {c: recorded_spec(specs / "eval" / c / f"s{args.seed}", "final") for c in cells}
+    eval_specs = {c: recorded_spec(specs / "eval" / c / f"s{args.seed}", "final", args.device) for c in cells}
     evals = {
         c: [*scout, "evaluate", "--spec", eval_specs[c], "--out", f"results/eval/{c}/s{args.seed}/final"]
         for c in cells

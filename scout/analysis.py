@@ -211,7 +211,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
     with Grader() as grader:
         student_right = grader.grade([t for _, t in initial_student], [r for r, _ in initial_student])
         engine = make_generator(
-            spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+            spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
         )
         reflection(engine, "initial", 0)
         probe(engine, grader, "initial", 0, "initial-student", initial_student)
@@ -230,7 +230,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             ckpt = r.get("checkpoint", "final")
             name, prefixes = jobs.probe_labels(ckpt)
             engine = make_generator(
-                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
             )
             probe(engine, grader, name, r["seed"], "initial-student", initial_student)
             probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
@@ -244,7 +244,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
             del engine
         for r in spec.get("controls", []):  # other trained teachers (the prefix-0 control's, LoRA ones): the same prefixes
             engine = make_generator(
-                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options")
+                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
             )
             label = r.get("label", "control")
             probe(engine, grader, label, r["seed"], "initial-student", initial_student)

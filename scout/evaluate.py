@@ -112,7 +112,7 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     if spec.get("disjoint_from"):  # a validation set: none of its prompts may be a test prompt
         check_disjoint(data, {b: load_rows(path, name=b, log=log) for b, path in spec["disjoint_from"].items()})
     check_sandbox(data)
-    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"))
+    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu"))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}
     meta |= provenance(spec)
     records = {}

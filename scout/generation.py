@@ -69,7 +69,7 @@ def token_requests(ids: list[list[int]], n: int, sampling: dict, seed: int) -> l
 
 
 class TransformersGenerator:
-    def __init__(self, model_path: str, chat: dict | None = None, device: str = "auto", batch_size: int = 1024):
+    def __init__(self, model_path: str, chat: dict | None = None, device: str = "cpu", batch_size: int = 1024):
         self.device = lm.pick_device(device)
         self.tokenizer = self.tok = lm.load_tokenizer(model_path)
         self.model = lm.load_model(model_path, self.device).eval()
@@ -205,10 +205,16 @@ ENGINES = ("transformers", "vllm")
 
 
 def make_generator(
-    model_path: str, engine: str = "transformers", chat: dict | None = None, options: dict | None = None
+    model_path: str,
+    engine: str = "transformers",
+    chat: dict | None = None,
+    options: dict | None = None,
+    device: str = "cpu",
 ) -> Generator:
+    """An engine for a job's spec; ``device`` (the config's, ``cpu`` | ``cuda`` | ``auto``) places the
+    transformers one: the config decides, not whether a GPU is there (vLLM places itself)."""
     if engine == "transformers":
-        return TransformersGenerator(model_path, chat)
+        return TransformersGenerator(model_path, chat, device)
     if engine == "vllm":
         return VLLMGenerator(model_path, chat, options)
     raise ValueError(f"unknown generation engine {engine!r}; expected one of {', '.join(ENGINES)}")

@@ -256,6 +256,15 @@ def eval_records(config: dict) -> list[str]:
     return out
 
 
+def engine_device(config: dict) -> dict:
+    """Where a transformers engine runs (``evaluation.device``): in the spec only away from the
+    CPU, its default, so that specs made before the key keep their digests; vLLM places itself."""
+    device = config["evaluation"].get("device", "cpu")
+    if config["evaluation"].get("engine", "transformers") != "transformers" or device == "cpu":
+        return {}
+    return {"device": device}
+
+
 def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
     """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
     s = config["settings"][setting]
@@ -286,6 +295,7 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         },
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
         "engine": config["evaluation"].get("engine", "transformers"),
+        **engine_device(config),
         "engine_options": config["evaluation"].get("engine_options", {}),
         "chat": chat_options(config, evaluated),
         "threads": config["training"].get("threads", 1),
@@ -372,6 +382,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
         "engine_options": config["evaluation"].get("engine_options", {}),
         "engine": config["evaluation"].get("engine", "transformers"),
+        **engine_device(config),
         "chat": chat_options(config, teacher),
         "threads": config["training"].get("threads", 1),
     }

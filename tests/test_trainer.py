@@ -303,3 +303,36 @@ def test_the_teacher_self_test_stops_a_job_whose_scoring_disagrees_with_its_weig
     assert text.startswith("teacher self-test failed at step 1: the engine's log-probs differ from a reference forward")
     assert "above the limit" in text and "of the per-token signal" in text
     assert not (tmp_path / "model" / "final").exists()
+
+
+def test_the_config_places_the_toy_jobs_not_the_presence_of_a_gpu(spec_for, tmp_path, monkeypatch):
+    """On a machine where torch finds a GPU, a toy job trains and evaluates on the CPU unless the
+    config says otherwise: the device is the config's (``device``: cpu by default, cuda, auto), in
+    the spec only away from the CPU, so that no spec made before the key changes."""
+    import copy
+
+    from scout import grid, jobs
+    from scout.embedded import lm
+    from scout.embedded.backend import EMBEDDED
+    from scout.generation import make_generator
+    from tests.conftest import toy_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, as torch sees it
+    spec = spec_for("opd", total_steps=1, steps_per_epoch=1, save_every=1)
+    assert "device" not in spec
+    assert EMBEDDED.train(spec, str(tmp_path / "run"), log=lambda _: None)["device"] == "cpu"
+    assert make_generator(spec["student"]).device == torch.device("cpu")
+    assert lm.pick_device("auto") == torch.device("cuda")  # what auto would take there
+    cfg = toy_config()
+    cell = grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
+    before = (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final"))
+    assert cfg["device"] == "cpu" and all("device" not in s for s in before)
+    for device in ("cuda", "auto"):
+        other = copy.deepcopy(cfg) | {"device": device}
+        other["evaluation"]["device"] = device
+        after = (jobs.train_job_spec(other, cell), jobs.eval_spec(other, "toy-l-s-math", "scout", 1, "final"))
+        assert [s.get("device") for s in after] == [device, device]
+        assert {k: v for k, v in after[0].items() if k != "device"} == before[0]
+    del cfg["device"]  # a config made before the keys: the same specs
+    cfg["evaluation"].pop("device", None)
+    assert (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final")) == before

@@ -9,6 +9,11 @@ class Embedded(Backend):
     name = "embedded"
     continues_runs = True  # a longer run of the same spec resumes a shorter one's checkpoints, bit for bit
 
+    def spec_fields(self, config: dict) -> dict:
+        # the CPU by default, and then absent: the specs (and digests) made before the key stay
+        device = config.get("device", "cpu")
+        return {} if device == "cpu" else {"device": device}
+
     def train(self, spec: dict, out_dir: str, log=print, dry_run: bool = False) -> dict:
         if dry_run:
             raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")

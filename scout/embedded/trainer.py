@@ -69,7 +69,7 @@ def _adamw(model: torch.nn.Module, lr: float) -> AdamW:
 
 
 class Trainer:
-    def __init__(self, spec: dict, out_dir: str | Path, device: str = "auto"):
+    def __init__(self, spec: dict, out_dir: str | Path, device: str = "cpu"):
         self.spec, self.out = spec, Path(out_dir)
         self.method: Method = METHODS[spec["method"]]
         torch.set_num_threads(spec.get("threads", 1))
@@ -533,5 +533,7 @@ def eta(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def train(spec: dict, out_dir: str | Path, device: str = "auto", log=print) -> dict:
-    return Trainer(spec, out_dir, device).run(log=log)
+def train(spec: dict, out_dir: str | Path, log=print) -> dict:
+    """A job's training, on the device its spec names (the config's ``device``; absent: the CPU,
+    where the toy world's recorded digits were computed)."""
+    return Trainer(spec, out_dir, spec.get("device", "cpu")).run(log=log)
