@@ -18,7 +18,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import grid, jobs, runs, serving, teacher_server
+from scout import critical_path, grid, jobs, runs, serving, teacher_server
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -175,6 +175,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "snakemake_pids": pids,
         "stale_lock": _locked(work) and not running,
         "wall": grid_wall_time(work / res, running),
+        "critical_path": critical_path.render(work),
         "remaining_s": remainder,
         "servers": servers(config, work),
     }
@@ -268,4 +269,6 @@ def render(st: dict) -> str:
     if st["remaining_s"] is not None:
         wall += f", about {eta(st['remaining_s'])} of training left (mean finished job x jobs left / jobs running)"
     lines.append(wall)
+    if st.get("critical_path"):
+        lines.append(st["critical_path"])
     return "\n".join(lines)

@@ -255,3 +255,20 @@ def test_after_snakemake_is_killed_status_says_interrupted_and_names_the_stale_l
     text = subprocess.run([sys.executable, "-m", "scout.cli", "status", "--configfile", "mini.yaml"], cwd=tmp_path,
                           env=env, capture_output=True, text=True).stdout  # fmt: skip
     assert "stale lock" not in text and "interrupted: toy-l-s-math/opd/s1" in text
+
+
+def test_the_critical_path_is_the_longest_chain_of_jobs_by_hand():
+    """Four jobs: data (2 s) feeds a pretraining (10 s) and a tokenizer (1 s); a training (5 s) reads
+    the pretrained model and the tokenizer. The longest chain: data -> pretraining -> training,
+    17 s; the tokenizer's branch (2 + 1 + 5) is shorter."""
+    from scout.critical_path import Job, longest_chain
+
+    jobs = [
+        Job("data d", 2.0, ("d",), ()),
+        Job("pretrain m", 10.0, ("m",), ("d",)),
+        Job("tokenizer t", 1.0, ("t",), ("d",)),
+        Job("train r", 5.0, ("r",), ("m", "t", "outside")),
+    ]
+    total, chain = longest_chain(jobs)
+    assert total == 17.0 and [j.key for j in chain] == ["data d", "pretrain m", "train r"]
+    assert longest_chain([]) == (0.0, [])

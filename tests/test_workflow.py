@@ -262,6 +262,20 @@ def test_a_failed_forced_training_is_restored_and_nothing_downstream_is_remade(f
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
 
 
+def test_status_gives_the_grids_critical_path(finished_grid):
+    """The chain of jobs no number of cores shortens, from Snakemake's records: it starts with the
+    toy world's data and ends with a job nothing waits for, within the grid's wall time."""
+    from scout import critical_path
+
+    cmd = [sys.executable, "-m", "scout.cli", "status", "--configfile", "mini.yaml"]
+    out = subprocess.run(cmd, cwd=finished_grid, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("critical path: "))
+    total, chain = critical_path.longest_chain(critical_path.read_jobs(finished_grid))
+    assert chain[0].key.split()[0] in ("toy_data", "toy_tokenizer") and f"{total:,.0f} s" in line
+    assert sum(j.seconds for j in critical_path.read_jobs(finished_grid)) > total > 0
+
+
 def test_rerun_of_one_training_cell(finished_grid):
     """A forced rerun trains the cell again from scratch, and on one machine a second run computes
     the first's digits bit for bit, the student's and the trained teacher's (what must hold on a
