@@ -141,31 +141,14 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         for exp in cell.experiments:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
-    units = jobs.eval_units(config)
-    evals_done = evals_stale = 0
-    for s, v, seed, ck in units:
-        whole = True
-        for b in jobs.benchmarks_for(config, config["settings"][s]["domain"]):
-            path = Path(grid.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
-            if not (work / path).exists():
-                whole = False
-                continue
-            try:
-                read_record(work / path)
-            except DamagedInput as exc:
-                whole = False
-                damaged.append(str(DamagedInput(path, exc.why)))
-        if whole and fresh.evaluation((s, v, seed, ck)):
-            evals_stale += 1
-            whole = False
-        evals_done += whole
+    evals_done, evals_stale, evals = _evaluations(config, work, fresh, damaged)
     mean = sum(durations) / len(durations) if durations else None
     remainder = mean * left / max(1, len(active)) if (mean and running) else None
     return {
         "experiments": per_exp,
         "running_trainings": active,
         "interrupted_trainings": stopped,
-        "evaluations": (evals_done, len(units)),
+        "evaluations": (evals_done, evals),
         "evaluations_stale": evals_stale,
         "stale": fresh.stale(),
         "damaged": damaged,
@@ -179,6 +162,30 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "remaining_s": remainder,
         "servers": servers(config, work),
     }
+
+
+def _evaluations(config: dict, work: Path, fresh: Freshness, damaged: list[str]) -> tuple[int, int, int]:
+    """Evaluation units done (every benchmark's record whole and fresh), stale, and in all; a
+    damaged record is added to ``damaged``."""
+    units = jobs.eval_units(config)
+    done = stale = 0
+    for s, v, seed, ck in units:
+        whole = True
+        for b in jobs.benchmarks_for(config, config["settings"][s]["domain"]):
+            path = Path(grid.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
+            if not (work / path).exists():
+                whole = False
+                continue
+            try:
+                read_record(work / path)
+            except DamagedInput as exc:
+                whole = False
+                damaged.append(str(DamagedInput(path, exc.why)))
+        if whole and fresh.evaluation((s, v, seed, ck)):
+            stale += 1
+            whole = False
+        done += whole
+    return done, stale, len(units)
 
 
 def servers(config: dict, work: Path) -> list[dict]:

@@ -182,8 +182,6 @@ def _engines(cfg, item: CellCheck) -> list[dict]:
 
 def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Row:
     """Every check of one cell; ``tokenizers`` and ``counts`` are caches shared by the cells."""
-    from scout.verl.trainer import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
-
     spec, res = item.spec, item.resources
     row = Row(item.key)
     try:
@@ -192,6 +190,22 @@ def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Ro
         row.fail("config", str(exc))
         return row
     row.ok("config", "valid")
+    _check_weight_sync(row, cfg)
+    loop = vc.agent_loop(spec["method"])
+    wants = cfg.actor_rollout_ref.rollout.calculate_log_probs
+    if wants and loop not in LOGPROB_LOOPS:
+        row.fail("log-probs", f"calculate_log_probs is on but the {loop} loop returns no rollout log-probs")
+    else:
+        row.ok("log-probs", f"{'on' if wants else 'off'} ({loop or 'single_turn_agent'})")
+    _check_memory(row, cfg, item)
+    return _check_steps(row, cfg, item, tokenizers, counts, log)
+
+
+def _check_weight_sync(row: Row, cfg) -> None:
+    """SCOUT's teacher sync: the trainer sends with what the engine receives with, never NCCL
+    between two ranks of one GPU."""
+    from scout.verl.trainer import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
+
     if "scout" in cfg:
         if "teacher_train" in cfg.scout:
             sender = teacher_worker_config(cfg).rollout.checkpoint_engine.backend
@@ -204,12 +218,14 @@ def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Ro
                 row.fail("weight sync", "a trainer on the engine's GPUs cannot sync over NCCL (two ranks on one GPU)")
             else:
                 row.ok("weight sync", f"{sender} -> {receiver}")
-    loop = vc.agent_loop(spec["method"])
-    wants = cfg.actor_rollout_ref.rollout.calculate_log_probs
-    if wants and loop not in LOGPROB_LOOPS:
-        row.fail("log-probs", f"calculate_log_probs is on but the {loop} loop returns no rollout log-probs")
-    else:
-        row.ok("log-probs", f"{'on' if wants else 'off'} ({loop or 'single_turn_agent'})")
+
+
+def _check_memory(row: Row, cfg, item: CellCheck) -> None:
+    """Each engine's KV cache (and a prompt log-prob engine's prefill logits), and a trained
+    teacher's state, against the GPUs' memory."""
+    from scout.verl.trainer import shared_trainer
+
+    res = item.resources
     gpu_gb = res.get("gpu_mem_gb")
     for e in _engines(cfg, item):
         name = e["name"]
@@ -239,6 +255,11 @@ def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Ro
             if shared_trainer(cfg):
                 fits, text = shared_host_fit(cfg, arch, res["mem_mb"])
                 (row.ok if fits else row.fail)("teacher host memory", text)
+
+
+def _check_steps(row: Row, cfg, item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Row:
+    """The steps verl's dataloader runs over the prepared data against the plan's."""
+    spec = item.spec
     data = item.data_path
     if not Path(data).exists():
         row.fail("steps", f"{data} is not prepared (snakemake ... prepare_data targets first)")
