@@ -50,13 +50,14 @@ def read_jobs(workdir: str | Path = ".") -> list[Job]:
             continue
         if meta.get("starttime") is None or meta.get("endtime") is None:
             continue
-        key = (meta.get("rule"), meta.get("job_hash"), meta["starttime"])
-        j = by_job.setdefault(key, {"rule": meta.get("rule"), "outputs": [], "inputs": set(),
-                                    "seconds": meta["endtime"] - meta["starttime"]})  # fmt: skip
+        j = by_job.setdefault((meta.get("rule"), meta.get("job_hash")),  # one job, several outputs
+                              {"rule": meta.get("rule"), "outputs": [], "inputs": set(),
+                               "start": meta["starttime"], "end": meta["endtime"]})  # fmt: skip
         j["outputs"].append(output)
         j["inputs"] |= set(meta.get("input") or [])
-    return [Job(f"{j['rule']} {sorted(j['outputs'])[0]}", j["seconds"], tuple(j["outputs"]), tuple(j["inputs"]))
-            for j in by_job.values()]  # fmt: skip
+        j["start"], j["end"] = min(j["start"], meta["starttime"]), max(j["end"], meta["endtime"])
+    return [Job(f"{j['rule']} {sorted(j['outputs'])[0]}", j["end"] - j["start"], tuple(j["outputs"]),
+                tuple(j["inputs"])) for j in by_job.values()]  # fmt: skip
 
 
 def render(workdir: str | Path = ".") -> str:
