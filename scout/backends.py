@@ -87,6 +87,11 @@ class Backend:
     def train(self, spec: dict, out_dir: str, log=print, dry_run: bool = False) -> dict:
         raise NotImplementedError
 
+    def step_seconds(self, run_dir: str) -> list[float]:
+        """Seconds each step of a run took, as its trainer recorded them (the calibration pilot
+        reads them: ``scout.cost``)."""
+        return []
+
 
 # name -> "module:attribute" of its Backend, imported when asked for
 BACKENDS = {

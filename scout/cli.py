@@ -227,12 +227,15 @@ def cmd_import_results(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from scout import plan, tuning
+    from scout import cost, plan, tuning
     from scout.freshness import Freshness
 
     cfg = _config(args)
-    jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()))
+    gpu, pilots = cost.gpu(args.gpu), cost.read_pilots(cfg)
+    jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()), gpu=gpu, pilots=pilots)
     print(plan.render(jobs))
+    if not jobs["done"].all():
+        print(plan.render_expected(jobs, gpu, pilots))
     print(plan.sharing(cfg))
     for costs in (plan.render_teacher_options(cfg), plan.render_teacher_servers(cfg), plan.render_server_limits(cfg)):
         if costs:
@@ -474,6 +477,9 @@ def _grid_commands(sub) -> None:
     s = sub.add_parser("plan", help="what the grid requests from the cluster: jobs and GPU-hours per experiment")
     _add_config_args(s)
     s.add_argument("--csv", help="also write every job with its resources to this CSV file")
+    s.add_argument("--gpu", default="a100-40", metavar="NAME",
+                   help="the GPU the expected cost is modelled for: a100-40 (default), a100-80, h100, h200, or "
+                        "TFLOPS:GB for another (dense bf16 peak, memory); a pilot's measurements take precedence")  # fmt: skip
     s.set_defaults(func=cmd_plan)
     s = sub.add_parser(
         "fingerprints", help="compare a toy grid's files with the recorded digits (config/fingerprints.yaml)"

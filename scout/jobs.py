@@ -168,11 +168,11 @@ def trained_cell(config: dict, setting: str, variant: str, seed: str | int) -> C
     return cell
 
 
-def train_inputs(config: dict, cell: Cell) -> list[str]:
+def train_inputs(config: dict, cell: Cell, continuation: bool = True) -> list[str]:
     """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
     s = config["settings"][cell.setting]
     out = [data_path(config, s["train_data"]), *model_inputs(config, s["student"]), *model_inputs(config, s["teacher"])]
-    start = run_plans(config)[cell].continues
+    start = run_plans(config)[cell].continues if continuation else None
     if start is not None:
         out.append(f"{train_dir(config, start.setting, start.variant, start.seed)}/train.json")
     return out

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import grid, jobs, runs, teacher_server
+from scout import cost, grid, jobs, runs, teacher_server
 from scout import teacher_cost as tc
 from scout.methods import METHODS
 from scout.resources import job_resources
@@ -25,39 +25,42 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 EXPORT_BYTES_PER_PARAM = 2
 
 
-def model_params(config: dict, model: str) -> float | None:
-    """Parameters of a model in billions (``models.<id>.params``; a prepared teacher has its
-    base's), or None where the config does not say."""
-    spec = config["models"][model]
-    if "prepare" in spec:
-        return model_params(config, spec["prepare"]["base"])
-    return spec.get("params")
-
-
-def model_arch(config: dict, model: str) -> dict | None:
-    """A model's architecture (``models.<id>.arch``: its config.json's keys; a prepared teacher has
-    its base's), or None where the config does not say."""
-    spec = config["models"][model]
-    if "prepare" in spec:
-        return model_arch(config, spec["prepare"]["base"])
-    return spec.get("arch")
-
-
-def peak_disk_gb(config: dict, cell: grid.Cell) -> float | None:
-    """The most disk a cell's training run holds at once, in GB: the checkpoints the grid
-    evaluates (kept, with optimizer state, so the run can also resume from them), the latest one
-    and the next one while it is written (the latest is deleted only after the next is whole),
-    each of the student and, for a method that trains it, the teacher; plus the student's bf16
-    exports of every evaluated checkpoint. None where a model's size is not in the config."""
+def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> float | None:
+    """The most disk a cell's training run holds at once, in GB: the latest checkpoint and the next
+    one while it is written (the latest is deleted only after the next is whole), each of the
+    student and, for a method that trains it, the teacher; the checkpoints the grid evaluates,
+    kept with their optimizer state until the run exports them at its end, unless
+    ``training.keep_checkpoints`` (or ``keep``) is ``exported`` (each exported when it is saved);
+    and the student's bf16 exports of every evaluated checkpoint. None where a model's size is not
+    in the config."""
     setting = config["settings"][cell.setting]
-    student = model_params(config, setting["student"])
-    teacher = model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
+    student = cost.model_params(config, setting["student"])
+    teacher = cost.model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
-    kept = len(runs.checkpoint_steps(grid.run_spec(config, cell)))
+    evaluated = len(runs.checkpoint_steps(grid.run_spec(config, cell)))
+    kept = 0 if (keep or config["training"].get("keep_checkpoints", "evaluated")) == "exported" else evaluated
     checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
-    exports = (kept + 1) * student * EXPORT_BYTES_PER_PARAM
+    exports = (evaluated + 1) * student * EXPORT_BYTES_PER_PARAM
     return checkpoints + exports  # billions of parameters x bytes = GB
+
+
+def evaluated_for(config: dict, cell: grid.Cell) -> str:
+    """Why a run holds intermediate checkpoints: each cell of the whole grid that evaluates them (a
+    selection keeps the whole grid's runs), with its experiment and cadence; empty where none."""
+    whole = grid.unselected(config)
+    own = next((c for c in grid.all_cells(whole) if c.key == cell.key and c.overrides == cell.overrides), cell)
+    users = [own] + [o for o, p in grid.run_plans(whole).items() if own in (p.shares, p.continues)]
+    out = []
+    for u in users:
+        spec = grid.cell_spec(whole, u)
+        steps = runs.checkpoint_steps(spec)
+        probes = [s for s in spec.get("probe_steps", []) if s in steps]
+        how = [f"{len(steps) - len(probes)} every {spec['eval_every']} steps"] if len(steps) > len(probes) else []
+        how += [f"the analysis' probes at step {', '.join(map(str, probes))}"] if probes else []
+        if steps:
+            out.append(f"{u.variant} ({u.experiments[0]}: {' and '.join(how)})")
+    return "; ".join(out)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -71,8 +74,9 @@ def _rows(config: dict) -> list[dict]:
     res = config.get("results", "results")
     rows = []
 
-    def add(experiment, rule, target, r, disk=None, users=None):
-        rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk, "users": users})
+    def add(experiment, rule, target, r, disk=None, users=None, unit=None):
+        rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk, "users": users,
+                     "unit": unit})  # fmt: skip
 
     models = config["models"]
     used = jobs.models_in_grid(config)  # a reduced experiment's only
@@ -96,13 +100,15 @@ def _rows(config: dict) -> list[dict]:
             continue
         r = jobs.train_resources(config, c.setting, c.method, c.variant)
         target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
-        add(c.experiments[0], "train", target, r, peak_disk_gb(config, c))
+        add(c.experiments[0], "train", target, r, peak_disk_gb(config, c), unit=c)
+        rows[-1].update(exported_disk_gb=peak_disk_gb(config, c, "exported"), kept_for=evaluated_for(config, c))
         if grid.is_search(c):
             add("tuning", "validate", jobs.validation_record(config, c), job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in jobs.eval_units(config):
         first = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
         target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
-        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"))
+        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
+            unit=(setting, variant, seed, ckpt))  # fmt: skip
     for s in config.get("analysis", {}).get("settings", []):
         add(
             "analysis",
@@ -114,16 +120,27 @@ def _rows(config: dict) -> list[dict]:
 
 
 def grid_jobs(
-    config: dict, exists: Callable[[str], bool] = os.path.exists, stale: frozenset[str] = frozenset()
+    config: dict,
+    exists: Callable[[str], bool] = os.path.exists,
+    stale: frozenset[str] = frozenset(),
+    gpu: cost.GPU | None = None,
+    pilots: dict | None = None,
 ) -> pd.DataFrame:
     """One row per job: what it requests (time limit x nodes x GPUs) and whether its output is
     already there and fresh (``stale``: the targets whose outputs another spec made,
     ``scout.freshness``). Requested hours are upper bounds: a job that ends early gives the rest
-    back."""
+    back. With a ``gpu``, also what each job is expected to take (``scout.cost``: the ``pilots``'
+    measurements where they ran, else the model for that GPU), and on what that rests."""
     df = pd.DataFrame(_rows(config))
     df["gpus"] = df["nodes"] * df["gpus_per_node"]
     df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
     df["node_hours"] = df["nodes"] * df["runtime"] / 60
+    if gpu is not None:
+        found = [cost.expected_seconds(config, r["rule"], r["unit"], r, gpu, pilots or {}) for r in df.to_dict("records")]
+        df["expected_hours"] = [s / 3600 if s is not None else math.nan for s, _ in found]
+        df["expected_gpu_hours"] = df["expected_hours"] * df["gpus"]
+        df["basis"] = [b for _, b in found]
+    df = df.drop(columns="unit")
     df["stale"] = [t in stale for t in df["target"]]
     df["done"] = [all(exists(u) and u not in stale for u in users) if users else exists(t) and not st
                   for t, st, users in zip(df["target"], df["stale"], df["users"], strict=True)]  # fmt: skip
@@ -194,28 +211,73 @@ def render(table: pd.DataFrame) -> str:
         lines += [
             "",
             f"Peak disk per training run still to run (GB; checkpoints at {CHECKPOINT_BYTES_PER_PARAM} B/parameter, "
-            f"exports at {EXPORT_BYTES_PER_PARAM}):",
+            f"exports at {EXPORT_BYTES_PER_PARAM}). A run keeps each checkpoint the grid evaluates (kept_for: the "
+            "cells that evaluate it, the compute-matched curves and the analysis' probes; a selection keeps the "
+            "whole grid's) with its optimizer state until training ends and exports it; training.keep_checkpoints: "
+            "exported converts each when it is saved instead (exported_disk_gb), and the run can then no longer "
+            "resume, or be continued, from those steps (docs/cluster.md):",
             disk.to_string(index=False, float_format=lambda x: f"{x:,.0f}"),
         ]
     return "\n".join(lines)
 
 
+def render_expected(table: pd.DataFrame, gpu: cost.GPU, pilots: dict) -> str:
+    """What the jobs still to run are expected to take, per job shape, beside what they request;
+    each figure says whether the pilot measured it or the model gave it."""
+    todo = table[~table["done"]]
+    if "expected_hours" not in todo or not todo["expected_hours"].notna().any():
+        return ("Expected cost: none to give (no pilot has run for these jobs, and the config gives no model sizes "
+                "to model them with); run the calibration pilot: snakemake pilot (docs/real-models.md).")  # fmt: skip
+    d = todo.assign(over=todo["expected_hours"] * 60 > todo["runtime"], basis=todo["basis"].replace("", "none"))
+    shapes = (
+        d.groupby(["rule", "nodes", "gpus_per_node", "runtime", "basis"])
+        .agg(jobs=("target", "size"), requested_gpu_h=("gpu_hours", "sum"), expected_gpu_h=("expected_gpu_hours", "sum"),
+             expected_job_h=("expected_hours", "sum"), over_limit=("over", "sum"))
+        .reset_index()
+    )  # fmt: skip
+    known = d[d["expected_hours"].notna()]
+    lines = [
+        f"Expected cost of the jobs still to run (expected_* from the pilot's measurements where it ran, else modelled "
+        f"for {gpu.name}; requested_gpu_h is the upper bound above; over_limit: jobs expected to outlast their "
+        "time limit):",
+        shapes.to_string(index=False, float_format=lambda x: f"{x:,.2f}" if x < 10 else f"{x:,.0f}"),
+        f"Expected in all: {known['expected_gpu_hours'].sum():,.0f} GPU-hours ({known['expected_hours'].sum():,.2f} job-hours) "
+        f"for {len(known)} of {len(d)} jobs, against {d['gpu_hours'].sum():,.0f} GPU-hours requested.",
+    ]  # fmt: skip
+    if (d["basis"] == "model").any():
+        lines.append(
+            f"  model: {gpu.name}, {gpu.tflops:g} TFLOPs dense bf16 a GPU; decoding at {cost.DECODE_MFU:.0%} of it, "
+            f"scoring at {cost.PREFILL_MFU:.0%}, training (8 FLOPs a parameter and token) at {cost.TRAIN_MFU:.0%}; "
+            f"sequences at {cost.MEAN_FILL:.0%} of their length limits; {cost.START_MIN:g} min to start and "
+            f"{cost.EXPORT_MIN:g} a checkpoint export. An assumption, not a measurement: scout plan --gpu names "
+            "another GPU; the pilot measures yours."
+        )
+    if pilots:
+        lines.append(f"  pilot: {len(pilots)} training shapes measured (results/pilot; snakemake pilot): a job is its "
+                     "start-up plus its steps at the pilot's mean step.")  # fmt: skip
+    if (d["basis"] == "none").any():
+        lines.append("  none: jobs neither the pilot nor the model covers (no pilot of their shape, no model sizes).")
+    return "\n".join(lines)
+
+
 def disk_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Training runs grouped by their peak disk (one row per size, largest first): the runs, the
-    settings and variants they are, and the disk they hold together at their peaks."""
+    """Training runs grouped by their peak disk and why (one row per size, largest first): the
+    runs, the disk they hold together at their peaks, what each would hold with its evaluated
+    checkpoints exported when saved, and the cells that evaluate its intermediate checkpoints."""
     train = table[(table["rule"] == "train") & table["peak_disk_gb"].notna()].copy()
     if not len(train):
         return pd.DataFrame()
     parts = train["target"].str.split("/")
     train["run"] = parts.str[-4] + "/" + parts.str[-3] + "/" + parts.str[-2]
     out = (
-        train.groupby("peak_disk_gb")
+        train.groupby(["peak_disk_gb", "exported_disk_gb", "kept_for"])
         .agg(runs=("run", "size"), examples=("run", lambda r: ", ".join(list(r)[:2]) + (", ..." if len(r) > 2 else "")))
         .reset_index()
         .sort_values("peak_disk_gb", ascending=False)
     )
     out["all_at_once_gb"] = out["runs"] * out["peak_disk_gb"]
-    return out[["peak_disk_gb", "runs", "all_at_once_gb", "examples"]]
+    out["kept_for"] = out["kept_for"].replace("", "-")
+    return out[["peak_disk_gb", "runs", "all_at_once_gb", "exported_disk_gb", "examples", "kept_for"]]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -233,7 +295,7 @@ def teacher_options(config: dict) -> pd.DataFrame:
     scout_settings = dict.fromkeys(c.setting for c in grid.cells(config) if METHODS[c.method].trains_teacher)
     for setting in scout_settings:
         teacher = config["settings"][setting]["teacher"]
-        params, arch = model_params(config, teacher), model_arch(config, teacher)
+        params, arch = cost.model_params(config, teacher), cost.model_arch(config, teacher)
         opd = job_resources(config, "train", setting, "opd", "opd")
         sc = job_resources(config, "train", setting, "scout", "scout")
         if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
@@ -284,7 +346,7 @@ def teacher_servers(config: dict) -> pd.DataFrame:
             by_teacher.setdefault(config["settings"][c.setting]["teacher"], []).append(c)
     rows = []
     for teacher, cells in by_teacher.items():
-        params = model_params(config, teacher)
+        params = cost.model_params(config, teacher)
         res = [job_resources(config, "train", c.setting, c.method, c.variant) for c in cells]
         if params is None or not all(r["gpus_per_node"] for r in res):
             continue

@@ -26,9 +26,9 @@ from pathlib import Path
 
 RUN_FILE = "run.json"
 # Spec fields that never change the weights: names, experiment membership, how often checkpoints
-# are saved and exported, logging cadence, threads and cluster resources.
+# are saved, exported and kept, logging cadence, threads and cluster resources.
 NOT_WEIGHTS = ("setting", "variant", "experiments", "save_every", "reward_every", "eval_every", "probe_steps",
-               "export_steps", "continue_from", "threads", "resources")  # fmt: skip
+               "export_steps", "continue_from", "threads", "resources", "keep_checkpoints")  # fmt: skip
 INPUTS = ("student", "teacher", "train_data")
 _WHOLE_FILE = 256 * 2**20  # files up to this size are identified by content, larger ones by size and time
 

@@ -191,7 +191,9 @@ def verl_runs(cpu_world) -> dict:
             if variant == RESUME:
                 done = _kill_and_resume(cpu_world, _spec(cpu_world["config"], "grpo", total_steps=4, epochs=2), RESUME)
             elif variant == LORA:  # a teacher phase every step: three syncs to check, one across the resume
-                done = _kill_and_resume(cpu_world, _lora_spec(cpu_world["config"], total_steps=4, epochs=2), LORA)
+                # its step-2 checkpoint evaluated and exported when saved (training.keep_checkpoints)
+                spec = _lora_spec(cpu_world["config"], total_steps=4, epochs=2, export_steps=[2], keep_checkpoints="exported")
+                done = _kill_and_resume(cpu_world, spec, LORA)
             elif variant == SERVED:
                 done = _served_run(cpu_world, variant)
             elif variant == LORA_OWN:
@@ -251,6 +253,10 @@ def test_two_verl_steps_of_every_cell_kind(cpu_world, verl_runs, variant):
         assert sent and sent[-1] in received, (sent, received)
         assert (out / "model" / "final-teacher" / "config.json").exists()
     _evaluation_reads(out / "model" / "final")
+    from scout.verl.backend import VERL
+
+    steps = VERL.step_seconds(str(out))  # verl's own timing, as the calibration pilot reads it
+    assert len(steps) == 2 and all(s > 0 for s in steps), steps
     print(f"{variant}: 2 verl steps in {seconds:.0f} s")
 
 
@@ -429,6 +435,12 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
         f"teacher grad norms {norms}"
     )
     _evaluation_reads(final)
+    # keep_checkpoints: exported: step 2 was exported when saved (by the killed run, or by the
+    # resumed one's next save where the kill cut its merge) and its checkpoint deleted since
+    assert "(when saved)" in killed + log
+    assert all((out / "model" / f"step2{s}" / "config.json").exists() for s in ("", "-teacher"))
+    assert not (out / "checkpoints" / "global_step_2").exists() and (out / "checkpoints" / "global_step_4").is_dir()
+    _evaluation_reads(out / "model" / "step2")
 
 
 @pytest.mark.skipif(not ALL, reason="SCOUT_VERL_CPU=all (CI: the LoRA teacher runs shared)")

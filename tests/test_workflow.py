@@ -262,6 +262,30 @@ def test_a_failed_forced_training_is_restored_and_nothing_downstream_is_remade(f
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
 
 
+def test_the_pilot_measures_every_training_shape_and_leaves_the_grid_finished(finished_grid, monkeypatch):
+    """snakemake pilot: a short job of each training shape (setting x variant, whole teacher
+    intervals), as the grid's training jobs run; scout plan then predicts every training job of
+    the grid from them, and the grid itself stays finished."""
+    from scout import config as scout_config
+    from scout import cost, grid, plan
+
+    sel = "{settings: [toy-l-s-math], methods: [opd, scout, grpo]}"
+    out = snakemake(finished_grid, "pilot", "--config", f"select={sel}")
+    monkeypatch.chdir(finished_grid)
+    cfg = scout_config.load("mini.yaml", select=sel)
+    shapes = cost.pilot_cells(cfg)
+    assert job_counts(out).get("pilot_train") == len(shapes) == 3
+    pilots = cost.read_pilots(cfg)
+    assert set(pilots) == {(c.setting, c.variant) for c in shapes}
+    for c in shapes:
+        p = pilots[(c.setting, c.variant)]
+        assert p.steps == cost.pilot_steps(grid.run_spec(cfg, c)) and p.step_seconds > 0 and p.max_rss_mb > 0
+    table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots)
+    train = table[(table["rule"] == "train") & (table["experiment"] != "tuning")]  # the search's LRs: no shape
+    assert train["basis"].eq("pilot").all() and (train["expected_hours"] > 0).all()
+    assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
+
+
 def test_status_gives_the_grids_critical_path(finished_grid):
     """The chain of jobs no number of cores shortens, from Snakemake's records: it starts with the
     toy world's data and ends with a job nothing waits for, within the grid's wall time."""

@@ -21,5 +21,14 @@ class Embedded(Backend):
 
         return train(spec, out_dir, log=log)
 
+    def step_seconds(self, run_dir: str) -> list[float]:
+        import json
+        from pathlib import Path
+
+        path = Path(run_dir) / "metrics.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line)["step_seconds"] for line in path.read_text().splitlines() if line.strip()]
+
 
 EMBEDDED = Embedded()

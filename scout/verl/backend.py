@@ -11,16 +11,22 @@ class Verl(Backend):
     name = "verl"
     environment = "gpu"
     checks_cells = True
-    dry_runs = True
 
     def config_errors(self, config: dict) -> list[str]:
+        if config.get("device") == "auto":
+            return ["device: auto is the embedded backend's; verl trains on cuda (its default) or cpu (config/verl-cpu.yaml)"]
         if config["world"] == "toy" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
             return ["backend: verl on the toy world needs GPUs in resources.default (config/verl-smoke.yaml), or "
                     "device: cpu with fake ones (config/verl-cpu.yaml)"]  # fmt: skip
         return []
 
     def spec_fields(self, config: dict) -> dict:
-        return {"device": config.get("device", "cuda")}
+        # "device" has always been written, at its default too: leaving it out now would change the
+        # digest of every verl spec made before the rule (a new field holds its default by absence)
+        out = {"device": config.get("device", "cuda")}
+        if config["training"].get("keep_checkpoints", "evaluated") != "evaluated":
+            out["keep_checkpoints"] = config["training"]["keep_checkpoints"]
+        return out
 
     def train_resources(self, method: str, resources: dict, served: bool) -> dict:
         # a served cell asks for its student's pool alone, marked so (``teacher_served``) for its placement
@@ -49,6 +55,23 @@ class Verl(Backend):
                 f"the 'verl' training backend needs verl (pip install '.[gpu]' on GPU nodes): {exc}"
             ) from exc
         return driver.train(spec, out_dir, log=log, dry_run=dry_run)
+
+    def step_seconds(self, run_dir: str) -> list[float]:
+        """verl's own timing of each step (``timing_s/step``), from the run's TensorBoard events."""
+        from pathlib import Path
+
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        from scout.tracking import TB_DIR
+
+        folder = Path(run_dir) / TB_DIR
+        if not folder.is_dir():
+            return []
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        events.Reload()
+        if "timing_s/step" not in events.Tags()["scalars"]:
+            return []
+        return [e.value for e in sorted(events.Scalars("timing_s/step"), key=lambda e: e.step)]
 
 
 VERL = Verl()

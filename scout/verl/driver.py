@@ -79,6 +79,31 @@ def fold_adapter(folder: Path) -> None:
     merged.save_pretrained(str(folder))
 
 
+def _roles(method: str) -> list[tuple[str, str]]:
+    """(checkpoint folder, export suffix) of each model a run exports: the student, and SCOUT's teacher."""
+    if not METHODS[method].trains_teacher:
+        return [("actor", "")]
+    from scout.verl.trainer import TEACHER_DIR  # ray and verl's trainer: only for SCOUT's export
+
+    return [("actor", ""), (TEACHER_DIR, "-teacher")]
+
+
+def export_saved(method: str, ckpt_dir: str | Path, steps: set[int], log=print) -> list[str]:
+    """Export every evaluated checkpoint on disk that has no export yet (``training.keep_checkpoints:
+    exported``), so that it can be deleted: run after each save, it also catches a step whose
+    export a kill interrupted (the merge is atomic)."""
+    ckpt = Path(ckpt_dir)
+    written = []
+    for step in sorted(steps):
+        for role, suffix in _roles(method):
+            src, target = ckpt / f"global_step_{step}" / role, ckpt.parent / "model" / f"step{step}{suffix}"
+            if src.is_dir() and not target.is_dir():
+                merge(src, target)
+                log(f"exported global_step_{step}/{role} -> {target} (when saved)")
+                written.append(str(target))
+    return written
+
+
 def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=print) -> list[str]:
     """Student (and, for SCOUT, teacher) of every evaluated checkpoint -> ``{out}/model/``."""
     ckpt, out = Path(ckpt_dir), Path(out_dir)
@@ -90,15 +115,12 @@ def export_models(spec: dict, ckpt_dir: str | Path, out_dir: str | Path, log=pri
             f"{ckpt}: the last checkpoint is step {final}, the run was planned for {spec['total_steps']} steps "
             "(a step count that verl's dataloader does not run: check it with scout preflight)"
         )
-    roles = [("actor", "")]
-    if METHODS[spec["method"]].trains_teacher:
-        from scout.verl.trainer import TEACHER_DIR  # ray and verl's trainer: only for SCOUT's export
-
-        roles.append((TEACHER_DIR, "-teacher"))
     written = []
     for name, step in checkpoint_steps(spec, final).items():
-        for role, suffix in roles:
+        for role, suffix in _roles(spec["method"]):
             target = out / "model" / f"{name}{suffix}"
+            if name != "final" and spec.get("keep_checkpoints") == "exported" and target.is_dir():
+                continue  # exported when it was saved, its checkpoint deleted since
             merge(ckpt / f"global_step_{step}" / role, target)
             log(f"exported global_step_{step}/{role} -> {target}")
             written.append(str(target))
@@ -149,8 +171,15 @@ def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:
         last = latest_step(ckpt) or 0
     except ValueError:
         return [f"checkpoints/{TRACKER} (unreadable)"]
+    exported = spec.get("keep_checkpoints") == "exported"  # an evaluated step's export stands in for it
+
+    def there(s: int) -> bool:
+        if (ckpt / f"global_step_{s}" / "actor").is_dir():
+            return True
+        return exported and s != last and (Path(out_dir) / "model" / f"step{s}").is_dir()
+
     wanted = [s for s in runs.checkpoint_steps(spec) if s <= last] + ([last] if last else [])
-    return [f"checkpoints/global_step_{s}" for s in wanted if not (ckpt / f"global_step_{s}" / "actor").is_dir()]
+    return [f"checkpoints/global_step_{s}" for s in wanted if not there(s)]
 
 
 def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> dict:

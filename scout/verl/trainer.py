@@ -258,7 +258,8 @@ class RetainCheckpoints(_Base):
     could resume from nothing whole. The config turns verl's off (None); after verl has written
     the tracker for the new step, this deletes every other ``global_step_N`` but the ones the grid
     evaluates (``scout.keep_steps``): intermediate checkpoints hold optimizer state, so keeping
-    them all would cost terabytes on the paper grid."""
+    them all would cost terabytes on the paper grid. With ``training.keep_checkpoints: exported``
+    each evaluated one is exported as soon as it is saved and deleted with the rest."""
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
@@ -266,6 +267,11 @@ class RetainCheckpoints(_Base):
         if tracked_step(root) != self.global_steps:  # the save did not complete: delete nothing
             return
         keep = {int(s) for s in self.config.scout.get("keep_steps", [])}
+        if self.config.scout.get("export_when_saved"):  # training.keep_checkpoints: exported
+            from scout.verl.driver import export_saved
+
+            export_saved(self.config.scout.method, root, keep)
+            keep = set()
         for folder in stale_checkpoints(root, self.global_steps, keep):
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -5,11 +5,13 @@ import re
 import sys
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 
 from scout import backends as scout_backends
 from scout import config as scout_config
+from scout import cost as scout_cost
 from scout import grid, jobs
 from scout import resources as scout_resources
 from scout import serving as scout_serving
@@ -114,6 +116,8 @@ SLURM_KEYS = tuple(scout_resources.slurm_resources(scout_resources.FALLBACK))  #
 
 
 def _job_resources(family, wc):
+    if family == "pilot":  # a shape's pilot asks for what its first cell's job asks for
+        family, wc = "train", pilot_cell(wc)
     if family != "train":
         return scout_resources.job_resources(config, family)
     method = METHOD_OF[(wc.setting, wc.variant, wc.seed)]
@@ -267,6 +271,33 @@ def await_flag(wc):
 
 def train_inputs(wc):
     return cell_inputs(wc) + await_flag(wc)
+
+
+# -- the calibration pilot (scout.cost): a few steps of each distinct training shape --------------
+
+PILOTS = {(c.setting, c.variant): c for c in scout_cost.pilot_cells(config)}
+
+
+def pilot_files():
+    return [f"{scout_cost.pilot_dir(config, s, v)}/train.json" for s, v in PILOTS]
+
+
+def pilot_cell(wc):
+    """The wildcards of a pilot's shape's first cell: its resources, inputs and gate are that cell's."""
+    c = PILOTS[(wc.setting, wc.variant)]
+    return SimpleNamespace(setting=c.setting, variant=c.variant, seed=str(c.seed))
+
+
+def pilot_inputs(wc):
+    """The cell's models and data (no LR choice: a pilot's pace does not depend on it; no shorter
+    run: a pilot starts from step 0), and a served teacher's gate."""
+    cell = PILOTS[(wc.setting, wc.variant)]
+    return jobs.train_inputs(config, cell, continuation=False) + await_flag(pilot_cell(wc))
+
+
+def pilot_spec(wc):
+    cell = PILOTS[(wc.setting, wc.variant)]
+    return job_spec(f"pilot/{wc.setting}/{wc.variant}", scout_cost.pilot_spec(jobs.train_job_spec(config, cell)))
 
 
 def serving_start():
