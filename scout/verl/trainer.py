@@ -49,13 +49,13 @@ from scout import algorithms as alg
 from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
 from scout.verl import teacher_phase as tp
+from scout.verl.env import TEACHER_DIR
 from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
 from scout.verl.reward import grade_batch
 
 log = logging.getLogger(__name__)
 
 TEACHER_POOL = "scout_teacher_train_pool"
-TEACHER_DIR = "teacher_actor"  # beside verl's actor/ in global_step_N/
 BUDGET_FILE = "scout_budget.json"  # Prune-OPD's budget state, beside verl's data.pt
 
 
@@ -268,7 +268,7 @@ class RetainCheckpoints(_Base):
             return
         keep = {int(s) for s in self.config.scout.get("keep_steps", [])}
         if self.config.scout.get("export_when_saved"):  # training.keep_checkpoints: exported
-            from scout.verl.driver import export_saved
+            from scout.verl.export import export_saved
 
             export_saved(self.config.scout.method, root, keep)
             keep = set()
