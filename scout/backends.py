@@ -92,6 +92,10 @@ class Backend:
         reads them: ``scout.cost``)."""
         return []
 
+    def peak_gpu_gb(self, run_dir: str) -> float | None:
+        """The most GPU memory a run's processes held, as its trainer recorded it; None on the CPU."""
+        return None
+
 
 # name -> "module:attribute" of its Backend, imported when asked for
 BACKENDS = {

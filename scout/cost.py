@@ -179,9 +179,9 @@ class Pilot:
         return self.start_seconds + steps * self.step_seconds
 
 
-def read_pilot(folder: Path, step_seconds: list[float]) -> Pilot | None:
+def read_pilot(folder: Path, step_seconds: list[float], peak_gpu_gb: float | None = None) -> Pilot | None:
     """A finished pilot's record (``{folder}/train.json`` and ``benchmark.tsv``) with its steps'
-    seconds, as its backend reads them; None if it has not run."""
+    seconds and peak GPU memory, as its backend reads them; None if it has not run."""
     record, bench = folder / "train.json", folder / "benchmark.tsv"
     if not record.exists() or not bench.exists() or not step_seconds:
         return None
@@ -191,11 +191,11 @@ def read_pilot(folder: Path, step_seconds: list[float]) -> Pilot | None:
     mean = sum(step_seconds) / len(step_seconds)
     rss = float(b["max_rss"]) if str(b.get("max_rss", "-")) not in ("-", "nan") else None
     return Pilot(summary["spec"]["setting"], summary["spec"]["variant"], len(step_seconds), job, mean,
-                 max(job - sum(step_seconds), 0.0), rss, summary.get("peak_gpu_gb"))  # fmt: skip
+                 max(job - sum(step_seconds), 0.0), rss, peak_gpu_gb)  # fmt: skip
 
 
 def pilots_table(pilots: list[Pilot]) -> pd.DataFrame:
-    return pd.DataFrame([p.__dict__ for p in pilots])
+    return pd.DataFrame([p.__dict__ for p in pilots]).astype({"max_rss_mb": float, "peak_gpu_gb": float})
 
 
 def pilot_cells(config: dict) -> list:
@@ -220,7 +220,7 @@ def read_pilots(config: dict) -> dict[tuple[str, str], Pilot]:
     out = {}
     for c in pilot_cells(config):
         folder = pilot_dir(config, c.setting, c.variant)
-        p = read_pilot(folder, backend.step_seconds(str(folder)))
+        p = read_pilot(folder, backend.step_seconds(str(folder)), backend.peak_gpu_gb(str(folder)))
         if p is not None:
             out[(c.setting, c.variant)] = p
     return out

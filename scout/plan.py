@@ -254,7 +254,10 @@ def render_expected(table: pd.DataFrame, gpu: cost.GPU, pilots: dict) -> str:
         )
     if pilots:
         lines.append(f"  pilot: {len(pilots)} training shapes measured (results/pilot; snakemake pilot): a job is its "
-                     "start-up plus its steps at the pilot's mean step.")  # fmt: skip
+                     "start-up plus its steps at the pilot's mean step. What each measured (seconds; peak memory: "
+                     "the job's processes on the host, its trainers on a GPU):")  # fmt: skip
+        shown = cost.pilots_table(list(pilots.values()))
+        lines.append(shown.to_string(index=False, na_rep="-", float_format=lambda x: f"{x:,.2f}"))
     if (d["basis"] == "none").any():
         lines.append("  none: jobs neither the pilot nor the model covers (no pilot of their shape, no model sizes).")
     return "\n".join(lines)

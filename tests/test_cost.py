@@ -73,7 +73,8 @@ def test_the_pilot_runs_whole_teacher_intervals_and_nothing_else_of_the_run():
 
 def _pilot_folder(folder, setting="s", variant="v", s=10.0, rss="300.5", steps=(1.0, 2.0, 3.0, 2.0)):
     folder.mkdir(parents=True)
-    (folder / "train.json").write_text(json.dumps({"spec": {"setting": setting, "variant": variant}}))
+    record = {"spec": {"setting": setting, "variant": variant}, "peak_gpu_gb": 1.5}  # the embedded trainer's, on CUDA
+    (folder / "train.json").write_text(json.dumps(record))
     (folder / "benchmark.tsv").write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:10\t{rss}\n")
     (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "step_seconds": x}) + "\n"
                                                   for i, x in enumerate(steps)))  # fmt: skip
@@ -82,6 +83,7 @@ def _pilot_folder(folder, setting="s", variant="v", s=10.0, rss="300.5", steps=(
     with SummaryWriter(str(folder / "tensorboard")) as tb:
         for i, x in enumerate(steps):
             tb.add_scalar("timing_s/step", x, i + 1)
+            tb.add_scalar("actor/perf/max_memory_allocated_gb", 1.0 + i, i + 1)  # GiB, as verl logs it
     return folder
 
 
@@ -91,8 +93,8 @@ def test_a_pilot_is_read_as_start_up_plus_its_mean_step(tmp_path):
     from scout.embedded.backend import EMBEDDED
 
     folder = _pilot_folder(tmp_path / "p")
-    p = cost.read_pilot(folder, EMBEDDED.step_seconds(str(folder)))
-    assert (p.steps, p.step_seconds, p.start_seconds, p.max_rss_mb) == (4, 2.0, 2.0, 300.5)
+    p = cost.read_pilot(folder, EMBEDDED.step_seconds(str(folder)), EMBEDDED.peak_gpu_gb(str(folder)))
+    assert (p.steps, p.step_seconds, p.start_seconds, p.max_rss_mb, p.peak_gpu_gb) == (4, 2.0, 2.0, 300.5, 1.5)
     assert p.seconds(100) == pytest.approx(202.0)
     assert cost.read_pilot(tmp_path / "none", []) is None
 
@@ -106,6 +108,8 @@ def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):
                   steps=(100.0, 200.0))  # fmt: skip
     pilots = cost.read_pilots(cfg)
     assert list(pilots) == [("q4b-q1.7b-math", "scout")]
+    # verl's trainers' peak over the steps (2 GiB at the second), in GB
+    assert pilots[("q4b-q1.7b-math", "scout")].peak_gpu_gb == pytest.approx(2 * 2**30 / 1e9)
     table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots).set_index("target")
     row = table.loc[f"{grid.train_dir(cfg, cell.setting, cell.variant, 2)}/train.json"]
     total = grid.run_spec(cfg, cell)["total_steps"]
@@ -115,6 +119,7 @@ def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):
     assert len(others) and set(others["basis"]) == {"model"}
     text = plan.render_expected(table.reset_index(), cost.gpu("h100"), pilots)
     assert "pilot: 1 training shapes measured" in text and "model: H100 80GB, 989 TFLOPs" in text
+    assert "peak_gpu_gb" in text and "max_rss_mb" in text and "q4b-q1.7b-math" in text
 
 
 def test_plan_prints_expected_hours_beside_the_upper_bounds(capsys):

@@ -21,6 +21,13 @@ class Embedded(Backend):
 
         return train(spec, out_dir, log=log)
 
+    def peak_gpu_gb(self, run_dir: str) -> float | None:
+        import json
+        from pathlib import Path
+
+        path = Path(run_dir) / "train.json"
+        return json.loads(path.read_text()).get("peak_gpu_gb") if path.exists() else None
+
     def step_seconds(self, run_dir: str) -> list[float]:
         import json
         from pathlib import Path

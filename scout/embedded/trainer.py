@@ -522,6 +522,8 @@ class Trainer:
             "seconds": time.perf_counter() - t0,
             "device": str(self.device),
         }
+        if self.device.type == "cuda":  # what the calibration pilot reports (scout.cost)
+            summary["peak_gpu_gb"] = torch.cuda.max_memory_allocated(self.device) / 1e9
         (self.out / "train.json").write_text(json.dumps(summary, indent=1))
         runs.mark_complete(self.out, summary)
         return summary

@@ -58,20 +58,30 @@ class Verl(Backend):
 
     def step_seconds(self, run_dir: str) -> list[float]:
         """verl's own timing of each step (``timing_s/step``), from the run's TensorBoard events."""
-        from pathlib import Path
+        return [v for _, v in _scalars(run_dir, lambda tag: tag == "timing_s/step")]
 
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    def peak_gpu_gb(self, run_dir: str) -> float | None:
+        """The most any of verl's trainers held (``perf/max_memory_allocated_gb``, the student's
+        and SCOUT's teacher's, in GiB); vLLM's engines hold their configured share besides."""
+        found = [v for _, v in _scalars(run_dir, lambda tag: tag.endswith("perf/max_memory_allocated_gb"))]
+        return max(found) * (1 << 30) / 1e9 if found else None
 
-        from scout.tracking import TB_DIR
 
-        folder = Path(run_dir) / TB_DIR
-        if not folder.is_dir():
-            return []
-        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        events.Reload()
-        if "timing_s/step" not in events.Tags()["scalars"]:
-            return []
-        return [e.value for e in sorted(events.Scalars("timing_s/step"), key=lambda e: e.step)]
+def _scalars(run_dir: str, wanted) -> list[tuple[int, float]]:
+    """(step, value) of the run's TensorBoard scalars whose tag is ``wanted``, by step."""
+    from pathlib import Path
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from scout.tracking import TB_DIR
+
+    folder = Path(run_dir) / TB_DIR
+    if not folder.is_dir():
+        return []
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = [t for t in events.Tags()["scalars"] if wanted(t)]
+    return sorted((e.step, e.value) for t in tags for e in events.Scalars(t))
 
 
 VERL = Verl()
