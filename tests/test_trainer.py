@@ -179,7 +179,10 @@ def test_ctrl_c_says_where_the_run_resumes_without_a_traceback(spec_for, tmp_pat
     spec = spec_for("opd", total_steps=400, steps_per_epoch=400, save_every=2)
     out, log = tmp_path / "run", tmp_path / "train.log"
     cmd = [sys.executable, "-m", "scout.cli", "--log", str(log), "train", "--spec", json.dumps(spec), "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a terminal's job hears Ctrl-C; a background job of a non-interactive shell (as CI may be
+    # started) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.time() + 120
 
     def saved() -> list[int]:  # the trainer keeps its latest checkpoint only: step_4 lives for two steps
