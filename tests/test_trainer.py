@@ -333,13 +333,12 @@ def test_the_config_places_the_toy_jobs_not_the_presence_of_a_gpu(spec_for, tmp_
     cfg = toy_config()
     cell = grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
     before = (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final"))
-    assert cfg["device"] == "cpu" and all("device" not in s for s in before)
+    assert "device" not in cfg and all("device" not in s for s in before)  # the CPU, by default
     for device in ("cuda", "auto"):
         other = copy.deepcopy(cfg) | {"device": device}
         other["evaluation"]["device"] = device
         after = (jobs.train_job_spec(other, cell), jobs.eval_spec(other, "toy-l-s-math", "scout", 1, "final"))
         assert [s.get("device") for s in after] == [device, device]
         assert {k: v for k, v in after[0].items() if k != "device"} == before[0]
-    del cfg["device"]  # a config made before the keys: the same specs
-    cfg["evaluation"].pop("device", None)
+    cfg["device"] = cfg["evaluation"]["device"] = "cpu"  # written at their default: the same specs
     assert (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final")) == before
