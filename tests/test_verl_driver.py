@@ -179,19 +179,19 @@ def test_checkpoints_exported_when_saved_leave_only_their_exports(world, tmp_pat
     """training.keep_checkpoints: exported. After each save the trainer exports every evaluated
     checkpoint still on disk without an export (so one a kill cut short is exported at the next
     save), then deletes it; a resume needs the export, not the checkpoint, and the end of the run
-    exports only the final one."""
-    spec = paper_spec("q4b-q1.7b-math", "scout-cm", math_rows)
+    exports only the final one. (The student alone here: SCOUT's teacher role goes the same way,
+    in tests/test_verl_cpu.py's shared-LoRA run.)"""
+    spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
     spec.update(eval_every=None, total_steps=60, export_steps=[20, 40], keep_checkpoints="exported")
     run = tmp_path / "run"
     ck = run / "checkpoints"
     for step in (20, 40):
         _fsdp_checkpoint(world["student"], ck / f"global_step_{step}" / "actor")
-        _fsdp_checkpoint(world["teacher"], ck / f"global_step_{step}" / vt.TEACHER_DIR)
     (run / "model" / ".step20.tmp").mkdir(parents=True)  # what a merge cut by a kill leaves
-    written = driver.export_saved("scout", ck, {20, 40}, log=lambda *_: None)
-    assert sorted(os.path.basename(w) for w in written) == ["step20", "step20-teacher", "step40", "step40-teacher"]
+    written = driver.export_saved("opd", ck, {20, 40}, log=lambda *_: None)
+    assert sorted(os.path.basename(w) for w in written) == ["step20", "step40"]
     assert not (run / "model" / ".step20.tmp").exists()
-    assert driver.export_saved("scout", ck, {20, 40}, log=lambda *_: None) == []  # each once
+    assert driver.export_saved("opd", ck, {20, 40}, log=lambda *_: None) == []  # each once
     for step in (20, 40):  # deleted by the trainer's retention once exported
         shutil.rmtree(ck / f"global_step_{step}")
     (ck / driver.TRACKER).write_text("40")
@@ -199,11 +199,10 @@ def test_checkpoints_exported_when_saved_leave_only_their_exports(world, tmp_pat
     _fsdp_checkpoint(world["student"], ck / "global_step_40" / "actor")
     assert driver.missing_checkpoints(spec, run) == []  # step 20's export stands in for it
     _fsdp_checkpoint(world["student"], ck / "global_step_60" / "actor")
-    _fsdp_checkpoint(world["teacher"], ck / "global_step_60" / vt.TEACHER_DIR)
     (ck / driver.TRACKER).write_text("60")
     written = driver.export_models(spec, ck, run, log=lambda *_: None)
-    assert sorted(os.path.basename(w) for w in written) == ["final", "final-teacher"]  # the rest were exported
-    assert all((run / "model" / n / "config.json").exists() for n in ("step20", "step40-teacher", "final"))
+    assert [os.path.basename(w) for w in written] == ["final"]  # the rest were exported when saved
+    assert all((run / "model" / n / "config.json").exists() for n in ("step20", "step40", "final"))
 
 
 # -- the trainer's pure pieces -------------------------------------------------------------------------
