@@ -31,6 +31,12 @@ STRINGS_HINT = (
 )
 
 
+def results_root(config: dict) -> str:
+    """The folder every output goes under (``results``; default ``results``, relative to the run),
+    as written: paths in specs are built from it, so it is not normalized."""
+    return config.get("results", "results")
+
+
 class ConfigError(ValueError):
     """The configuration is invalid; the message says where and what was expected."""
 

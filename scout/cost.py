@@ -17,7 +17,6 @@ jobs at 2,371 job-seconds against 2,710 measured (``benchmarks/pilot_accuracy.py
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout import backends, grid, jobs
+from scout.config import results_root
 from scout.methods import METHODS
 
 
@@ -179,19 +179,17 @@ class Pilot:
         return self.start_seconds + steps * self.step_seconds
 
 
-def read_pilot(folder: Path, step_seconds: list[float], peak_gpu_gb: float | None = None) -> Pilot | None:
-    """A finished pilot's record (``{folder}/train.json`` and ``benchmark.tsv``) with its steps'
-    seconds and peak GPU memory, as its backend reads them; None if it has not run."""
-    record, bench = folder / "train.json", folder / "benchmark.tsv"
-    if not record.exists() or not bench.exists() or not step_seconds:
+def read_pilot(folder: Path, setting: str, variant: str, backend: backends.Backend) -> Pilot | None:
+    """A finished pilot of a shape (``{folder}/train.json`` and Snakemake's ``benchmark.tsv``), with
+    its steps' seconds and peak GPU memory as its backend reads them; None if it has not run."""
+    steps = backend.step_seconds(str(folder))
+    if not (folder / "train.json").exists() or not (folder / "benchmark.tsv").exists() or not steps:
         return None
-    b = pd.read_csv(bench, sep="\t").iloc[0]
-    job = float(b["s"])
-    summary = json.loads(record.read_text())
-    mean = sum(step_seconds) / len(step_seconds)
+    b = pd.read_csv(folder / "benchmark.tsv", sep="\t").iloc[0]
+    job, mean = float(b["s"]), sum(steps) / len(steps)
     rss = float(b["max_rss"]) if str(b.get("max_rss", "-")) not in ("-", "nan") else None
-    return Pilot(summary["spec"]["setting"], summary["spec"]["variant"], len(step_seconds), job, mean,
-                 max(job - sum(step_seconds), 0.0), rss, peak_gpu_gb)  # fmt: skip
+    return Pilot(setting, variant, len(steps), job, mean, max(job - sum(steps), 0.0), rss,
+                 backend.peak_gpu_gb(str(folder)))  # fmt: skip
 
 
 def pilots_table(pilots: list[Pilot]) -> pd.DataFrame:
@@ -211,7 +209,7 @@ def pilot_cells(config: dict) -> list:
 
 
 def pilot_dir(config: dict, setting: str, variant: str) -> Path:
-    return Path(config.get("results", "results")) / "pilot" / setting / variant
+    return Path(results_root(config)) / "pilot" / setting / variant
 
 
 def read_pilots(config: dict) -> dict[tuple[str, str], Pilot]:
@@ -219,8 +217,7 @@ def read_pilots(config: dict) -> dict[tuple[str, str], Pilot]:
     backend = backends.of(config)
     out = {}
     for c in pilot_cells(config):
-        folder = pilot_dir(config, c.setting, c.variant)
-        p = read_pilot(folder, backend.step_seconds(str(folder)), backend.peak_gpu_gb(str(folder)))
+        p = read_pilot(pilot_dir(config, c.setting, c.variant), c.setting, c.variant, backend)
         if p is not None:
             out[(c.setting, c.variant)] = p
     return out

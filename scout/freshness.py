@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from scout import grid, jobs
+from scout.config import results_root
 from scout.runs import differences
 from scout.workflow import spec_digest
 
@@ -165,7 +166,7 @@ class Freshness:
 
     def stale(self) -> list[Stale]:
         """Every stale result of the grid, upstream first."""
-        cfg, res = self.config, self.config.get("results", "results")
+        cfg, res = self.config, results_root(self.config)
         out = []
         for m in cfg["models"]:
             why = self.model(m)

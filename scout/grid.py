@@ -19,7 +19,7 @@ from pathlib import Path
 
 from scout import backends, tuning
 from scout.algorithms import scaled_teacher_lr
-from scout.config import ConfigError, deep_merge, method_cfg
+from scout.config import ConfigError, deep_merge, method_cfg, results_root
 from scout.config import teacher_lora_rank as lora_rank_of
 from scout.methods import LORA_TARGETS, METHODS
 from scout.prompts import view_key
@@ -88,7 +88,7 @@ def kept_rows(config: dict, data: str, view: dict) -> tuple[int, str]:
 def model_path(config: dict, model_id: str) -> str:
     """Where a model is loaded from: a hub id, a toy model folder, or a prepared teacher."""
     spec = config["models"][model_id]
-    res = config.get("results", "results")
+    res = results_root(config)
     if "hub" in spec:
         return spec["hub"]
     if "toy" in spec:
@@ -99,7 +99,7 @@ def model_path(config: dict, model_id: str) -> str:
 def model_inputs(config: dict, model_id: str) -> list[str]:
     """Files the DAG must build before a model can be used (none for hub models)."""
     spec = config["models"][model_id]
-    res = config.get("results", "results")
+    res = results_root(config)
     if "toy" in spec:
         return [f"{res}/toy/models/{model_id}/model.safetensors"]
     if "prepare" in spec:

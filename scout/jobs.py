@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from scout import backends, teacher_server, tuning
-from scout.config import HOLDOUT, ConfigError, validation_sets
+from scout.config import HOLDOUT, ConfigError, results_root, validation_sets
 from scout.grid import (
     BASE_VARIANTS,
     CONTROL,
@@ -113,7 +113,7 @@ def teacher_server_spec(config: dict, model_id: str) -> dict:
     serving = config.get("teacher_serving", {})
     r = job_resources(config, "teacher_server")
     topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
-    results = str(Path(config.get("results", "results")).resolve())
+    results = str(Path(results_root(config)).resolve())
     return {
         "model": model_id,
         "path": model_path(config, model_id) if "hub" in config["models"][model_id]
@@ -130,7 +130,7 @@ def teacher_server_spec(config: dict, model_id: str) -> dict:
 
 def toy_pretrain_spec(config: dict, model_id: str) -> dict:
     """The spec of a toy model's pretraining job."""
-    res = config.get("results", "results")
+    res = results_root(config)
     return {
         "arch": config["models"][model_id]["toy"],
         "tokenizer": f"{res}/toy/tokenizer",

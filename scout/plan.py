@@ -12,6 +12,7 @@ import pandas as pd
 
 from scout import cost, grid, jobs, runs, teacher_server
 from scout import teacher_cost as tc
+from scout.config import results_root
 from scout.methods import METHODS
 from scout.resources import job_resources
 
@@ -71,7 +72,7 @@ def evaluated_for(config: dict, cell: grid.Cell) -> str:
 def _rows(config: dict) -> list[dict]:
     """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
     preparation, aggregation, report) request no cluster time and are left out."""
-    res = config.get("results", "results")
+    res = results_root(config)
     rows = []
 
     def add(experiment, rule, target, r, disk=None, users=None, unit=None):

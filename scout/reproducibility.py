@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from scout.config import results_root
+
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 NATIVE = "SCOUT_NATIVE_NUMERICS"
 # MKL asks this function of its own whether the CPU is Intel's before it honours MKL_CBWR's branch;
@@ -242,7 +244,7 @@ def toy_files(config: dict) -> list[str]:
     settings, seeds = main.get("settings", []), main.get("seeds", [])
     if settings and seeds:
         setting, seed = settings[0], seeds[0]
-        root = config.get("results", "results")
+        root = results_root(config)
         for method in FAMILIES:
             if method in main["methods"]:  # in the folder of the run the cell is (a tuning run's, say)
                 run = f"{jobs.run_dir(config, setting, method, seed).removeprefix(root + '/')}/model"
@@ -256,7 +258,7 @@ def toy_files(config: dict) -> list[str]:
 
 def measure(config: dict) -> dict[str, str | None]:
     """The fingerprint of each of :func:`toy_files` in the config's results folder (None: missing)."""
-    root = Path(config.get("results", "results"))
+    root = Path(results_root(config))
     return {f: fingerprint(root / f) if (root / f).is_file() else None for f in toy_files(config)}
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from scout import grid, io, jobs, stats
+from scout.config import results_root
 from scout.io import DamagedInput
 from scout.methods import METHODS
 
@@ -49,7 +50,7 @@ class ImportRefused(ValueError):
 
 
 def results_dir(config: dict) -> Path:
-    return Path(config.get("results", "results"))
+    return Path(results_root(config))
 
 
 def _scoped(config: dict, folder: str) -> Path:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from scout import critical_path, grid, jobs, runs, serving, teacher_server
+from scout.config import results_root
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
@@ -95,7 +96,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
     work = Path(workdir)
     incomplete, pids = _incomplete(work), snakemake_processes(work)
     running = bool(pids)
-    res = config.get("results", "results")
+    res = results_root(config)
     per_exp: dict[str, dict[str, int]] = {}
     active, stopped, durations, damaged, restorable = [], [], [], [], []
     plans, shared = grid.run_plans(config), []

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scout import serving
+from scout.config import results_root
 from scout.serving import TeacherServerError
 
 RETRIES = 4  # tries of one request before the server counts as gone
@@ -156,7 +157,7 @@ def served_by_workflow(config: dict) -> dict[str, list[str]]:
 
 
 def server_folder(config: dict, model: str) -> Path:
-    return serving.folder(config.get("results", "results"), model)
+    return serving.folder(results_root(config), model)
 
 
 def export(config: dict, specs: dict[str, dict]) -> None:

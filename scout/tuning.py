@@ -27,7 +27,7 @@ import json
 import math
 from pathlib import Path
 
-from scout.config import ConfigError, teacher_lora_rank, validation_sets
+from scout.config import ConfigError, results_root, teacher_lora_rank, validation_sets
 from scout.io import read_record
 from scout.methods import METHODS
 from scout.prompts import normalized
@@ -145,7 +145,7 @@ def variant_name(param: str, lr: float) -> str:
 
 
 def choice_path(config: dict, setting: str, param: str) -> Path:
-    return Path(config.get("results", "results")) / "tuning" / setting / f"{param}.json"
+    return Path(results_root(config)) / "tuning" / setting / f"{param}.json"
 
 
 def validation_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:

@@ -93,10 +93,11 @@ def test_a_pilot_is_read_as_start_up_plus_its_mean_step(tmp_path):
     from scout.embedded.backend import EMBEDDED
 
     folder = _pilot_folder(tmp_path / "p")
-    p = cost.read_pilot(folder, EMBEDDED.step_seconds(str(folder)), EMBEDDED.peak_gpu_gb(str(folder)))
+    p = cost.read_pilot(folder, "toy-l-s-math", "opd", EMBEDDED)
     assert (p.steps, p.step_seconds, p.start_seconds, p.max_rss_mb, p.peak_gpu_gb) == (4, 2.0, 2.0, 300.5, 1.5)
     assert p.seconds(100) == pytest.approx(202.0)
-    assert cost.read_pilot(tmp_path / "none", []) is None
+    assert (p.setting, p.variant) == ("toy-l-s-math", "opd")
+    assert cost.read_pilot(tmp_path / "none", "toy-l-s-math", "opd", EMBEDDED) is None
 
 
 def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from scout.backends import Backend
+from scout.io import read_jsonl
 
 
 class Embedded(Backend):
@@ -22,20 +26,12 @@ class Embedded(Backend):
         return train(spec, out_dir, log=log)
 
     def peak_gpu_gb(self, run_dir: str) -> float | None:
-        import json
-        from pathlib import Path
-
         path = Path(run_dir) / "train.json"
         return json.loads(path.read_text()).get("peak_gpu_gb") if path.exists() else None
 
     def step_seconds(self, run_dir: str) -> list[float]:
-        import json
-        from pathlib import Path
-
         path = Path(run_dir) / "metrics.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line)["step_seconds"] for line in path.read_text().splitlines() if line.strip()]
+        return [m["step_seconds"] for m in read_jsonl(path)] if path.exists() else []
 
 
 EMBEDDED = Embedded()
