@@ -36,10 +36,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker(role: str, index: int, port: int, inbox, others, results) -> None:
+def worker(role: str, index: int, port: int, inbox, others, results, checked: bool = False) -> None:
     import torch.distributed as dist
 
     from scout.verl.gloo_sync import GlooCheckpointEngine
+
+    if checked:  # the GPU check's checksums at both ends, around the engine (scout.verl.sync_checksum)
+        from scout.verl.sync_checksum import checksummed
+
+        GlooCheckpointEngine = checksummed(GlooCheckpointEngine)  # noqa: N806
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     is_master = role == "actor" and index == 0
@@ -69,13 +74,15 @@ def worker(role: str, index: int, port: int, inbox, others, results) -> None:
             results.put((index, round_, pickle.dumps(got)))
 
 
-def test_gloo_engine_moves_every_weight_exactly():
+def _sync(checked: bool = False) -> list:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     roles = [("actor", 0), ("actor", 1), ("rollout", 0), ("rollout", 1)]
     inboxes = [ctx.Queue() for _ in roles]
     procs = [
-        ctx.Process(target=worker, args=(role, i, _free_port(), inboxes[n], inboxes[1:] if n == 0 else [], results))
+        ctx.Process(
+            target=worker, args=(role, i, _free_port(), inboxes[n], inboxes[1:] if n == 0 else [], results, checked)
+        )
         for n, (role, i) in enumerate(roles)
     ]
     for p in procs:
@@ -88,6 +95,11 @@ def test_gloo_engine_moves_every_weight_exactly():
     finally:  # a hung sync must not outlive the test
         for p in procs:
             p.kill()
+    return got
+
+
+def test_gloo_engine_moves_every_weight_exactly():
+    got = _sync()
     ref = weights()
     assert sorted((i, r) for i, r, _ in got) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for _index, round_, blob in got:
@@ -96,3 +108,19 @@ def test_gloo_engine_moves_every_weight_exactly():
         for k, v in ref.items():
             want = v * (round_ + 1) if v.is_floating_point() else v
             assert received[k].dtype == want.dtype and torch.equal(received[k], want), k
+
+
+def test_checksums_at_both_ends_of_a_sync_agree_with_the_weights(capfd):
+    """Wrapped as the GPU check wraps verl's NCCL engine, each sync logs one sender's checksum (rank 0;
+    the other trainer rank sits the broadcast out) and one per receiver, all the float64 sum of the
+    floating weights sent: 2 x it at the second sync, whose weights are doubled."""
+    import re
+
+    assert len(_sync(checked=True)) == 4
+    err = capfd.readouterr().err
+    # four processes write to one stream: lines can run into each other, so the pattern is tight
+    line = r"{} 5 tensors, \d+ B in [0-9.]+ s, checksum (-?[0-9.]+)"
+    sent, received = ([float(x) for x in re.findall(line.format(w), err)] for w in ("sent", "received"))
+    total = sum(float(v.double().sum()) for v in weights().values() if v.is_floating_point())
+    assert sent == pytest.approx([total, 2 * total], abs=1e-5), err[-3000:]
+    assert sorted(received) == pytest.approx(sorted([total, total, 2 * total, 2 * total]), abs=1e-5)

@@ -1,6 +1,8 @@
 """verl itself, on CPU: scout's driver runs verl 0.9.1's own trainer (V1 sync, FSDP2 over gloo,
 vLLM's CPU build as the rollout and the teacher's engine, a local Ray) for two steps of every cell
-kind the paper grid uses, on toy models, and the toy evaluation reads the exported checkpoints.
+kind the paper grid uses, on toy models, and the toy evaluation reads the exported checkpoints. The
+world, the specs and the runs are the first GPU node's check's (benchmarks/gpu_check.py), which
+reads them with its own report: the check's CPU form, on every CI run.
 
 What a GPU run would check, checked here: the rollout's and the actor's log-probs agree after a
 weight sync; SCOUT's teacher changes in its update and its engine then serves exactly the new
@@ -33,7 +35,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +42,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
-import yaml
 
-from scout import grid, resources
-from tests.conftest import REPO, toy_config
+from benchmarks import gpu_check
+from scout import grid
 
 pytestmark = pytest.mark.verl_cpu
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -60,9 +60,9 @@ SERVED = "prune_opd"  # trained against a teacher server (its top-k through the 
 RUN = [LORA, "opd_teacher_grpo", "relay_opd", SERVED, "grpo"]
 RUN += ["scout", RESUME, "opd", "optr", LORA_OWN] if ALL else []
 TEACHER_TRAINERS = {"scout", "opd_teacher_grpo", LORA, LORA_OWN}
+EVALUATED, EVALUATION = "relay_opd", "evaluation"  # the export the GPU check's vLLM evaluation reads here
 ONE_AT_A_TIME = TEACHER_TRAINERS - {LORA}  # the full teachers' own pools: ~10 GB a run
 LANES = int(os.environ.get("SCOUT_VERL_CPU_LANES", "2"))
-ARCH = {"hidden_size": 64, "heads": 2, "kv_heads": 1, "intermediate_size": 128, "lr": 3e-3, "batch": 32}
 
 
 def _vllm_or_skip() -> None:
@@ -76,71 +76,23 @@ def _vllm_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def cpu_world(tmp_path_factory) -> dict:
-    """A toy world small enough for verl on 2 cores: 1-2 operation tasks, a 1-layer student and a
-    2-layer teacher (head_dim 32, as vLLM's CPU attention needs), briefly pretrained so that rewards
-    and advantages are not all zero; two steps of 4 prompts, responses of at most 32 tokens."""
+    """The first GPU node's check's toy world (benchmarks/gpu_check.py), on the CPU: 1-2 operation
+    tasks, a 1-layer student and a 2-layer teacher, two steps of 4 prompts, responses of at most 32
+    tokens."""
     _vllm_or_skip()
-    from scout.toy.world import build_data, build_tokenizer_files, pretrain
-
-    root = tmp_path_factory.mktemp("verlcpu")
-    cfg = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
-    cfg["results"] = str(root / "results")
-    for s in cfg["toy"]["splits"].values():
-        s.update(rows=64, min_ops=1, max_ops=2)
-    for b in cfg["benchmarks"].values():
-        b.update(rows=4, repeats=1)
-    sizes = {"toy-small": (1, 800, 0.6), "toy-large": (2, 1000, 0.0)}
-    for name, (layers, steps, hasty) in sizes.items():
-        cfg["models"][name]["toy"] = {**ARCH, "layers": layers, "steps": steps, "hasty": hasty}
-    cfg["training"].update(steps=2, batch_size=4, save_every=2, max_response_length=32, max_prompt_length=48)
-    cfg["training"]["grpo"].update(n=4, batch_size=4)
-    cfg["methods"]["scout"].update(interval=2, k=4)
-    cfg["methods"]["prune_opd"]["budget"].update(initial=16, min=8, max=32, margin=2)
-    cfg["methods"]["esr"]["max_tokens"] = 16
-    data = Path(cfg["results"]) / "toy" / "data"
-    build_data(cfg, data)
-    tok = root / "tokenizer"
-    build_tokenizer_files(tok)
-    for name, (layers, _, _) in sizes.items():
-        pretrain(cfg["models"][name]["toy"], tok, [str(data / "math-train.jsonl")], grid.model_path(cfg, name),
-                 seed=layers, log=lambda _: None)  # fmt: skip
-    return {"root": root, "config": cfg}
+    return gpu_check.build_world(tmp_path_factory.mktemp("verlcpu"), "cpu")
 
 
 def _spec(cfg: dict, variant: str, **over) -> dict:
-    cell = grid.find_cell(cfg, "toy-l-s-math", variant, 1)
-    spec = {**grid.run_spec(cfg, cell), **over}
-    spec["resources"] = resources.job_resources(cfg, "train", cell.setting, cell.method, cell.variant)
-    return spec
+    return gpu_check.spec(cfg, variant, **over)
 
 
 def _lora_spec(cfg: dict, **over) -> dict:
-    """SCOUT with a LoRA teacher and a teacher phase every step: short prefixes, K = 16 and sampling
-    at temperature 1.5, so that some group has mixed rewards. The toy teacher finishes long student
-    prefixes the same way every time (no update at K = 8 once), and at temperature 1.0 it solved
-    nearly every continuation (rewards 1.0, 1.0, 1.0 and 0.75 in one CI run: no mixed group in four
-    phases, no update); at 1.5 its rewards were 0.25-0.59 and every phase updated."""
-    spec = _spec(cfg, "scout-lora", **{"temperature": 1.5, **over})
-    spec["method_cfg"]["scout"].update(interval=1, k=16, prefix_ratio=[0.1, 0.1])
-    return spec
-
-
-def _job(spec: dict, out: Path) -> tuple[list[str], dict]:
-    """A training job's command, as the workflow runs it (the spec in a file beside the run
-    folder), and its environment (this interpreter's folder first on PATH, for ``scout``)."""
-    path = out.parent / f"{out.name}.spec.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return [sys.executable, "-m", "scout.cli", "train", "--spec", f"@{path}", "--out", str(out)], env
+    return gpu_check.lora_spec(cfg, **over)
 
 
 def _train(world: dict, spec: dict, out: Path, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd, job_env = _job(spec, out)
-    env = {**job_env, **(env or {}), "VERL_GLOO_SYNC_CHECKSUM": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=world["root"])
-    (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)  # kept for a failure's reader
-    return done
+    return gpu_check.train(world["root"], spec, out, timeout, env)
 
 
 def _evaluation_reads(export: Path) -> None:
@@ -151,27 +103,6 @@ def _evaluation_reads(export: Path) -> None:
     assert gen.generate(["Compute 1+2."], 1, {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95}, seed=0)
 
 
-def _served_run(world: dict, variant: str):
-    """A frozen-teacher cell of a setting whose teacher is served (``teacher_server``): the toy
-    teacher behind vLLM's OpenAI-compatible server, up for this run alone; its job is placed
-    without a teacher engine and scores through the server (``ServedTeacher``)."""
-    from scout import jobs, serving
-    from scout import teacher_server as ts
-    from tests.vllm_server import openai_server
-
-    cfg = world["config"]
-    served = {**cfg, "settings": {**cfg["settings"]}}
-    served["settings"]["toy-l-s-math"] = {**cfg["settings"]["toy-l-s-math"], "teacher_server": "serve"}
-    spec = jobs.train_job_spec(served, grid.find_cell(served, "toy-l-s-math", variant, 1))
-    out = world["root"] / "runs" / variant
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with openai_server(grid.model_path(cfg, "toy-large"), out.parent / f"{variant}.server.log", "toy-large") as url:
-        env = {ts.ENV: json.dumps({"toy-l-s-math": {"url": url, "model": "toy-large"}})}
-        done = _train(world, spec, out, env=env)
-        done.requests = serving.requests_answered(url)
-    return done
-
-
 def _last(pattern: str, text: str) -> float | None:
     found = re.findall(pattern, text)
     return float(found[-1]) if found else None
@@ -180,8 +111,10 @@ def _last(pattern: str, text: str) -> float | None:
 @pytest.fixture(scope="module")
 def verl_runs(cpu_world) -> dict:
     """Two verl steps of every kind and the kill-and-resume, ``LANES`` at a time: kind -> (what
-    it returned, seconds)."""
+    it returned, seconds); and under ``EVALUATION`` the GPU check's vLLM evaluation of Relay-OPD's
+    export, beside the last runs (it starts when Relay-OPD ends)."""
     one_teacher_trainer = threading.Lock()
+    evaluation = {}
 
     def run(variant: str):
         asked = time.perf_counter()
@@ -195,7 +128,7 @@ def verl_runs(cpu_world) -> dict:
                 spec = _lora_spec(cpu_world["config"], total_steps=4, epochs=2, export_steps=[2], keep_checkpoints="exported")
                 done = _kill_and_resume(cpu_world, spec, LORA)
             elif variant == SERVED:
-                done = _served_run(cpu_world, variant)
+                done = gpu_check.served_run(cpu_world, variant, cpu_world["root"] / "runs" / variant)
             elif variant == LORA_OWN:
                 spec = _lora_spec(cpu_world["config"])
                 spec["resources"] |= {"nodes": 3, "teacher_trainer": "own"}
@@ -203,11 +136,18 @@ def verl_runs(cpu_world) -> dict:
             else:
                 done = _train(cpu_world, _spec(cpu_world["config"], variant), cpu_world["root"] / "runs" / variant)
             print(f"{variant}: done in {time.perf_counter() - t0:.0f} s", flush=True)
+            if variant == EVALUATED:
+                evaluation["thread"] = threading.Thread(
+                    target=lambda: evaluation.update(result=gpu_check.evaluate(cpu_world, EVALUATED)))
+                evaluation["thread"].start()
             return done, time.perf_counter() - t0
 
     start = time.perf_counter()
     with ThreadPoolExecutor(LANES) as pool:
         runs = dict(zip(RUN, pool.map(run, RUN), strict=True))
+    if "thread" in evaluation:
+        evaluation["thread"].join()
+        runs[EVALUATION] = evaluation.get("result")
     print(f"{len(RUN)} runs in {time.perf_counter() - start:.0f} s, {LANES} at a time")
     return runs
 
@@ -311,7 +251,7 @@ def _kill_and_resume(world: dict, spec: dict, name: str) -> dict:
     started by the driver without a new session, so nothing of that Ray survives, and no other
     run's Ray (another lane's) is touched."""
     out = world["root"] / "runs" / name
-    cmd, env = _job(spec, out)
+    cmd, env = gpu_check.job(spec, out)
     with open(world["root"] / "runs" / f"{name}.killed.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=world["root"],
                                 start_new_session=True)  # fmt: skip
@@ -456,3 +396,32 @@ def test_a_lora_teacher_on_a_pool_of_its_own_syncs_its_adapter_without_sleeping_
     pearson = [float(x) for x in re.findall(r"scout/teacher_engine_trainer_pearson:([-+0-9.e]+)", log)]
     assert pearson and min(pearson) > 0.99, pearson
     assert "scout/teacher_engine_asleep_s" not in log
+
+
+def test_the_gpu_checks_report_reads_every_run_and_its_evaluation(cpu_world, verl_runs):
+    """The first GPU node's check (benchmarks/gpu_check.py) reads each of these runs as it reads its
+    own on a GPU: every run passes, with verl's step time, the trainers' peak memory, the engines'
+    shares, the teacher self-test within its limit, both ends of each teacher sync agreeing and the
+    rollout agreeing with the actor; its vLLM evaluation of an export scores every benchmark."""
+    cells = []
+    for variant in RUN:
+        ran, seconds = verl_runs[variant]
+        done = ran["resumed"] if isinstance(ran, dict) else ran
+        cell = gpu_check.read_cell(variant, cpu_world["root"] / "runs" / variant, done, seconds)
+        assert cell.ok, (variant, cell.problems)
+        assert cell.step_s > 0 and cell.peak_gb["student"] > 0 and cell.engines["student"] > 0
+        assert ("teacher" in cell.peak_gb) == (variant in TEACHER_TRAINERS)
+        assert (cell.selftest is None) == (variant == "grpo")
+        assert (cell.sent is not None) == (variant in TEACHER_TRAINERS) and (cell.sent in cell.received or not cell.sent)
+        assert (cell.rollout_pearson is None) == (variant == "relay_opd")
+        cells.append(cell)
+    evaluation = verl_runs[EVALUATION]
+    assert evaluation["complete"], (cpu_world["root"] / "eval" / f"{EVALUATED}.log").read_text()[-4000:]
+    assert set(evaluation["means"]) == {"tm-easy", "tm-hard", "tm-long"} and evaluation["variant"] == EVALUATED
+    text = gpu_check.report(cells, {"scout": "needs 3 GPUs"}, evaluation)
+    print("\n" + text)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["cell", "rc", "job"] and len(lines) == 1 + len(RUN) + 1 + len(RUN) + 2
+    assert [ln.split(":")[0] for ln in lines[-len(RUN) - 2 : -2]] == RUN
+    assert all(ln.endswith("PASS") for ln in lines[-len(RUN) - 2 : -2])
+    assert lines[-2] == "scout: NOT CHECKED: needs 3 GPUs" and lines[-1].startswith(f"vLLM evaluation of {EVALUATED}'s export: PASS")

@@ -22,7 +22,7 @@ from scout.methods import METHODS
 from scout.placement import PlacementError, placement
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
-from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, SYNC_CHECKSUM_ENGINE, SYNC_CHECKSUM_ENV
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 PLUGIN = "scout.verl.plugin"
@@ -234,6 +234,9 @@ def _method_parts(spec: dict, method, res: dict, pools: dict, o: dict, extra: di
     if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
         backend, bucket_mb = weight_sync(spec, pools["train_shared"])
+        if backend == "nccl" and os.environ.get(SYNC_CHECKSUM_ENV) == "1":  # the GPU check's (sync_checksum.py)
+            backend = SYNC_CHECKSUM_ENGINE
+            extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.custom_backend_module"] = "scout.verl.sync_checksum"
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = backend
         extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = bucket_mb
         extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]

@@ -49,9 +49,11 @@ from verl.checkpoint_engine.base import (
     split_weight_chunks,
 )
 
+from scout.verl.env import SYNC_CHECKSUM_ENV
+
 TIMEOUT = timedelta(seconds=int(os.environ.get("VERL_GLOO_SYNC_TIMEOUT", "600")))
-# VERL_GLOO_SYNC_CHECKSUM=1: each side logs the float64 sum of every tensor it sent / received
-CHECKSUM = os.environ.get("VERL_GLOO_SYNC_CHECKSUM") == "1"
+# SCOUT_SYNC_CHECKSUM=1: each side logs the float64 sum of every tensor it sent / received
+CHECKSUM = os.environ.get(SYNC_CHECKSUM_ENV) == "1"
 
 
 def _log(msg: str) -> None:

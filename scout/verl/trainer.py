@@ -82,6 +82,7 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
         receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
         t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
         t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
+        t.rollout.checkpoint_engine.custom_backend_module = receiver.get("custom_backend_module")
         lora = teacher_lora(cfg)
         if lora:  # verl's FSDP LoRA (peft), frozen base; the reference is the base, adapter off
             t.model.lora_rank = int(lora["rank"])
@@ -377,6 +378,7 @@ class ScoutTrainer(TeacherSelfTest):
             config=CheckpointEngineConfig(
                 backend=tcfg.rollout.checkpoint_engine.backend,
                 update_weights_bucket_megabytes=tcfg.rollout.checkpoint_engine.update_weights_bucket_megabytes,
+                custom_backend_module=tcfg.rollout.checkpoint_engine.custom_backend_module,
             ),
             actor_wg=self.teacher_wg,
             replicas=self.teacher_replicas,
