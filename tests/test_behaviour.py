@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from scout import behaviour, claims, results
-from scout.claims import HOLDS, UNMEASURED
 from scout.generation import TransformersGenerator
+from scout.verdicts import HOLDS, UNMEASURED
 from tests.conftest import toy_config
 
 

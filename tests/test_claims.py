@@ -19,8 +19,8 @@ import yaml
 from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
-from scout import claims, grid, jobs, results, stats
-from scout.claims import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
+from scout import claims, grid, jobs, results, stats, verdicts
+from scout.verdicts import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.conftest import REPO, toy_config
 
 
@@ -115,7 +115,7 @@ def test_adjusted_p_and_seeds_needed_by_hand_and_statsmodels():
     ],
 )
 def test_the_verdicts(bounds, paper, kind, margin, direction, expected):
-    assert claims.verdict(*bounds, paper, kind, margin, direction) == expected
+    assert verdicts.verdict(*bounds, paper, kind, margin, direction) == expected
 
 
 def test_the_question_bootstrap_counts_what_it_leaves_out():
@@ -188,26 +188,26 @@ def test_the_probability_of_improvement_is_rliables():
 
 
 def _raw(effect, se, df=4.0, paper=None, measured=True):
-    return claims.Claim("c", "s", "", "", effect if measured else math.nan, math.nan, math.nan, paper, "",
+    return verdicts.Claim("c", "s", "", "", effect if measured else math.nan, math.nan, math.nan, paper, "",
                         se=se if measured else math.nan, df=df)  # fmt: skip
 
 
 def test_the_page_tests_each_row_at_alpha_over_its_number_of_tests():
     rows = [_raw(2.0, 0.8165), _raw(2.0, 0.8165, paper=9.0), _raw(0.3, 0.1), _raw(0.0, 0.0, measured=False),
             _raw(-3.0, 0.5, paper=2.0), _raw(1.0, 0.8165)]  # fmt: skip
-    page = claims.family(rows, 0.1)
+    page = verdicts.family(rows, 0.1)
     # five measured rows at 0.1: each at 0.02, t(0.98, 4) = 2.9985, so 2 -/+ 2.4483
     assert all(c.level == pytest.approx(0.02) for c in page if c.measured)
     assert page[0].low == pytest.approx(2.0 - 2.9985 * 0.8165, abs=1e-3) and page[0].verdict == INCONCLUSIVE
     # alone it would hold at 0.1 (2 - 1.5332 x 0.8165 > 0): the page's correction is what stops it
-    assert claims.family([rows[0]], 0.1)[0].verdict == HOLDS
+    assert verdicts.family([rows[0]], 0.1)[0].verdict == HOLDS
     assert page[2].verdict == HOLDS and page[3].verdict == UNMEASURED and page[4].verdict == FAILS
     # detectable at 0.02 with 80% power, as for 5 pairs spreading 0.8165 sqrt(5): statsmodels' 3.277
     # (the central-t sum (2.9985 + 0.9410) x 0.8165 = 3.2166 fell short); the paper's 9.0 is above it
     d = sm_power.TTestPower().solve_power(nobs=5, alpha=0.02, power=0.8, alternative="larger") * 0.8165 * math.sqrt(5)
     assert page[1].detectable == pytest.approx(d, rel=1e-6) and page[1].resolvable
-    assert not claims.family([_raw(2.0, 0.8165, paper=1.0)], 0.1)[0].resolvable
-    summary = claims.page_summary(page, 0.1)
+    assert not verdicts.family([_raw(2.0, 0.8165, paper=1.0)], 0.1)[0].resolvable
+    summary = verdicts.page_summary(page, 0.1)
     assert summary["tests"] == 5 and summary["level"] == pytest.approx(0.02)
 
 
@@ -222,9 +222,9 @@ def test_the_paired_difference_by_hand():
 def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
     """Two primary rows and three secondary ones at 0.1: the primary ones each at 0.05, the others
     each at 0.1 / 3; a paired row's Welch bounds at its own level beside it."""
-    prim = [replace(_raw(2.0, 0.8165), family=claims.PRIMARY, welch_se=1.2, welch_df=3.5),
-            replace(_raw(1.0, 0.8165), family=claims.PRIMARY)]  # fmt: skip
-    page = claims.family(prim + [_raw(2.0, 0.8165), _raw(0.3, 0.1), _raw(-3.0, 0.5)], 0.1)
+    prim = [replace(_raw(2.0, 0.8165), family=verdicts.PRIMARY, welch_se=1.2, welch_df=3.5),
+            replace(_raw(1.0, 0.8165), family=verdicts.PRIMARY)]  # fmt: skip
+    page = verdicts.family(prim + [_raw(2.0, 0.8165), _raw(0.3, 0.1), _raw(-3.0, 0.5)], 0.1)
     assert [round(c.level, 4) for c in page] == [0.05, 0.05, 0.0333, 0.0333, 0.0333]
     # t(0.95, 4) = 2.1318: 2 - 2.1318 x 0.8165 = 0.2594 > 0 holds in the primary family of two ...
     assert page[0].low == pytest.approx(0.2594, abs=1e-3) and page[0].verdict == HOLDS
@@ -235,7 +235,7 @@ def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
     assert page[0].welch_low == pytest.approx(2.0 - q * 1.2) and page[0].welch_high == pytest.approx(2.0 + q * 1.2)
     assert page[0].welch_p == pytest.approx(float(sps.t.sf(2.0 / 1.2, 3.5)))
     assert math.isnan(page[1].welch_low)  # a Welch-decided row has nothing beside it
-    summary = claims.page_summary(page, 0.1)
+    summary = verdicts.page_summary(page, 0.1)
     assert [(f["name"], f["tests"]) for f in summary["families"]] == [("primary", 2), ("secondary", 3)]
     assert summary["tests"] == 5 and summary["level"] is None
 
@@ -285,13 +285,13 @@ def test_method_claims_follow_the_numbers(cfg):
     _runs(cfg, s, "grpo", [0.35])  # one run
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     opd = _one(found, "opd_improves", s)
-    assert opd.verdict == HOLDS and opd.unit == claims.SEEDS_UNIT and opd.paper == 17.3  # mirrors q4b-q1.7b-math
+    assert opd.verdict == HOLDS and opd.unit == verdicts.SEEDS_UNIT and opd.paper == 17.3  # mirrors q4b-q1.7b-math
     # by hand: diff 21.0 points; se = sqrt(0.0001 / 3 + 0.03^2 / 3) in points = 1.8257, 2 df. Three rows
     # are measured: SCOUT against OPD and against the control are the primary family (the toy
     # config's report.primary), each at 0.1 / 2; this one is the only secondary row, at 0.1:
     # t(0.9, 2) = 1.8856
     assert opd.effect == pytest.approx(21.0) and opd.low == pytest.approx(21.0 - 1.8856 * 1.8257, abs=1e-3)
-    assert opd.level == pytest.approx(0.1) and opd.family == claims.SECONDARY
+    assert opd.level == pytest.approx(0.1) and opd.family == verdicts.SECONDARY
     assert _one(found, "scout_beats_opd", s).level == pytest.approx(0.05)
     assert sorted(opd.used)[:3] == [f"{s}/base-student/s0", f"{s}/opd/s1", f"{s}/opd/s2"]
     assert _one(found, "scout_beats_opd", s).verdict == HOLDS
@@ -313,14 +313,14 @@ def test_runs_with_the_same_seeds_are_compared_pair_by_pair(cfg):
     _runs(cfg, s, "scout", [0.57, 0.63, 0.61, 0.69])  # 2, 3, 1 and 4 points above OPD's run of the same seed
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     c = _one(found, "scout_beats_opd", s)
-    assert c.family == claims.PRIMARY and c.level == pytest.approx(0.1) and c.test == "paired t over seeds (4 pairs)"
+    assert c.family == verdicts.PRIMARY and c.level == pytest.approx(0.1) and c.test == "paired t over seeds (4 pairs)"
     # by hand (test_the_paired_difference_by_hand): 2.5 points, se 0.6455, 3 df; t(0.9, 3) = 1.6377
     assert c.effect == pytest.approx(2.5) and c.se == pytest.approx(0.6455, abs=1e-4) and c.df == 3
     assert c.low == pytest.approx(2.5 - 1.6377 * 0.6455, abs=1e-3) and c.verdict == HOLDS
     # Welch: se sqrt((var(scout) + var(opd)) / 4) = sqrt((0.0025 + 0.0016667) / 4) = 3.2275 points,
     # its lower bound below 0 at the same level
     assert c.welch_se == pytest.approx(3.2275, abs=1e-3) and c.welch_low < 0
-    assert _one(found, "scout_beats_opd", "toy-l-s-code").family == claims.SECONDARY
+    assert _one(found, "scout_beats_opd", "toy-l-s-code").family == verdicts.SECONDARY
 
 
 def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
@@ -340,7 +340,7 @@ def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
         for b in jobs.benchmarks_for(cfg, "math"):
             _record(cfg, s, "scout", seed, b, 0.60 + 0.03 * (seed - 3))
     c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
-    assert c.test == claims.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"
+    assert c.test == verdicts.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"
 
 
 def test_an_evaluation_without_its_error_is_not_measured(cfg):
@@ -425,7 +425,7 @@ def test_probe_claims_recomputed_by_hand(cfg):
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     falls = _one(found, "continuation_falls", s)
     # at 10%: 32/32 right; at 90%: 12/32 (1 or 2 of 4 a question): a fall of 62.5 points
-    assert falls.effect == pytest.approx(62.5) and falls.verdict == HOLDS and falls.unit == claims.QUESTION_UNIT
+    assert falls.effect == pytest.approx(62.5) and falls.verdict == HOLDS and falls.unit == verdicts.QUESTION_UNIT
     below = _one(found, "below_own", s)
     assert below.effect == pytest.approx(100 * (64 / 64 - 44 / 64)) and below.verdict == HOLDS
     gain = _one(found, "teacher_improves", s)
@@ -437,7 +437,7 @@ def test_probe_claims_recomputed_by_hand(cfg):
     # the trained teachers are the unit: their rows are tested over seeds, and one control teacher is
     # not enough (its seed variance is unknown, not zero)
     # (the two SCOUT teachers agree, and gain one continuation on every question: nothing varies here)
-    assert gain.unit == claims.TEACHER_UNIT and gain.se == 0 and gain.df == 1  # the seeds' df
+    assert gain.unit == verdicts.TEACHER_UNIT and gain.se == 0 and gain.df == 1  # the seeds' df
     _items(cfg, s, [r for r in rows if not (r[0] == "control" and r[1] == 2)])
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     control = _one(found, "teacher_beats_control", s)

@@ -468,7 +468,7 @@ def test_the_continuation_figures_legends_clear_their_axis_labels(tmp_path, monk
 
 
 def test_the_page_names_its_scope_and_prints_small_detectable_effects():
-    from scout import claims
+    from scout import verdicts
     from scout.config import select
     from scout.report import detectable_text, scope_text, strip_svg
     from tests.conftest import toy_config
@@ -476,7 +476,7 @@ def test_the_page_names_its_scope_and_prints_small_detectable_effects():
     assert scope_text(toy_config()) == "the toy grid"
     demo = select({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}})
     assert scope_text(demo) == "a selection of the toy grid (settings toy-l-s-math; methods opd, scout; seeds 1, 2)"
-    c = claims.Claim(claim="c", setting="s", statistic="", test="", effect=0.01, low=0.0, high=0.02, paper=None,
+    c = verdicts.Claim(claim="c", setting="s", statistic="", test="", effect=0.01, low=0.0, high=0.02, paper=None,
                      verdict="holds", detectable=0.012)  # fmt: skip
     assert detectable_text(c) == "0.012"  # not 0.0
     svg = strip_svg((("SCOUT", [69.0, 70.0, 71.0]), ("OPD", [68.0, 69.5])))
