@@ -356,7 +356,7 @@ def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
     reads the config from its spec file must see the same order, or it looks for the records
     under the other cell (the aggregate once read scout-cm's, which no job writes)."""
     from scout import workflow
-    from scout.cli import _spec
+    from scout.commands import _spec
 
     cfg = C.load([REPO / "config" / "config.yaml", REPO / "config" / "toy-extra.yaml"])  # compute_matched
     back = _spec(workflow.spec_file(str(tmp_path), "config", cfg))

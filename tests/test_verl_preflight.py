@@ -118,7 +118,7 @@ def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
 
 def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):
     """Without the hub, a model named by id fails at once rather than after the hub's retries."""
-    from scout.cli import offline_unless_hub_reachable
+    from scout.commands import offline_unless_hub_reachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
