@@ -448,13 +448,13 @@ def test_a_settings_caveat_is_read_first_on_the_claims_page(tmp_path):
 def test_the_continuation_figures_legends_clear_their_axis_labels(tmp_path, monkeypatch):
     """A figure with a twin axis (the prefix lengths' bars) puts its legend below the axes: it
     covers neither curve nor the right axis's ticks and label."""
-    from scout import figures
+    from scout import probe_figures
 
     cfg = toy(tmp_path)
     write_analysis(cfg)
     kept = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out_dir, name, caption, **_: kept.append((name, fig)) or {})
-    figures.continuation_figures([Path(cfg["results"]) / "analysis" / "continuation.csv"], tmp_path)
+    monkeypatch.setattr(probe_figures, "save", lambda fig, out_dir, name, caption, **_: kept.append((name, fig)) or {})
+    probe_figures.continuation_figures([Path(cfg["results"]) / "analysis" / "continuation.csv"], tmp_path)
     assert kept
     for name, fig in kept:
         fig.canvas.draw()
