@@ -110,7 +110,7 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     """A toy world small enough for verl on 2 cores: 1-2 operation tasks, a 1-layer student and a
     2-layer teacher, briefly pretrained so that rewards and advantages are not all zero. With
     ``toy_grid``, that finished grid's data, tokenizer and models are used instead."""
-    from scout import grid
+    from scout import paths
     from scout.toy.world import build_data, build_tokenizer_files, pretrain
 
     cfg = world_config(root, device)
@@ -131,7 +131,7 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     build_tokenizer_files(toy / "tokenizer")
     for name, (layers, _, _) in SIZES.items():
         pretrain(cfg["models"][name]["toy"], toy / "tokenizer", [str(toy / "data" / "math-train.jsonl")],
-                 grid.model_path(cfg, name), seed=layers, log=lambda _: None)  # fmt: skip
+                 paths.model_path(cfg, name), seed=layers, log=lambda _: None)  # fmt: skip
     log(f"toy world built in {time.perf_counter() - t0:.0f} s under {toy}")
     return {"root": root, "config": cfg}
 
@@ -141,10 +141,10 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
 
 def spec(cfg: dict, variant: str, **over) -> dict:
     """The workflow's training spec of seed 1 of a cell of the check's setting, with its resources."""
-    from scout import grid, resources
+    from scout import grid, resources, training_runs
 
     cell = grid.find_cell(cfg, SETTING, variant, 1)
-    out = {**grid.run_spec(cfg, cell), **over}
+    out = {**training_runs.run_spec(cfg, cell), **over}
     out["resources"] = resources.job_resources(cfg, "train", cell.setting, cell.method, cell.variant)
     return out
 
@@ -237,12 +237,12 @@ def openai_server(model: str | Path, log: Path, name: str, device: str = "cpu", 
 def served_run(world: dict, variant: str, out: Path, timeout: float = 900, env: dict | None = None):
     """Train a served-teacher cell against the toy teacher behind vLLM's server, up for this run
     alone; the returned process carries the server's answered ``requests``."""
-    from scout import grid, serving
+    from scout import paths, serving
     from scout import teacher_server as ts
 
     cfg = world["config"]
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = grid.model_path(cfg, "toy-large")
+    model = paths.model_path(cfg, "toy-large")
     with openai_server(model, out.parent / f"{out.name}.server.log", "toy-large", cfg["device"], env=env) as url:
         served_env = {**(env or {}), ts.ENV: json.dumps({SETTING: {"url": url, "model": "toy-large"}})}
         done = train(world["root"], served_spec(cfg, variant), out, timeout=timeout, env=served_env)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout.behaviour import behaviour_table
-from scout.grid import eval_dir
+from scout.paths import eval_dir
 from scout.stats import avg_sem
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scout import backends, grid, jobs
+from scout import backends, grid, jobs, training_runs
 from scout.config import results_root
 from scout.methods import METHODS
 
@@ -234,7 +234,7 @@ def expected_seconds(config: dict, rule: str, unit, resources: dict, g: GPU,
     neither can say: a job the pilot did not run and whose models' sizes the config does not give)."""
     gpus = resources["nodes"] * resources["gpus_per_node"]
     if rule == "train":
-        spec = grid.run_spec(config, unit)
+        spec = training_runs.run_spec(config, unit)
         steps = spec["total_steps"] - (spec.get("continue_from") or {}).get("step", 0)
         pilot = pilots.get((unit.setting, unit.variant))
         if pilot is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import grid, jobs
+from scout import grid, jobs, paths
 from scout.config import results_root
 from scout.runs import differences
 from scout.workflow import spec_digest
@@ -69,7 +69,7 @@ class Freshness:
         spec = self.config["models"][model_id]
         why = None
         if "toy" in spec:
-            info = _json(self._path(f"{grid.model_path(self.config, model_id)}/pretrain.json"))
+            info = _json(self._path(f"{paths.model_path(self.config, model_id)}/pretrain.json"))
             if info is not None:
                 why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.config, model_id)) or None
         elif "prepare" in spec:
@@ -106,7 +106,7 @@ class Freshness:
 
     def trained(self, cell: grid.Cell) -> dict | None:
         """The cell's ``train.json`` (None when it has not finished or cannot be read)."""
-        return _json(self._path(f"{grid.train_dir(self.config, cell.setting, cell.variant, cell.seed)}/train.json"))
+        return _json(self._path(f"{paths.train_dir(self.config, cell.setting, cell.variant, cell.seed)}/train.json"))
 
     def training(self, cell: grid.Cell) -> list[str] | None:
         return self._trainings.get(cell)
@@ -120,7 +120,7 @@ class Freshness:
         want = spec_digest(spec)
         why: list[str] = []
         for b in jobs.benchmarks_for(self.config, self.config["settings"][setting]["domain"]):
-            rec = _json(self._path(f"{grid.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
+            rec = _json(self._path(f"{paths.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
             if rec is None:
                 continue
             if rec.get("spec_digest", want) != want:  # records from before digests were kept count as fresh
@@ -152,7 +152,7 @@ class Freshness:
             info = _json(self._path(f"{run}/train.json")) or {}
             if "spec" in info and spec_digest(info["spec"]) != digest:
                 why.append(f"{run} was trained again after it was probed")
-        probed = {grid.train_dir(self.config, c.setting, c.variant, c.seed): c for c in self._trainings}
+        probed = {paths.train_dir(self.config, c.setting, c.variant, c.seed): c for c in self._trainings}
         for run in done.get("trained", {}):
             cell = probed.get(run)
             if cell is not None and self.training(cell):
@@ -171,18 +171,18 @@ class Freshness:
         for m in cfg["models"]:
             why = self.model(m)
             if why:
-                target = (f"{grid.model_path(cfg, m)}/model.safetensors" if "toy" in cfg["models"][m]
+                target = (f"{paths.model_path(cfg, m)}/model.safetensors" if "toy" in cfg["models"][m]
                           else f"{res}/teachers/{m}/train.json")  # fmt: skip
                 out.append(Stale("model", m, target, tuple(why)))
         for cell, why in self._trainings.items():
             if why:
-                target = f"{grid.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
+                target = f"{paths.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
                 out.append(Stale("training", cell.key, target, tuple(why)))
         for unit in jobs.eval_units(cfg):
             why = self.evaluation(unit)
             if why:
                 first = jobs.benchmarks_for(cfg, cfg["settings"][unit[0]]["domain"])[0]
-                out.append(Stale("evaluation", "/".join(unit), f"{grid.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
+                out.append(Stale("evaluation", "/".join(unit), f"{paths.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
         for s in cfg.get("analysis", {}).get("settings", []):
             why = self.analysis(s)
             if why:

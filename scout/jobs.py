@@ -19,23 +19,18 @@ from scout.grid import (
     cell_spec,
     cells,
     chat_options,
-    data_path,
     data_view,
-    eval_dir,
     find_cell,
-    model_inputs,
-    model_path,
     run_plans,
-    run_spec,
-    serves,
     teacher_prep_spec,
-    train_dir,
     variant_seeds,
     view_key,
 )
 from scout.methods import METHODS
+from scout.paths import data_path, eval_dir, model_inputs, model_path, train_dir
 from scout.resources import job_resources
 from scout.runs import checkpoint_steps, checkpoints
+from scout.training_runs import run_spec, serves
 
 
 def data_spec(config: dict, name: str) -> dict:

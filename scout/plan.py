@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import cost, grid, jobs, runs, teacher_server
+from scout import cost, grid, jobs, paths, runs, teacher_server, training_runs
 from scout import teacher_cost as tc
 from scout.config import results_root
 from scout.methods import METHODS
@@ -39,7 +39,7 @@ def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> floa
     teacher = cost.model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
-    evaluated = len(runs.checkpoint_steps(grid.run_spec(config, cell)))
+    evaluated = len(runs.checkpoint_steps(training_runs.run_spec(config, cell)))
     kept = 0 if (keep or config["training"].get("keep_checkpoints", "evaluated")) == "exported" else evaluated
     checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
     exports = (evaluated + 1) * student * EXPORT_BYTES_PER_PARAM
@@ -49,7 +49,7 @@ def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> floa
 def evaluated_for(config: dict, cell: grid.Cell) -> str:
     """Why a run holds intermediate checkpoints: each cell of the whole grid that evaluates them (a
     selection keeps the whole grid's runs), with its experiment and cadence; empty where none."""
-    whole = grid.unselected(config)
+    whole = training_runs.unselected(config)
     own = next((c for c in grid.all_cells(whole) if c.key == cell.key and c.overrides == cell.overrides), cell)
     users = [own] + [o for o, p in grid.run_plans(whole).items() if own in (p.shares, p.continues)]
     out = []
@@ -100,14 +100,14 @@ def _rows(config: dict) -> list[dict]:
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
         r = jobs.train_resources(config, c.setting, c.method, c.variant)
-        target = f"{grid.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
+        target = f"{paths.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
         add(c.experiments[0], "train", target, r, peak_disk_gb(config, c), unit=c)
         rows[-1].update(exported_disk_gb=peak_disk_gb(config, c, "exported"), kept_for=evaluated_for(config, c))
         if grid.is_search(c):
             add("tuning", "validate", jobs.validation_record(config, c), job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in jobs.eval_units(config):
         first = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
-        target = f"{grid.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
+        target = f"{paths.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
     for s in config.get("analysis", {}).get("settings", []):

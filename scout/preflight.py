@@ -4,7 +4,7 @@ options. The backend (``scout.backends``) checks them; it never reads the config
 
 from __future__ import annotations
 
-from scout import backends, grid, jobs
+from scout import backends, grid, jobs, paths
 from scout.backends import CellCheck, PairCheck, Preflight
 from scout.methods import METHODS
 
@@ -12,7 +12,7 @@ from scout.methods import METHODS
 def _base_path(config: dict, model_id: str) -> str:
     """Where a model's config and tokenizer are read: a prepared teacher's are its base model's."""
     spec = config["models"][model_id]
-    return _base_path(config, spec["prepare"]["base"]) if "prepare" in spec else grid.model_path(config, model_id)
+    return _base_path(config, spec["prepare"]["base"]) if "prepare" in spec else paths.model_path(config, model_id)
 
 
 def cell_check(config: dict, cell: grid.Cell) -> CellCheck:
@@ -24,12 +24,12 @@ def cell_check(config: dict, cell: grid.Cell) -> CellCheck:
         key=cell.key,
         spec=spec,
         resources=jobs.train_resources(config, cell.setting, cell.method, cell.variant),
-        out_dir=grid.train_dir(config, cell.setting, cell.variant, cell.seed),
+        out_dir=paths.train_dir(config, cell.setting, cell.variant, cell.seed),
         student=setting["student"],
         teacher=teacher,
         arch={m: _base_path(config, m) for m in models},
         train_data=setting["train_data"],
-        data_path=grid.data_path(config, setting["train_data"]),
+        data_path=paths.data_path(config, setting["train_data"]),
         view=grid.data_view(config, setting["student"], spec["max_prompt_length"]),
     )
 
@@ -44,7 +44,7 @@ def pair_checks(config: dict, cells: list[grid.Cell] | None = None) -> list[Pair
             name=f"{name}: {s['teacher']} scores {s['student']}",
             tokenizers=(_base_path(config, s["student"]), _base_path(config, s["teacher"])),
             chats=(grid.chat_options(config, s["student"]), grid.chat_options(config, s["teacher"])),
-            data_path=grid.data_path(config, s["train_data"]),
+            data_path=paths.data_path(config, s["train_data"]),
         ))  # fmt: skip
     return out
 

@@ -89,7 +89,7 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 def checkpoint_steps(spec: dict) -> list[int]:
     """Intermediate steps that are exported and evaluated: every ``eval_every`` steps (compute-matched
     runs) and the analysis' matched checkpoints (``probe_steps``), before the last step; a run that
-    serves other cells too has them all in ``export_steps`` (``grid.run_spec``)."""
+    serves other cells too has them all in ``export_steps`` (``training_runs.run_spec``)."""
     if "export_steps" in spec:
         return list(spec["export_steps"])
     every = spec.get("eval_every")

@@ -18,7 +18,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import critical_path, grid, jobs, runs, serving, teacher_server
+from scout import critical_path, grid, jobs, paths, runs, serving, teacher_server, training_runs
 from scout.config import results_root
 from scout.freshness import Freshness
 from scout.io import DamagedInput, model_problems
@@ -106,7 +106,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
             continue
-        run = grid.train_dir(config, cell.setting, cell.variant, cell.seed)
+        run = paths.train_dir(config, cell.setting, cell.variant, cell.seed)
         out, log = (
             f"{run}/train.json",
             work / res / "logs" / "train" / cell.setting / cell.variant / f"s{cell.seed}.log",
@@ -124,7 +124,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
         elif out in incomplete:
             state = "running" if running else "interrupted"
-            step, total = last_step(work / run, log), grid.run_spec(config, cell)["total_steps"]
+            step, total = last_step(work / run, log), training_runs.run_spec(config, cell)["total_steps"]
             if running:
                 active.append((cell.key, step, total))
             else:
@@ -173,7 +173,7 @@ def _evaluations(config: dict, work: Path, fresh: Freshness, damaged: list[str])
     for s, v, seed, ck in units:
         whole = True
         for b in jobs.benchmarks_for(config, config["settings"][s]["domain"]):
-            path = Path(grid.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
+            path = Path(paths.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
             if not (work / path).exists():
                 whole = False
                 continue

@@ -19,7 +19,7 @@ import yaml
 from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
-from scout import claims, grid, jobs, results, stats, verdicts
+from scout import claims, jobs, paths, results, stats, verdicts
 from scout.verdicts import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.conftest import REPO, toy_config
 
@@ -246,7 +246,7 @@ def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
 
 
 def _record(cfg, setting, variant, seed, bench, mean, ckpt="final", sem=0.02):
-    out = Path(grid.eval_dir(cfg, setting, variant, seed, ckpt))
+    out = Path(paths.eval_dir(cfg, setting, variant, seed, ckpt))
     out.mkdir(parents=True, exist_ok=True)
     rec = {"setting": setting, "variant": variant, "method": variant, "seed": seed, "checkpoint": ckpt,
            "benchmark": bench, "mean": mean, "sem": sem, "repeats": 4}  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scout import config as C
-from scout import grid, jobs, resources, runs
+from scout import grid, jobs, paths, resources, runs, training_runs
 from tests.conftest import REPO, dry_run
 
 
@@ -201,7 +201,7 @@ def test_each_target_of_its_own_adds_its_cells_and_changes_none(overlay, added):
     # along toy-l-s-math's OPD and SCOUT runs of seeds 1-3 (scout-cm is SCOUT's run, OPD's 3 epochs
     # continue OPD's): make toy-extra trains those six again (the same weights) to export them
     d, o = _chosen(default), _chosen(over)
-    runs = {k: (grid.run_spec(d, grid.find_cell(d, *k)), grid.run_spec(o, grid.find_cell(o, *k)))
+    runs = {k: (training_runs.run_spec(d, grid.find_cell(d, *k)), training_runs.run_spec(o, grid.find_cell(o, *k)))
             for k in before if k[1] in grid_variants(default)}  # fmt: skip
     moved = {k: runs_diff(a, b) for k, (a, b) in runs.items() if a != b}
     expected = {("toy-l-s-math", v, s): ["export_steps"] for v in ("opd", "scout") for s in (1, 2, 3)}
@@ -555,14 +555,14 @@ def test_adding_an_experiment_retrains_no_run_it_shares():
     from tests.conftest import toy_config
 
     cfg = toy_config()
-    before = {c.key: grid.run_spec(cfg, c) for c in grid.cells(cfg)}
+    before = {c.key: training_runs.run_spec(cfg, c) for c in grid.cells(cfg)}
     over = copy.deepcopy(cfg)
     over["experiments"]["clipped"] = {
         "settings": ["toy-l-s-math"],
         "methods": ["opd", {"name": "opd-nokl", "method": "opd", "student_lr": 3e-5}],
         "seeds": [1, 2, 3],
     }
-    after = {c.key: grid.run_spec(over, c) for c in grid.cells(over)}
+    after = {c.key: training_runs.run_spec(over, c) for c in grid.cells(over)}
     assert {k for k in after if k not in before} == {f"toy-l-s-math/opd-nokl/s{s}" for s in (1, 2, 3)}
     assert {k: v for k, v in after.items() if k in before} == before
     assert "clipped" in next(c for c in grid.cells(over) if c.key == "toy-l-s-math/opd/s1").experiments
@@ -616,11 +616,11 @@ def test_a_selection_never_changes_the_spec_of_a_run_it_keeps(world, select):
     assert kept and len(kept) < len(grid.all_cells(whole))
     full = {c.key: c for c in grid.all_cells(whole)}
     for cell in kept:
-        assert grid.run_spec(cut, cell) == grid.run_spec(whole, full[cell.key]), cell.key
+        assert training_runs.run_spec(cut, cell) == training_runs.run_spec(whole, full[cell.key]), cell.key
     if world == "toy+extra":  # without the whole grid's exports the run would have changed
         bare = {k: v for k, v in cut.items() if k != "selected_from"}
         opd = next(c for c in kept if c.key == "toy-l-s-math/opd/s1")
-        assert grid.run_spec(bare, opd)["export_steps"] != grid.run_spec(cut, opd)["export_steps"]
+        assert training_runs.run_spec(bare, opd)["export_steps"] != training_runs.run_spec(cut, opd)["export_steps"]
 
 
 def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
@@ -690,10 +690,10 @@ def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_
         if c.setting in ("toy-l-s-math", "toy-l-s-code") and c not in users:
             assert c.method in ("scout", "relay_opd", "grpo", "opd_teacher_grpo", "optr_scout") or plans[c].shares in users, c
     outputs = jobs.served_outputs(served, "toy-large")
-    assert outputs == sorted(f"{grid.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
+    assert outputs == sorted(f"{paths.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
     assert len(outputs) == len(set(outputs))
     # absolute paths: its Slurm job may start in another folder
-    assert spec["path"] == str(Path(grid.model_path(toy, "toy-large")).resolve()) and spec["model"] == "toy-large"
+    assert spec["path"] == str(Path(paths.model_path(toy, "toy-large")).resolve()) and spec["model"] == "toy-large"
     tr = toy["training"]
     longest = max(toy["settings"][s].get("max_prompt_length", tr["max_prompt_length"]) for s in ("toy-l-s-math", "toy-l-s-code"))
     assert spec["max_model_len"] == longest + tr["max_response_length"] + 1

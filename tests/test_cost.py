@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import cost, grid, jobs, plan, runs
+from scout import cost, grid, jobs, paths, plan, runs, training_runs
 from scout.cli import main
 from tests.conftest import REPO
 
@@ -112,8 +112,8 @@ def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):
     # verl's trainers' peak over the steps (2 GiB at the second), in GB
     assert pilots[("q4b-q1.7b-math", "scout")].peak_gpu_gb == pytest.approx(2 * 2**30 / 1e9)
     table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots).set_index("target")
-    row = table.loc[f"{grid.train_dir(cfg, cell.setting, cell.variant, 2)}/train.json"]
-    total = grid.run_spec(cfg, cell)["total_steps"]
+    row = table.loc[f"{paths.train_dir(cfg, cell.setting, cell.variant, 2)}/train.json"]
+    total = training_runs.run_spec(cfg, cell)["total_steps"]
     assert row["basis"] == "pilot" and row["expected_hours"] * 3600 == pytest.approx(600 + 150 * total)
     assert row["expected_gpu_hours"] == pytest.approx(row["expected_hours"] * row["gpus"])
     others = table[(table["rule"] == "train") & (table["basis"] != "pilot")]

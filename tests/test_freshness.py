@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from scout import grid, jobs, plan, report, status
+from scout import grid, jobs, paths, plan, report, status
 from scout.freshness import Freshness
 from scout.workflow import spec_digest
 from tests.conftest import toy_config
@@ -19,7 +19,7 @@ S = "toy-l-s-math"
 
 def _train(work, cfg, variant, seed=1):
     cell = grid.find_cell(cfg, S, variant, seed)
-    d = work / grid.train_dir(cfg, S, variant, seed)
+    d = work / paths.train_dir(cfg, S, variant, seed)
     d.mkdir(parents=True, exist_ok=True)
     (d / "train.json").write_text(json.dumps({"spec": jobs.train_job_spec(cfg, cell), "seconds": 1.0}))
     safetensors(d / "model" / "final" / "model.safetensors")  # a whole model: status would call it damaged
@@ -28,8 +28,8 @@ def _train(work, cfg, variant, seed=1):
 
 def _evaluate(work, cfg, variant, seed=1):
     spec = jobs.eval_spec(cfg, S, variant, seed, "final")
-    trained = json.loads((work / grid.train_dir(cfg, S, variant, seed) / "train.json").read_text())["spec"]
-    d = work / grid.eval_dir(cfg, S, variant, seed, "final")
+    trained = json.loads((work / paths.train_dir(cfg, S, variant, seed) / "train.json").read_text())["spec"]
+    d = work / paths.eval_dir(cfg, S, variant, seed, "final")
     d.mkdir(parents=True, exist_ok=True)
     for b in jobs.benchmarks_for(cfg, "math"):
         rec = {"setting": S, "variant": variant, "method": variant, "seed": seed, "checkpoint": "final",
@@ -46,7 +46,7 @@ def finished(tmp_path):
         _evaluate(tmp_path, cfg, v)
     d = tmp_path / jobs.analysis_dir(cfg, S)
     d.mkdir(parents=True)
-    run = grid.train_dir(cfg, S, "scout", 1)
+    run = paths.train_dir(cfg, S, "scout", 1)
     trained = json.loads((tmp_path / run / "train.json").read_text())["spec"]
     (d / "analysis.json").write_text(json.dumps({"spec_digest": spec_digest(jobs.analysis_spec(cfg, S)),
                                                  "trained": {run: spec_digest(trained)}}))  # fmt: skip
@@ -91,7 +91,7 @@ def test_a_run_trained_again_leaves_its_old_records_stale(finished):
     stale = {(x.kind, x.key): x for x in Freshness(new, work).stale()}
     assert ("training", f"{S}/scout/s1") not in stale
     assert stale["evaluation", f"{S}/scout/1/final"].why == ("its run was trained again after it was evaluated",)
-    assert f"{grid.train_dir(cfg, S, 'scout', 1)} was trained again after it was probed" in stale["analysis", S].why
+    assert f"{paths.train_dir(cfg, S, 'scout', 1)} was trained again after it was probed" in stale["analysis", S].why
 
 
 def test_a_changed_sampling_makes_every_record_and_the_probes_stale_but_no_run(finished):

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import grid, jobs
+from scout import grid, jobs, paths
 from scout.catalogue import DataError
 from scout.cli import main
 from scout.prepare import load_rows, prepare
@@ -389,12 +389,12 @@ def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
     cfg["data"] = {"source": "mirror", "mirror": str(tmp_path / "m")}
     cfg["datasets"]["openr1-math-46k"].update(rows=12, holdout=3)
     cfg["results"] = str(tmp_path / "results")
-    test_file = Path(grid.data_path(cfg, "math500"))
+    test_file = Path(paths.data_path(cfg, "math500"))
     test_file.parent.mkdir(parents=True)
     test_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": [{"role": "user", "content": f"Q{i}"}],
                                              "answer": str(i), "domain": "math"}) + "\n" for i in range(6)))  # fmt: skip
     spec = {k: v for k, v in jobs.data_spec(cfg, "openr1-math-46k").items() if k != "views"}
-    assert spec["tests"] == [grid.data_path(cfg, b) for b in jobs.benchmarks_for(cfg, "math")]
+    assert spec["tests"] == [paths.data_path(cfg, b) for b in jobs.benchmarks_for(cfg, "math")]
     spec["tests"] = [str(test_file)]
     said = []
     assert prepare(spec, tmp_path / "train.jsonl", log=said.append) == 9

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from scout import analysis, behaviour, grid, jobs, results, tables
+from scout import analysis, behaviour, jobs, paths, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
 from scout.report import ReportError, build
@@ -34,7 +34,7 @@ def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
         if skip(unit):
             continue
         setting, variant, s, ckpt = unit
-        out = Path(grid.eval_dir(cfg, *unit))
+        out = Path(paths.eval_dir(cfg, *unit))
         out.mkdir(parents=True, exist_ok=True)
         for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
             mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
@@ -180,7 +180,7 @@ def test_unreadable_record_is_named(tmp_path):
 def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
     cfg = toy(tmp_path)
     fake_records(cfg)
-    bad = Path(grid.eval_dir(cfg, "toy-l-s-math", "opd", 1, "final")) / "tm-easy.json"
+    bad = Path(paths.eval_dir(cfg, "toy-l-s-math", "opd", 1, "final")) / "tm-easy.json"
     bad.write_text(bad.read_text()[:20])  # truncated
     lines = []
     manifest = build(cfg, pdf=False, log=lines.append)
@@ -222,7 +222,7 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     cfg = toy(tmp_path)
     # SCOUT lost its third run on toy-l-s-math; OPD lost tm-hard of its second run
     fake_records(cfg, skip=lambda u: u[:3] == ("toy-l-s-math", "scout", "3"))
-    (Path(grid.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
+    (Path(paths.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
     cache = results.Cache(cfg, results.load(cfg))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)
@@ -305,12 +305,12 @@ def write_analysis(cfg: dict) -> None:
              "correct": (q + r) % 2 == 0} for q in range(4) for r in range(2)]  # fmt: skip
     for v, seeds in (("base-student", (0,)), ("opd", (1, 2)), ("scout", (1, 2))):  # the summary's behaviour.csv
         for seed in seeds:
-            out = Path(grid.eval_dir(cfg, "toy-l-s-math", v, seed, "final"))
+            out = Path(paths.eval_dir(cfg, "toy-l-s-math", v, seed, "final"))
             out.mkdir(parents=True, exist_ok=True)
             (out / "tm-easy.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
     for variant in ("scout", "opd"):
         for seed in (1, 2):  # the training logs as the trainer writes them (SCOUT's with its teacher phase)
-            run = Path(grid.train_dir(cfg, "toy-l-s-math", variant, seed))
+            run = Path(paths.train_dir(cfg, "toy-l-s-math", variant, seed))
             run.mkdir(parents=True, exist_ok=True)
             lines = [{"step": st, "loss": 0.1, "reverse_kl_k1": 1 / st} | ({"reward": st / 100} if st % 8 == 0 else {})
                      | ({"teacher_reward": 0.4 + st / 100, "teacher_prefix_ratio": st / 60}

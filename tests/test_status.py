@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from scout import grid, status
+from scout import grid, paths, status
 from tests.conftest import toy_config
 
 
@@ -47,11 +47,11 @@ def a_snakemake_in(folder, tmp_path):
 def test_cells_by_state_and_the_running_step(tmp_path):
     cfg = toy_config()
     running = "toy-l-s-math/scout/s2"
-    finished_run(tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1))  # done
-    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "scout", 2)
+    finished_run(tmp_path / paths.train_dir(cfg, "toy-l-s-math", "opd", 1))  # done
+    d = tmp_path / paths.train_dir(cfg, "toy-l-s-math", "scout", 2)
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 17}) + "\n")
-    marker = base64.urlsafe_b64encode(f"{grid.train_dir(cfg, 'toy-l-s-math', 'scout', 2)}/train.json".encode()).decode()
+    marker = base64.urlsafe_b64encode(f"{paths.train_dir(cfg, 'toy-l-s-math', 'scout', 2)}/train.json".encode()).decode()
     (tmp_path / ".snakemake" / "incomplete").mkdir(parents=True)
     (tmp_path / ".snakemake" / "incomplete" / marker).write_text("")
     (tmp_path / ".snakemake" / "locks").mkdir()
@@ -94,10 +94,10 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
     cfg = toy_config()
     st = status.status(cfg, tmp_path)
     assert st["wall"] is None and "cannot be told" in status.render(st)
-    d = tmp_path / grid.train_dir(cfg, "toy-l-s-math", "opd", 1)
+    d = tmp_path / paths.train_dir(cfg, "toy-l-s-math", "opd", 1)
     d.mkdir(parents=True)
     (d / "train.json").write_text('{"seconds": 3')  # truncated
-    rec = tmp_path / grid.eval_dir(cfg, "toy-l-s-math", "base-student", 0, "final")
+    rec = tmp_path / paths.eval_dir(cfg, "toy-l-s-math", "base-student", 0, "final")
     rec.mkdir(parents=True)
     for b in ("tm-easy", "tm-hard", "tm-long"):
         (rec / f"{b}.json").write_text(json.dumps({"setting": "toy-l-s-math", "variant": "base-student", "seed": 0,
@@ -113,8 +113,8 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
     assert st["experiments"]["main"]["damaged"] == 1
     assert st["evaluations"][0] == 0
     assert [line.split(":")[0] for line in st["damaged"]] == [
-        f"{grid.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/train.json",
-        f"{grid.eval_dir(cfg, 'toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
+        f"{paths.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/train.json",
+        f"{paths.eval_dir(cfg, 'toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
     ]
     assert all("remake it: snakemake --cores 1 --force -- " in line for line in st["damaged"])
     assert st["wall"] == (1_000_000_050.0, 1_000_000_200.0)
@@ -125,7 +125,7 @@ def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
     """train.json alone does not make a run done: a truncated or missing model is damaged, named
     with the training job that remakes it."""
     cfg = toy_config()
-    runs = {v: tmp_path / grid.train_dir(cfg, "toy-l-s-math", v, 1) for v in ("opd", "scout", "grpo")}
+    runs = {v: tmp_path / paths.train_dir(cfg, "toy-l-s-math", v, 1) for v in ("opd", "scout", "grpo")}
     for d in runs.values():
         finished_run(d)
     weights = runs["opd"] / "model" / "final" / "model.safetensors"
@@ -135,10 +135,10 @@ def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
     shutil.rmtree(runs["scout"] / "model")  # missing
     st = status.status(cfg, tmp_path)
     assert st["experiments"]["main"]["damaged"] == 2 and st["experiments"]["main"]["done"] >= 1
-    opd = f"{grid.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
+    opd = f"{paths.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
     want = f"{opd}: truncated ({weights.stat().st_size:,} of {weights.stat().st_size + 3:,} bytes); remake it: "
     assert any(line.startswith(want) and line.endswith("opd/s1/train.json") for line in st["damaged"]), st["damaged"]
-    assert any(line.startswith(f"{grid.train_dir(cfg, 'toy-l-s-math', 'scout', 1)}/model/final: missing")
+    assert any(line.startswith(f"{paths.train_dir(cfg, 'toy-l-s-math', 'scout', 1)}/model/final: missing")
                for line in st["damaged"])  # fmt: skip
 
 
@@ -156,7 +156,7 @@ def test_the_safetensors_check_reads_only_the_header(tmp_path):
 
 def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
     cfg = toy_config()
-    run = grid.train_dir(cfg, "toy-l-s-math", "opd", 2)
+    run = paths.train_dir(cfg, "toy-l-s-math", "opd", 2)
     owner = {"fingerprint": "f1", "spec": {"lr": 1}}
     kept = tmp_path / f"{run}.superseded-20261127T010000"
     finished_run(kept)

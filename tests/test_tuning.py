@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import grid, jobs, tuning
+from scout import grid, jobs, training_runs, tuning
 from scout.evaluate import check_disjoint
 from scout.toy.world import build_data
 from tests.conftest import dry_run, mini_config
@@ -116,7 +116,7 @@ def test_a_run_waits_for_the_choices_its_own_spec_reads(tmp_path):
     student, teacher = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lr")
 
     def needed(setting, variant, seed):
-        return grid.choices_needed(cfg, grid.find_cell(cfg, setting, variant, seed))
+        return training_runs.choices_needed(cfg, grid.find_cell(cfg, setting, variant, seed))
 
     assert needed("toy-l-s-math", "opd-lr1.5e-4", 1) == []  # the first search
     assert needed("toy-l-s-math", "scout-tlr1.5e-4", 1) == [student]  # trains at the chosen student LR
@@ -132,12 +132,12 @@ def test_the_chosen_search_runs_are_the_grids_and_are_never_trained_twice(tmp_pa
     cfg = _tuned(tmp_path)
     search = grid.search_cells(cfg)
     assert [c.variant for c in search] == ["opd-lr1.5e-4", "opd-lr3e-4", "scout-tlr1.5e-4", "scout-tlr3e-4"]
-    before = {c: grid.run_spec(cfg, c) for c in search[:2]}  # the student LR's runs need no choice
+    before = {c: training_runs.run_spec(cfg, c) for c in search[:2]}  # the student LR's runs need no choice
     _choose(cfg, "student_lr", 3e-4)
     _choose(cfg, "teacher_lr", 1.5e-4)
     done = tuning.resolve(cfg)
     # a search run's spec (exports included) is the same before and after the choice: no rerun
-    assert all(grid.run_spec(done, c) == spec for c, spec in before.items())
+    assert all(training_runs.run_spec(done, c) == spec for c, spec in before.items())
     assert before[search[1]]["export_steps"] == [2]  # what opd-2ep, continuing it once chosen, evaluates
     plans = grid.run_plans(done)
     opd, scout = (grid.find_cell(done, "toy-l-s-math", v, 1) for v in ("opd", "scout"))
@@ -241,9 +241,9 @@ def test_a_lora_teachers_lr_is_searched_at_its_rank_and_its_chosen_run_is_the_gr
         ("scout-lora-tlr3e-3", "scout", (("teacher_lora_rank", 4), ("teacher_lr", 3e-3))),
     ]
     student, lora_lr = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lora_lr")
-    assert grid.choices_needed(cfg, lora[0]) == [student]  # not the full teacher's choice
+    assert training_runs.choices_needed(cfg, lora[0]) == [student]  # not the full teacher's choice
     cell = grid.find_cell(cfg, "toy-l-s-math", "scout-lora", 1)
-    assert grid.choices_needed(cfg, cell) == [student, lora_lr]
+    assert training_runs.choices_needed(cfg, cell) == [student, lora_lr]
     _choose(cfg, "student_lr", 3e-4)
     _choose(cfg, "teacher_lr", 1.5e-4)
     _choose(cfg, "teacher_lora_lr", 3e-3)

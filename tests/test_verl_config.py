@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from scout import grid, resources
+from scout import grid, paths, resources
 from scout.placement import PlacementError, placement
 from tests.conftest import REPO
 
@@ -24,7 +24,7 @@ def build(setting: str, variant: str, seed: int = 1, **spec_over):
     cell = grid.find_cell(PAPER, setting, variant, seed)
     spec = {**grid.cell_spec(PAPER, cell), **spec_over}
     res = resources.job_resources(PAPER, "train", setting, cell.method, variant)
-    return vc.build(spec, res, grid.train_dir(PAPER, setting, variant, seed))
+    return vc.build(spec, res, paths.train_dir(PAPER, setting, variant, seed))
 
 
 def test_every_cell_and_the_teacher_preparation_compose_and_validate():
@@ -37,7 +37,7 @@ def test_every_cell_and_the_teacher_preparation_compose_and_validate():
     assert len(firsts) == 38
     for c in chosen:
         res = resources.job_resources(PAPER, "train", c.setting, c.method, c.variant)
-        cfg = vc.build(grid.cell_spec(PAPER, c), res, grid.train_dir(PAPER, c.setting, c.variant, c.seed))
+        cfg = vc.build(grid.cell_spec(PAPER, c), res, paths.train_dir(PAPER, c.setting, c.variant, c.seed))
         assert cfg.data.seed == c.seed and cfg.scout.method == c.method
     prep = grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")
     cfg = vc.build(prep, resources.job_resources(PAPER, "prepare_teacher"), "results/teachers/Qwen3-8B-DAPO")

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from scout import algorithms as alg
-from scout import grid, jobs, resources
+from scout import grid, jobs, paths, resources, training_runs
 from scout.catalogue import DataError
 from tests.conftest import REPO
 
@@ -889,7 +889,7 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
 
     config = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
     cell = grid.find_cell(config, "toy-l-s-math", "scout-lora", 1)
-    spec = {**grid.run_spec(config, cell), "resources": resources.job_resources(config, "train", cell.setting,
+    spec = {**training_runs.run_spec(config, cell), "resources": resources.job_resources(config, "train", cell.setting,
                                                                                   cell.method, cell.variant)}  # fmt: skip
     composed = vc.build(spec, spec["resources"], "/tmp/x")
     assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(grid.LORA_TARGETS)}
@@ -900,7 +900,7 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     assert peft == {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
                     "target_modules": list(grid.LORA_TARGETS), "bias": "none"}  # fmt: skip
     full = grid.find_cell(config, "toy-l-s-math", "scout", 1)
-    spec = {**grid.run_spec(config, full), "resources": spec["resources"]}
+    spec = {**training_runs.run_spec(config, full), "resources": spec["resources"]}
     composed = vc.build(spec, spec["resources"], "/tmp/x")
     assert teacher_lora(composed) is None and teacher_worker_config(composed).model.lora_rank == 0
     assert lora_sync.peft_config(teacher_worker_config(composed).model) is None
@@ -967,7 +967,7 @@ def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok)
     paper["datasets"]["openr1-math-46k"]["rows"] = len(rows)
     paper["training"].update(batch_size=batch, mini_batch_size=batch)
     student_view = jobs.data_spec(paper, "openr1-math-46k")["views"][0]
-    meta = Path(grid.meta_path(paper, "openr1-math-46k"))
+    meta = Path(paths.meta_path(paper, "openr1-math-46k"))
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))
     spec = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "opd", 1))

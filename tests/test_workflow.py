@@ -267,7 +267,7 @@ def test_the_pilot_measures_every_training_shape_and_leaves_the_grid_finished(fi
     intervals), as the grid's training jobs run; scout plan then predicts every training job of
     the grid from them, and the grid itself stays finished."""
     from scout import config as scout_config
-    from scout import cost, grid, plan
+    from scout import cost, plan, training_runs
 
     sel = "{settings: [toy-l-s-math], methods: [opd, scout]}"
     out = snakemake(finished_grid, "pilot", "--config", f"select={sel}")
@@ -279,7 +279,7 @@ def test_the_pilot_measures_every_training_shape_and_leaves_the_grid_finished(fi
     assert set(pilots) == {(c.setting, c.variant) for c in shapes}
     for c in shapes:
         p = pilots[(c.setting, c.variant)]
-        assert p.steps == cost.pilot_steps(grid.run_spec(cfg, c)) and p.step_seconds > 0 and p.max_rss_mb > 0
+        assert p.steps == cost.pilot_steps(training_runs.run_spec(cfg, c)) and p.step_seconds > 0 and p.max_rss_mb > 0
     table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots)
     train = table[(table["rule"] == "train") & (table["experiment"] != "tuning")]  # the search's LRs: no shape
     assert train["basis"].eq("pilot").all() and (train["expected_hours"] > 0).all()

@@ -428,7 +428,7 @@ class Trainer:
 
     def continue_shorter_run(self, log=print) -> dict:
         """Start from the last checkpoint of the shorter run this one extends (``continue_from``,
-        ``grid.run_spec``): the same weights spec apart from the length, checked against its
+        ``training_runs.run_spec``): the same weights spec apart from the length, checked against its
         ``run.json``, so the steps up to there are the ones this run would take. Its metrics up
         to that step are copied in."""
         base = Path(self.spec["continue_from"]["run"])

@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 from scout import backends as scout_backends
 from scout import config as scout_config
 from scout import cost as scout_cost
-from scout import grid, jobs
+from scout import grid, jobs, paths, training_runs
 from scout import resources as scout_resources
 from scout import serving as scout_serving
 from scout import teacher_server as scout_teacher_server
@@ -168,7 +168,7 @@ def _run_choices(wc):
     (no tuned setting, or a base model's row)."""
     if not TUNED or wc.variant in grid.BASE_VARIANTS:
         return None
-    return grid.choices_needed(config, GRID.find(wc.setting, wc.variant, wc.seed))
+    return training_runs.choices_needed(config, GRID.find(wc.setting, wc.variant, wc.seed))
 
 
 def config_for(wc):
@@ -206,7 +206,7 @@ def validate_spec(wc):
 def validate_inputs(wc):
     spec = jobs.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
     files = [b["path"] for b in spec["benchmarks"].values()] + list(spec["disjoint_from"].values())
-    return files + [f"{grid.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+    return files + [f"{paths.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def choice_inputs(wc):
@@ -337,7 +337,7 @@ def training_data():
     names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(config)}
     models = config["models"]
     names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(config) if "prepare" in models[m]}
-    return sorted(grid.data_path(config, n) for n in names)
+    return sorted(paths.data_path(config, n) for n in names)
 
 
 def preflight_files():
@@ -350,7 +350,7 @@ def teacher_spec(wc):
 
 def teacher_inputs(wc):
     prep = config["models"][wc.model]["prepare"]
-    return [grid.data_path(config, prep["data"])] + grid.model_inputs(config, prep["base"])
+    return [paths.data_path(config, prep["data"])] + paths.model_inputs(config, prep["base"])
 
 
 # -- evaluation ---------------------------------------------------------------------------------
@@ -364,12 +364,12 @@ def eval_spec(wc):
 def eval_inputs(wc):
     jobs.check_evaluated(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
-    data = [grid.data_path(config, b) for b in jobs.benchmarks_for(config, s["domain"])]
+    data = [paths.data_path(config, b) for b in jobs.benchmarks_for(config, s["domain"])]
     if wc.variant == "base-student":
-        return data + grid.model_inputs(config, s["student"])
+        return data + paths.model_inputs(config, s["student"])
     if wc.variant == "base-teacher":
-        return data + grid.model_inputs(config, s["teacher"])
-    return data + [f"{grid.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+        return data + paths.model_inputs(config, s["teacher"])
+    return data + [f"{paths.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def eval_outputs(domain):
@@ -414,7 +414,7 @@ def independent_targets():
     units = [u for u in jobs.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
     out = []
     for setting, variant, seed, ckpt in units:
-        folder = grid.eval_dir(config, setting, variant, seed, ckpt)
+        folder = paths.eval_dir(config, setting, variant, seed, ckpt)
         out += [f"{folder}/{b}.json" for b in jobs.benchmarks_for(config, config["settings"][setting]["domain"])]
     probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
     return out + [f"{jobs.analysis_dir(config, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
