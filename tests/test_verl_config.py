@@ -174,7 +174,7 @@ def test_a_shared_teacher_sleeps_its_engine_offloads_its_state_and_syncs_through
     """The paper config's LoRA teacher trains on its engine's GPUs: OPD's two nodes, the engine
     with sleep mode, the trainer's weights and optimizer state offloaded between uses, the sync over
     gloo; SCOUT's full teacher keeps its own pool and none of that."""
-    from scout.verl.trainer import teacher_worker_config
+    from scout.verl.teacher_phase import teacher_worker_config
 
     lora = build("q4b-q1.7b-math", "scout-lora")
     assert dict(lora.scout.teacher_train) == {"nnodes": 1, "n_gpus_per_node": 8, "shared": True}
@@ -215,7 +215,7 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     naive, raises there. The teacher's engine must receive with the backend its trainer sends."""
     from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
-    from scout.verl.trainer import teacher_worker_config
+    from scout.verl.teacher_phase import teacher_worker_config
 
     cfg = build(setting, variant)
     sender = teacher_worker_config(cfg).rollout.checkpoint_engine

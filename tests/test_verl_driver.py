@@ -25,6 +25,7 @@ pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 
+from scout.verl import checkpoints as ck  # noqa: E402
 from scout.verl import driver  # noqa: E402
 from scout.verl import teacher_phase as tp  # noqa: E402
 from scout.verl import trainer as vt  # noqa: E402
@@ -256,7 +257,7 @@ def test_the_teacher_trainer_config():
     from verl.utils.config import omega_conf_to_dataclass
 
     cfg = scout_cfg()
-    t = vt.teacher_worker_config(cfg)
+    t = tp.teacher_worker_config(cfg)
     assert t.model.path == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     assert (t.actor.optim.lr, t.actor.use_kl_loss, t.actor.kl_loss_coef) == (5e-6, True, 0.001)
     assert t.actor.optim.total_training_steps == 358 // 10 and t.rollout.n == 8
@@ -268,10 +269,10 @@ def test_the_teacher_trainer_config():
 
 def test_teacher_schedule_in_verls_step_count():
     cfg = scout_cfg()  # 358 steps, f = 10, ratio 0.1 -> 0.9
-    assert [s for s in range(1, 41) if vt.teacher_step_due(s, 10)] == [10, 20, 30, 40]
-    assert vt.teacher_ratio(cfg, 1) == pytest.approx(0.1) and vt.teacher_ratio(cfg, 358) == pytest.approx(0.9)
-    assert vt.teacher_ratio(cfg, 180) == pytest.approx(0.1 + 0.8 * 179 / 357)
-    assert vt.teacher_ratio(scout_cfg("opd_teacher_grpo", "q4b-q1.7b-math"), 180) == 0.0
+    assert [s for s in range(1, 41) if tp.teacher_step_due(s, 10)] == [10, 20, 30, 40]
+    assert tp.teacher_ratio(cfg, 1) == pytest.approx(0.1) and tp.teacher_ratio(cfg, 358) == pytest.approx(0.9)
+    assert tp.teacher_ratio(cfg, 180) == pytest.approx(0.1 + 0.8 * 179 / 357)
+    assert tp.teacher_ratio(scout_cfg("opd_teacher_grpo", "q4b-q1.7b-math"), 180) == 0.0
 
 
 def test_batch_from_transfer_queue_rows():
@@ -284,7 +285,7 @@ def test_batch_from_transfer_queue_rows():
         {"uid": "b", "prompts": torch.tensor([7]), "responses": torch.tensor([21]),
          "data_source": "scout/math", "reward_model": {"ground_truth": "2"}, "extra_info": {"row": "B"}},
     ]  # fmt: skip
-    dp = vt.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0)
+    dp = tp.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0)
     assert dp.batch["prompts"].tolist() == [[5, 6], [0, 7]]
     assert dp.batch["responses"].tolist() == [[11, 12, 2], [21, 0, 0]]
     assert dp.batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0]]
@@ -301,7 +302,7 @@ def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
         tensors={**tp.padded_batch(prompts, responses, 0), "response_mask": torch.tensor([[0, 1, 1], [1, 0, 0]])},
         non_tensors={"uid": np.array(["a", "b"], dtype=object)},
     )
-    td = vt.worker_batch(dp, temperature=1.0, compute_loss=False)
+    td = tp.worker_batch(dp, temperature=1.0, compute_loss=False)
     assert [t.tolist() for t in td["input_ids"].unbind()] == [[5, 6, 11, 12, 2], [7, 21]]
     assert td["loss_mask"].tolist() == [[0, 1, 1], [1, 0, 0]]
     # a model output over the full sequences comes back as response-aligned values
@@ -349,26 +350,26 @@ PRUNE = {
 def test_prune_budget_follows_the_counts_the_loss_reported():
     state = alg.BudgetState(100)
     # 3 of 5 samples used the budget up (reported averaged over 2 data-parallel ranks: 1.5 / 2.5)
-    grown, log = vt.prune_budget_step(state, {"actor/distillation/prune_budget_hits": 1.5,
+    grown, log = ck.prune_budget_step(state, {"actor/distillation/prune_budget_hits": 1.5,
                                               "actor/distillation/prune_budget_samples": 2.5}, PRUNE)  # fmt: skip
     assert grown == alg.BudgetState(110, 0)  # +20, capped at the max
     assert log == {"scout/prune_budget": 100, "scout/prune_budget_hit_fraction": 0.6, "scout/prune_budget_next": 110}
     counts = {"actor/distillation/prune_budget_hits": 0.5, "actor/distillation/prune_budget_samples": 2.5}
-    missed, _ = vt.prune_budget_step(state, counts, PRUNE)
+    missed, _ = ck.prune_budget_step(state, counts, PRUNE)
     assert missed == alg.BudgetState(100, 1)
-    shrunk, log = vt.prune_budget_step(missed, counts, PRUNE)
+    shrunk, log = ck.prune_budget_step(missed, counts, PRUNE)
     assert shrunk == alg.BudgetState(80, 0) and log["scout/prune_budget_next"] == 80
     with pytest.raises(RuntimeError, match="prune_budget_hits.*scout_prune"):
-        vt.prune_budget_step(state, {"actor/pg_loss": 0.1}, PRUNE)
+        ck.prune_budget_step(state, {"actor/pg_loss": 0.1}, PRUNE)
 
 
 def test_prune_budget_is_checkpointed_beside_verls_state(tmp_path):
     step = tmp_path / "global_step_40"
-    vt.save_budget(step, alg.BudgetState(1324, 2))
-    assert vt.load_budget(step) == alg.BudgetState(1324, 2)
+    ck.save_budget(step, alg.BudgetState(1324, 2))
+    assert ck.load_budget(step) == alg.BudgetState(1324, 2)
     assert [p.name for p in step.iterdir()] == ["scout_budget.json"]
     with pytest.raises(FileNotFoundError, match="global_step_7/scout_budget.json.*cannot be resumed"):
-        vt.load_budget(tmp_path / "global_step_7")
+        ck.load_budget(tmp_path / "global_step_7")
 
 
 # -- checkpoint retention: a kill between saves leaves a whole checkpoint; only evaluated steps kept --------
@@ -531,7 +532,7 @@ def test_the_teacher_updates_metrics_are_reduced_as_verl_reduces_the_actors():
          "kl_loss": [Metric(AggregationType.SUM, 0.04)], "grad_norm": [2.5], "lr": [1e-6]},
     ):  # fmt: skip
         append_to_dict(raw, {k: Metric.aggregate_dp(v) if isinstance(v[0], Metric) else v for k, v in mb.items()})
-    got = vt.teacher_update_metrics(raw)
+    got = tp.teacher_update_metrics(raw)
     assert got["scout/teacher_grad_norm"] == pytest.approx(2.0) and got["scout/teacher_lr"] == pytest.approx(1e-6)
     assert {"scout/teacher_pg_loss", "scout/teacher_pg_clipfrac", "scout/teacher_kl_loss"} <= set(got)
     assert all(isinstance(v, float) for v in got.values())
@@ -544,10 +545,10 @@ def test_only_tensors_travel_to_the_teachers_workers():
 
     rows = [{"uid": u, "prompts": torch.tensor([5, 6]), "responses": torch.tensor([11, 12, 2]), "data_source": "scout/code",
              "reward_model": {"ground_truth": "{}"}, "extra_info": {"row": "x" * 10_000}} for u in "ab"]  # fmt: skip
-    req = tp.continuation_requests(vt.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0), 0.5, 2, 2, 0, 3)
+    req = tp.continuation_requests(tp.batch_from_tq(list_of_dict_to_tensordict(rows), pad_id=0), 0.5, 2, 2, 0, 3)
     batch = tp.teacher_train_batch(req, [[7, 2]] * len(req), [1.0, 0.0] * (len(req) // 2), 0, 3)
     assert "extra_info" in batch.non_tensor_batch  # the driver keeps them ...
-    td = vt.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
+    td = tp.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
     shipped = {k for k, v in td.items() if type(v).__name__ in ("NonTensorStack", "NonTensorData")}
     # ... the workers get the metadata of the call and of verl's no-padding layout, nothing else
     assert shipped == {"calculate_entropy", "compute_loss", "temperature", "max_seq_len", "max_response_len", "indices"}

@@ -182,7 +182,7 @@ def test_the_teacher_phase_grades_prefix_and_continuation_decoded_as_one(monkeyp
     at the split (pi is two bytes, two tokens here) would be garbled, and a special token in the
     prefix would be graded as text."""
     from scout.verl import reward
-    from scout.verl.trainer import graded_texts
+    from scout.verl.teacher_phase import graded_texts
 
     tok = _byte_level_tokenizer()
     ids = tok.encode("so r = 2\u03c0, \\boxed{2\u03c0}")
@@ -405,8 +405,8 @@ def test_budget_counts_survive_verls_metric_reduction():
     from verl.utils.metric import Metric, reduce_metrics
     from verl.utils.py_functional import append_to_dict, rename_dict
 
+    from scout.verl import checkpoints as ck
     from scout.verl import plugin
-    from scout.verl import trainer as vt
 
     def micro_batch(effective: list[int]) -> dict:
         w = torch.zeros(len(effective), 5)
@@ -428,7 +428,7 @@ def test_budget_counts_survive_verls_metric_reduction():
     assert metrics["actor/" + plugin.BUDGET_HITS] == pytest.approx(1.5)
     assert metrics["actor/" + plugin.BUDGET_SAMPLES] == pytest.approx(2.5)
     pc = {"hit_fraction": 0.6, "budget": {"min": 1, "max": 9, "step": 1, "patience": 3}}
-    assert vt.prune_budget_step(alg.BudgetState(5), metrics, pc)[0] == alg.BudgetState(6, 0)
+    assert ck.prune_budget_step(alg.BudgetState(5), metrics, pc)[0] == alg.BudgetState(6, 0)
 
 
 class _Server:
@@ -884,7 +884,7 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     """A LoRA teacher's trainer: verl's LoRA keys on its model, unmerged (the adapter alone is
     synced); the engine's peft config from the same keys."""
     from scout.verl import lora_sync
-    from scout.verl.trainer import teacher_lora, teacher_worker_config
+    from scout.verl.teacher_phase import teacher_lora, teacher_worker_config
     from tests.conftest import toy_config
 
     config = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())

@@ -95,7 +95,7 @@ def prefill_logits_fit(batched_tokens: int, vocab: int, gpu_gib: float, utilizat
 
 def _teacher_state(cfg, arch: dict) -> tuple[float, str]:
     """The teacher trainer's state in bytes (``scout.teacher_cost``) and what kind of teacher it is."""
-    from scout.verl.trainer import teacher_lora  # ray and verl's trainer load with the checks that read them
+    from scout.verl.teacher_phase import teacher_lora
 
     lora = teacher_lora(cfg)
     adapters = tc.lora_parameters(arch, lora["rank"], lora["target_modules"]) if lora else 0
@@ -106,7 +106,7 @@ def teacher_trainer_fit(cfg, arch: dict, gpu_gib: float) -> tuple[bool, str]:
     """Does SCOUT's teacher trainer (full or LoRA, ``scout.teacher_cost``) fit the GPUs of its pool:
     its state sharded over them and one micro-batch's activations on each? A shared trainer has
     the engine's GPUs to itself while it trains (the engine asleep), so the same check holds."""
-    from scout.verl.trainer import shared_trainer  # ray and verl's trainer: as above
+    from scout.verl.teacher_phase import shared_trainer
 
     tt = cfg.scout.teacher_train
     gpus = tt.nnodes * tt.n_gpus_per_node
@@ -204,7 +204,7 @@ def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Ro
 def _check_weight_sync(row: Row, cfg) -> None:
     """SCOUT's teacher sync: the trainer sends with what the engine receives with, never NCCL
     between two ranks of one GPU."""
-    from scout.verl.trainer import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
+    from scout.verl.teacher_phase import shared_trainer, teacher_worker_config  # ray and verl's trainer: as above
 
     if "scout" in cfg:
         if "teacher_train" in cfg.scout:
@@ -223,7 +223,7 @@ def _check_weight_sync(row: Row, cfg) -> None:
 def _check_memory(row: Row, cfg, item: CellCheck) -> None:
     """Each engine's KV cache (and a prompt log-prob engine's prefill logits), and a trained
     teacher's state, against the GPUs' memory."""
-    from scout.verl.trainer import shared_trainer
+    from scout.verl.teacher_phase import shared_trainer
 
     res = item.resources
     gpu_gb = res.get("gpu_mem_gb")

@@ -15,8 +15,11 @@ batches between verl's worker groups.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scout import algorithms as alg
 
@@ -179,3 +182,114 @@ def engine_agreement(trainer_logp: torch.Tensor, prefix_lengths: list[int], engi
     if x.std() == 0 or y.std() == 0:
         return float("nan")
     return float(np.corrcoef(x, y)[0, 1])
+
+
+# -- the teacher's trainer and its phase's cadence ------------------------------------------------
+
+
+def teacher_worker_config(cfg: DictConfig) -> DictConfig:
+    """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
+    teacher's model, its own LR, KL 0.001 to its initial weights, and the weight sync its inference
+    engine receives with (``scout.verl.config.weight_sync``; separate processes, so never naive). A
+    trainer on the engine's GPUs keeps its weights and optimizer state in host memory between uses
+    (verl's FSDP offload), leaving the GPUs to the engine."""
+    sc = cfg.scout.scout
+    t = copy.deepcopy(cfg.actor_rollout_ref)
+    with open_dict(t):
+        t.model.path = cfg.distillation.teacher_models.teacher_model.model_path
+        t.actor.optim.lr = sc.teacher_lr
+        t.actor.optim.total_training_steps = max(1, cfg.scout.total_steps // sc.interval)
+        t.actor.use_kl_loss = sc.kl_beta > 0
+        t.actor.kl_loss_coef = sc.kl_beta
+        t.actor.kl_loss_type = "low_var_kl"
+        t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
+        t.rollout.n = sc.k
+        receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
+        t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
+        t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
+        t.rollout.checkpoint_engine.custom_backend_module = receiver.get("custom_backend_module")
+        lora = teacher_lora(cfg)
+        if lora:  # verl's FSDP LoRA (peft), frozen base; the reference is the base, adapter off
+            t.model.lora_rank = int(lora["rank"])
+            t.model.lora_alpha = lora["alpha"]
+            t.model.target_modules = list(lora["target_modules"])
+            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync)
+            t.model.lora.merge = False
+        if shared_trainer(cfg):
+            t.actor.fsdp_config.param_offload = True
+            t.actor.fsdp_config.optimizer_offload = True
+            t.ref.fsdp_config.param_offload = True
+    return t
+
+
+def shared_trainer(cfg: DictConfig) -> bool:
+    """Does the teacher's trainer sit on its engine's GPUs (``teacher_trainer: shared``)?"""
+    return bool(cfg.scout.teacher_train.get("shared", False))
+
+
+def teacher_lora(cfg: DictConfig) -> dict | None:
+    """The teacher's LoRA settings (``methods.scout.teacher_lora`` resolved per cell), or None for a
+    full teacher."""
+    lora = cfg.scout.scout.get("teacher_lora")
+    return OmegaConf.to_container(lora, resolve=True) if lora and lora.get("rank", 0) > 0 else None
+
+
+def teacher_step_due(global_step: int, interval: int) -> bool:
+    """verl counts steps from 1; ``alg.is_teacher_step`` from 0."""
+    return alg.is_teacher_step(global_step - 1, interval)
+
+
+def teacher_ratio(cfg: DictConfig, global_step: int) -> float:
+    sc = cfg.scout.scout
+    if sc.prefix_zero:
+        return 0.0
+    return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc.prefix_ratio)
+
+
+def teacher_update_metrics(raw: dict) -> dict:
+    """The teacher update's metrics as verl's own actor update reduces them (``reduce_metrics``:
+    verl's workers return every metric as a list over micro-batches)."""
+    from verl.utils.metric import reduce_metrics
+
+    flat = {k.removeprefix("actor/"): v for k, v in raw.items()}
+    return {f"scout/teacher_{k}": float(v) for k, v in reduce_metrics(flat).items()}
+
+
+def graded_texts(tokenizer, prefixes, continuations) -> list[str]:
+    """Prefix + continuation decoded in one call, as verl's reward manager decodes a response
+    (special tokens skipped): decoding the two apart and joining them would change what is graded
+    wherever a multi-byte character is cut at the split or the prefix holds a special token."""
+    return [
+        tokenizer.decode(list(p) + list(c), skip_special_tokens=True)
+        for p, c in zip(prefixes, continuations, strict=True)
+    ]
+
+
+def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
+    r = cfg.actor_rollout_ref.rollout
+    return {"max_tokens": int(max_tokens), "temperature": r.temperature, "top_p": r.top_p}
+
+
+def batch_from_tq(td, pad_id: int):
+    """A step's student batch as TransferQueue holds it (jagged ``prompts``/``responses``, dataset
+    fields as non-tensor stacks) -> a DataProto with verl's padded layout."""
+    from verl import DataProto
+
+    prompts = [p.tolist() for p in td["prompts"].unbind()]
+    responses = [r.tolist() for r in td["responses"].unbind()]
+    non_tensor = {k: objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
+    return DataProto.from_dict(tensors=padded_batch(prompts, responses, pad_id), non_tensors=non_tensor)
+
+
+def worker_batch(batch, **meta):
+    """verl's worker input: the padded batch in no-padding (jagged) form, plus metadata. Only the
+    tensors the workers read travel: no non-tensor field (the rows in ``extra_info``, code test
+    suites among them, would go to the workers three times a teacher phase otherwise)."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    keys = ["prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
+    keys += [k for k in ("old_log_probs", "ref_log_prob", "advantages") if k in batch.batch.keys()]
+    td = left_right_2_no_padding(batch.select(batch_keys=keys, non_tensor_batch_keys=[], meta_info_keys=[]).to_tensordict())
+    tu.assign_non_tensor(td, **meta)
+    return td

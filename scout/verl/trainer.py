@@ -7,37 +7,28 @@ The student side is verl's own OPD (``distillation.*``: K1 advantage in policy-g
 scored by the teacher's inference engine on its own pool). ``ScoutTrainer`` adds the teacher's
 trainer, a second FSDP worker group on a pool of its own (``scout.teacher_train``) or on the
 engine's (``teacher_trainer: shared``), with a frozen reference copy for the KL to its initial
-weights. Every ``interval`` student steps it runs the teacher phase:
+weights. Every ``interval`` student steps it runs the teacher phase (``scout.verl.teacher_phase``):
+read the step's student batch back from TransferQueue; sample K continuations of each student
+prefix from the teacher's engine (per-request budgets); grade prefix + continuation in one batch
+(``scout.verl.reward.grade_batch``); take the old and reference log-probs, ``scout_grpo``
+advantages and one update of the teacher worker group (a shared trainer while the engine sleeps,
+vLLM's level 1, its own state in host memory at all other times); then push the new weights into
+the engine (a ``CheckpointEngineManager`` over the teacher's replicas: NCCL, or gloo through host
+memory for a shared trainer), so the next student steps are scored by the updated teacher. A LoRA
+teacher (``methods.scout.teacher_lora``) pushes its adapter alone (``scout.verl.lora_sync``) and is
+its own reference (its base, adapter off).
 
-1. read the step's student batch back from TransferQueue (``batch_from_tq``);
-2. build the continuation requests (``teacher_phase.continuation_requests``);
-3. sample K continuations per prefix from the teacher's inference engine (per-request budgets);
-4. grade prefix + continuation in one batch (``scout.verl.reward.grade_batch``: the graders verl's
-   reward manager calls, in parallel worker pools) and build the update batch
-   (``teacher_phase.teacher_train_batch``);
-5. old and reference log-probs, ``scout_grpo`` advantages, one update of the teacher worker group;
-   a shared trainer does this while the engine sleeps (vLLM's level 1: weights to host memory, KV
-   cache freed), its own state in host memory at all other times (FSDP offload);
-6. push the new teacher weights into the inference engine (a ``CheckpointEngineManager`` over the
-   teacher's replicas, NCCL; gloo through host memory for a shared trainer), so the next student
-   steps are scored by the updated teacher; a LoRA teacher (``methods.scout.teacher_lora``) pushes
-   its adapter alone (``scout.verl.lora_sync``) and is its own reference (its base, adapter off), so
-   it has no reference copy.
-
-Everything except the worker-group calls is a pure function tested on CPU; the classes run in CI
-on verl's CPU path (tests/test_verl_cpu.py), where vLLM's sleep frees nothing.
+Everything but the worker-group calls is a pure function tested on CPU (``teacher_phase``,
+``checkpoints``); the classes run in CI on verl's CPU path (tests/test_verl_cpu.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
 import logging
 import shutil
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
@@ -46,179 +37,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from scout import algorithms as alg
-from scout.io import read_jsonl, write_jsonl
 from scout.methods import METHODS
+from scout.verl import checkpoints as ck
 from scout.verl import teacher_phase as tp
 from scout.verl.env import TEACHER_DIR
-from scout.verl.plugin import BUDGET_HITS, BUDGET_KEY, BUDGET_SAMPLES
+from scout.verl.plugin import BUDGET_KEY
 from scout.verl.reward import grade_batch
 
 log = logging.getLogger(__name__)
 
 TEACHER_POOL = "scout_teacher_train_pool"
-BUDGET_FILE = "scout_budget.json"  # Prune-OPD's budget state, beside verl's data.pt
-
-
-# -- pure pieces (tested on CPU) ---------------------------------------------------------------------
-
-
-def teacher_worker_config(cfg: DictConfig) -> DictConfig:
-    """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
-    teacher's model, its own LR, KL 0.001 to its initial weights, and the weight sync its inference
-    engine receives with (``scout.verl.config.weight_sync``; separate processes, so never naive). A
-    trainer on the engine's GPUs keeps its weights and optimizer state in host memory between uses
-    (verl's FSDP offload), leaving the GPUs to the engine."""
-    sc = cfg.scout.scout
-    t = copy.deepcopy(cfg.actor_rollout_ref)
-    with open_dict(t):
-        t.model.path = cfg.distillation.teacher_models.teacher_model.model_path
-        t.actor.optim.lr = sc.teacher_lr
-        t.actor.optim.total_training_steps = max(1, cfg.scout.total_steps // sc.interval)
-        t.actor.use_kl_loss = sc.kl_beta > 0
-        t.actor.kl_loss_coef = sc.kl_beta
-        t.actor.kl_loss_type = "low_var_kl"
-        t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
-        t.rollout.n = sc.k
-        receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
-        t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
-        t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
-        t.rollout.checkpoint_engine.custom_backend_module = receiver.get("custom_backend_module")
-        lora = teacher_lora(cfg)
-        if lora:  # verl's FSDP LoRA (peft), frozen base; the reference is the base, adapter off
-            t.model.lora_rank = int(lora["rank"])
-            t.model.lora_alpha = lora["alpha"]
-            t.model.target_modules = list(lora["target_modules"])
-            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync)
-            t.model.lora.merge = False
-        if shared_trainer(cfg):
-            t.actor.fsdp_config.param_offload = True
-            t.actor.fsdp_config.optimizer_offload = True
-            t.ref.fsdp_config.param_offload = True
-    return t
-
-
-def shared_trainer(cfg: DictConfig) -> bool:
-    """Does the teacher's trainer sit on its engine's GPUs (``teacher_trainer: shared``)?"""
-    return bool(cfg.scout.teacher_train.get("shared", False))
-
-
-def teacher_lora(cfg: DictConfig) -> dict | None:
-    """The teacher's LoRA settings (``methods.scout.teacher_lora`` resolved per cell), or None for a
-    full teacher."""
-    lora = cfg.scout.scout.get("teacher_lora")
-    return OmegaConf.to_container(lora, resolve=True) if lora and lora.get("rank", 0) > 0 else None
-
-
-def teacher_step_due(global_step: int, interval: int) -> bool:
-    """verl counts steps from 1; ``alg.is_teacher_step`` from 0."""
-    return alg.is_teacher_step(global_step - 1, interval)
-
-
-def teacher_ratio(cfg: DictConfig, global_step: int) -> float:
-    sc = cfg.scout.scout
-    if sc.prefix_zero:
-        return 0.0
-    return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc.prefix_ratio)
-
-
-def batch_from_tq(td, pad_id: int):
-    """A step's student batch as TransferQueue holds it (jagged ``prompts``/``responses``, dataset
-    fields as non-tensor stacks) -> a DataProto with verl's padded layout."""
-    from verl import DataProto
-
-    prompts = [p.tolist() for p in td["prompts"].unbind()]
-    responses = [r.tolist() for r in td["responses"].unbind()]
-    non_tensor = {k: tp.objects(list(td[k])) for k in ("uid", "data_source", "reward_model", "extra_info") if k in td}
-    return DataProto.from_dict(tensors=tp.padded_batch(prompts, responses, pad_id), non_tensors=non_tensor)
-
-
-def worker_batch(batch, **meta):
-    """verl's worker input: the padded batch in no-padding (jagged) form, plus metadata. Only the
-    tensors the workers read travel: no non-tensor field (the rows in ``extra_info``, code test
-    suites among them, would go to the workers three times a teacher phase otherwise)."""
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.utils.padding import left_right_2_no_padding
-
-    keys = ["prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
-    keys += [k for k in ("old_log_probs", "ref_log_prob", "advantages") if k in batch.batch.keys()]
-    td = left_right_2_no_padding(batch.select(batch_keys=keys, non_tensor_batch_keys=[], meta_info_keys=[]).to_tensordict())
-    tu.assign_non_tensor(td, **meta)
-    return td
-
-
-def prune_budget_step(state: alg.BudgetState, metrics: dict, prune_cfg: dict) -> tuple[alg.BudgetState, dict]:
-    """Prune-OPD's budget after a student step, from the counts its loss reported (``plugin.budget_metrics``,
-    under verl's ``actor/`` prefix), and what to log about it."""
-    try:
-        hits, samples = metrics[f"actor/{BUDGET_HITS}"], metrics[f"actor/{BUDGET_SAMPLES}"]
-    except KeyError as e:
-        raise RuntimeError(
-            f"the scout_prune loss reported no {e.args[0]!r}: is the actor's loss mode scout_prune?"
-        ) from e
-    new = alg.update_budget(state, hits, samples, **alg.budget_rule(prune_cfg))
-    log = {
-        "scout/prune_budget": state.length,
-        "scout/prune_budget_hit_fraction": hits / samples if samples else 0.0,
-        "scout/prune_budget_next": new.length,
-    }
-    return new, log
-
-
-def step_dir(cfg: DictConfig, step: int) -> str:
-    """verl's checkpoint folder of a global step; scout's own state sits beside verl's there."""
-    return f"{cfg.trainer.default_local_dir}/global_step_{step}"
-
-
-def save_budget(folder: str | Path, state: alg.BudgetState) -> None:
-    write_jsonl(Path(folder) / BUDGET_FILE, [dataclasses.asdict(state)])  # one record: plain JSON too
-
-
-def load_budget(folder: str | Path) -> alg.BudgetState:
-    path = Path(folder) / BUDGET_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: a Prune-OPD checkpoint without its response budget cannot be resumed")
-    return alg.BudgetState(**read_jsonl(path)[0])
-
-
-def stale_checkpoints(root: str | Path, latest: int, keep: set[int]) -> list[Path]:
-    """``global_step_N`` folders that are neither the latest checkpoint nor one the grid evaluates."""
-    out = []
-    for d in Path(root).glob("global_step_*"):
-        n = d.name.removeprefix("global_step_")
-        if n.isdigit() and int(n) != latest and int(n) not in keep:
-            out.append(d)
-    return sorted(out, key=lambda d: int(d.name.removeprefix("global_step_")))
-
-
-def tracked_step(root: str | Path) -> int | None:
-    """The step verl's tracker file names (it writes the file last, after a whole save)."""
-    path = Path(root) / "latest_checkpointed_iteration.txt"
-    text = path.read_text().strip() if path.exists() else ""
-    return int(text) if text.isdigit() else None
-
-
-def teacher_update_metrics(raw: dict) -> dict:
-    """The teacher update's metrics as verl's own actor update reduces them (``reduce_metrics``:
-    verl's workers return every metric as a list over micro-batches)."""
-    from verl.utils.metric import reduce_metrics
-
-    flat = {k.removeprefix("actor/"): v for k, v in raw.items()}
-    return {f"scout/teacher_{k}": float(v) for k, v in reduce_metrics(flat).items()}
-
-
-def graded_texts(tokenizer, prefixes, continuations) -> list[str]:
-    """Prefix + continuation decoded in one call, as verl's reward manager decodes a response
-    (special tokens skipped): decoding the two apart and joining them would change what is graded
-    wherever a multi-byte character is cut at the split or the prefix holds a special token."""
-    return [
-        tokenizer.decode(list(p) + list(c), skip_special_tokens=True)
-        for p, c in zip(prefixes, continuations, strict=True)
-    ]
-
-
-def sampling_params(cfg: DictConfig, max_tokens: int) -> dict:
-    r = cfg.actor_rollout_ref.rollout
-    return {"max_tokens": int(max_tokens), "temperature": r.temperature, "top_p": r.top_p}
 
 
 # -- the trainer (GPU only) --------------------------------------------------------------------------------
@@ -265,7 +93,7 @@ class RetainCheckpoints(_Base):
     def _save_checkpoint(self):
         super()._save_checkpoint()
         root = self.config.trainer.default_local_dir
-        if tracked_step(root) != self.global_steps:  # the save did not complete: delete nothing
+        if ck.tracked_step(root) != self.global_steps:  # the save did not complete: delete nothing
             return
         keep = {int(s) for s in self.config.scout.get("keep_steps", [])}
         if self.config.scout.get("export_when_saved"):  # training.keep_checkpoints: exported
@@ -273,7 +101,7 @@ class RetainCheckpoints(_Base):
 
             export_saved(self.config.scout.method, root, keep)
             keep = set()
-        for folder in stale_checkpoints(root, self.global_steps, keep):
+        for folder in ck.stale_checkpoints(root, self.global_steps, keep):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -333,7 +161,7 @@ class ScoutTrainer(TeacherSelfTest):
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
         mgr, tt = self.resource_pool_manager, self.config.scout.teacher_train
-        if shared_trainer(self.config):  # one worker group more on each of the engine's bundles
+        if tp.shared_trainer(self.config):  # one worker group more on each of the engine's bundles
             from verl.trainer.ppo.utils import Role
 
             mgr.mapping["scout_teacher"] = mgr.mapping[Role.TeacherModel]
@@ -346,7 +174,7 @@ class ScoutTrainer(TeacherSelfTest):
         self._init_teacher_workers()
         super()._load_checkpoint()
         if self.global_steps > 0:
-            path = f"{step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
+            path = f"{ck.step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
             self.teacher_wg.load_checkpoint(path, None, False)
 
     def _init_teacher_workers(self):
@@ -356,10 +184,10 @@ class ScoutTrainer(TeacherSelfTest):
         from verl.workers.config import CheckpointEngineConfig
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
-        tcfg = teacher_worker_config(self.config)
+        tcfg = tp.teacher_worker_config(self.config)
         worker = ray.remote(ActorRolloutRefWorker)
         classes = {"teacher_actor": RayClassWithInitArgs(cls=worker, config=tcfg, role="actor")}
-        self.teacher_lora = teacher_lora(self.config) is not None
+        self.teacher_lora = tp.teacher_lora(self.config) is not None
         if not self.teacher_lora:  # a LoRA teacher's reference is its own base (adapter off): no copy
             classes["teacher_ref"] = RayClassWithInitArgs(cls=worker, config=tcfg, role="ref")
         pool = self.resource_pool_manager.get_resource_pool("scout_teacher")
@@ -392,13 +220,13 @@ class ScoutTrainer(TeacherSelfTest):
     def _save_checkpoint(self):
         # the teacher first: verl writes its tracker file last, so a step it names has both; old
         # checkpoints go only after that (RetainCheckpoints), never by verl's manager (None)
-        path = f"{step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
+        path = f"{ck.step_dir(self.config, self.global_steps)}/{TEACHER_DIR}"
         self.teacher_wg.save_checkpoint(path, None, self.global_steps, None)
         super()._save_checkpoint()
 
     def step(self, metrics: dict, timing_raw: dict):
         batch = super().step(metrics, timing_raw)
-        if teacher_step_due(self.global_steps, self.config.scout.scout.interval):
+        if tp.teacher_step_due(self.global_steps, self.config.scout.scout.interval):
             import transfer_queue as tq
 
             keep = [i for i, t in enumerate(batch.tags) if not t.get("is_padding", False)]
@@ -406,7 +234,7 @@ class ScoutTrainer(TeacherSelfTest):
             td = tq.kv_batch_get(
                 keys=[batch.keys[i] for i in keep], partition_id=batch.partition_id, select_fields=fields
             )
-            metrics.update(self.teacher_phase(batch_from_tq(td, self.tokenizer.pad_token_id)))
+            metrics.update(self.teacher_phase(tp.batch_from_tq(td, self.tokenizer.pad_token_id)))
         return batch
 
     def teacher_phase(self, student) -> dict:
@@ -416,17 +244,17 @@ class ScoutTrainer(TeacherSelfTest):
 
         cfg, tok = self.config, self.tokenizer
         sc, width = cfg.scout.scout, cfg.actor_rollout_ref.rollout.response_length
-        ratio = teacher_ratio(cfg, self.global_steps)
+        ratio = tp.teacher_ratio(cfg, self.global_steps)
         req = tp.continuation_requests(student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width)
         conts, engine_logp = self._generate(req)
         nt = req.non_tensor_batch
-        texts = graded_texts(tok, nt[tp.PREFIX_IDS], conts)
+        texts = tp.graded_texts(tok, nt[tp.PREFIX_IDS], conts)
         rewards = grade_batch(
             nt["data_source"], texts, [rm["ground_truth"] for rm in nt["reward_model"]], nt["extra_info"]
         )
         batch = tp.teacher_train_batch(req, conts, rewards, tok.pad_token_id, width)
         temperature = cfg.actor_rollout_ref.rollout.temperature
-        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
+        td = tp.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=temperature)
         with self._engine_asleep() as slept:
             old = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
             ref = no_padding_2_padding(tu.get(self._teacher_reference(td), "log_probs"), td).float()
@@ -434,7 +262,7 @@ class ScoutTrainer(TeacherSelfTest):
             agreement = tp.engine_agreement(old, [len(p) for p in nt[tp.PREFIX_IDS]], engine_logp)
             batch = compute_advantage(batch, adv_estimator="scout_grpo", config=None)
             size = len(batch)
-            td = worker_batch(
+            td = tp.worker_batch(
                 batch, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
                 global_batch_size=size, mini_batch_size=size, epochs=1, seed=cfg.actor_rollout_ref.actor.data_loader_seed,
                 dataloader_kwargs={"shuffle": False}, compute_loss=True, temperature=temperature,
@@ -451,7 +279,7 @@ class ScoutTrainer(TeacherSelfTest):
             # the engine's probabilities of its own samples against the trainer's, before this
             # update: near 1 when the previous sync delivered the trainer's weights
             "scout/teacher_engine_trainer_pearson": agreement,
-            **teacher_update_metrics(out),
+            **tp.teacher_update_metrics(out),
         }
 
     @contextmanager
@@ -460,7 +288,7 @@ class ScoutTrainer(TeacherSelfTest):
         before the sync (verl's colocated replicas: ``engine.sleep(level=1)``, then ``wake_up``).
         Yields the metrics it fills in: the seconds asleep and the seconds sleep and wake-up took."""
         slept: dict = {}
-        if not shared_trainer(self.config):
+        if not tp.shared_trainer(self.config):
             yield slept
             return
 
@@ -496,7 +324,7 @@ class ScoutTrainer(TeacherSelfTest):
         tensors = tp.padded_batch(prompts, responses, self.tokenizer.pad_token_id)
         tensors["response_mask"] = tensors["attention_mask"][:, tensors["prompts"].shape[1] :]
         batch = DataProto.from_dict(tensors=tensors)
-        td = worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
+        td = tp.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
         with self._engine_asleep():
             logp = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
         sampled = [logp[i, : len(r)] for i, r in enumerate(responses)]
@@ -521,7 +349,7 @@ class ScoutTrainer(TeacherSelfTest):
         async def all_requests():
             calls = [
                 client.generate(uuid4().hex, prompt_ids=list(p),
-                                sampling_params={**sampling_params(self.config, m), "logprobs": True})  # fmt: skip
+                                sampling_params={**tp.sampling_params(self.config, m), "logprobs": True})  # fmt: skip
                 for p, m in zip(nt["raw_prompt_ids"], nt[tp.MAX_TOKENS], strict=True)
             ]
             return await asyncio.gather(*calls)
@@ -543,10 +371,10 @@ class PruneTrainer(TeacherSelfTest):
     def _load_checkpoint(self):
         super()._load_checkpoint()
         if self.global_steps > 0:
-            self.budget = load_budget(step_dir(self.config, self.global_steps))
+            self.budget = ck.load_budget(ck.step_dir(self.config, self.global_steps))
 
     def _save_checkpoint(self):
-        save_budget(step_dir(self.config, self.global_steps), self.budget)  # before verl writes its tracker file
+        ck.save_budget(ck.step_dir(self.config, self.global_steps), self.budget)  # before verl writes its tracker file
         super()._save_checkpoint()
 
     def _next_train_batch(self, num_prompts: int | None = None):
@@ -559,7 +387,7 @@ class PruneTrainer(TeacherSelfTest):
     def _update_actor(self, batch, metrics: dict):
         batch.extra_info[BUDGET_KEY] = self.budget.length
         batch = super()._update_actor(batch, metrics)
-        self.budget, log = prune_budget_step(self.budget, metrics, self.prune_cfg)
+        self.budget, log = ck.prune_budget_step(self.budget, metrics, self.prune_cfg)
         metrics.update(log)
         return batch
 
