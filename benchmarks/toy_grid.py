@@ -112,7 +112,7 @@ def criteria(workdir: Path) -> None:
             ups = [f"{m['teacher_reward'] * 100:.0f}" for m in lines if "teacher_reward" in m]
             print(f"  {s} scout {run.parent.name}: teacher continuation reward per update (%): {' '.join(ups)}")
     cache = results.Cache(cfg, results.load(cfg))
-    from scout.report import effect_text
+    from scout.claims_page import effect_text
 
     for c in claims.all_claims(cache, workdir / "results" / "analysis", 0.1):
         paper = "--" if c.paper is None else f"{c.paper:+.1f}"
