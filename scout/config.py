@@ -8,7 +8,6 @@ the resolved cells show is checked above, by ``scout.grid.check``.
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
 import re
@@ -16,19 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from scout import backends
+from scout import backends, schema
 from scout.methods import METHODS
 from scout.resources import job_resources
 
 PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")  # the paper's claims, as data (scout.claims)
 
-SCHEMA = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 
 
-STRINGS_HINT = (
-    "snakemake's --config reads every value as a string; give numbers in a --configfile overlay, or "
-    "pick cells with --config 'select={settings: [...], methods: [...], seeds: [1]}'"
-)
 
 
 def results_root(config: dict) -> str:
@@ -41,51 +35,13 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message says where and what was expected."""
 
 
-def _where(path) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
-
-
-@functools.cache
-def _schema() -> dict:
-    """The schema, read once a process (validation and each variant's overrides both read it)."""
-    return yaml.safe_load(SCHEMA.read_text())
-
-
-def _schema_errors(config: dict) -> list[str]:
-    import jsonschema  # here, not at the top: every job imports this module, few validate (0.1 s a job)
-
-    schema = _schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    out = []
-    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        if err.validator == "additionalProperties":
-            out.append(_unknown_key(err))
-        elif err.validator in ("oneOf", "anyOf") and isinstance(err.instance, dict):
-            # the branch meant for a mapping says what is wrong inside it; "is not of type 'string'"
-            # from the other branches is about the whole value, and names the wrong thing
-            inside = [e for e in err.context if list(e.relative_path) or e.validator != "type"]
-            sub = max(inside, key=lambda e: len(list(e.absolute_path)), default=None)
-            if sub is None:
-                out.append(f"{_where(err.absolute_path)}: {err.message}")
-            elif sub.validator == "additionalProperties":
-                out.append(_unknown_key(sub))
-            else:
-                out.append(f"{_where(sub.absolute_path)}: {sub.message}{_number_hint(sub.instance)}")
-        elif err.validator in ("oneOf", "anyOf"):
-            wanted = " or ".join(_expected(branch) for branch in err.validator_value)
-            out.append(f"{_where(err.absolute_path)}: {err.instance!r} is not {wanted}{_number_hint(err.instance)}")
-        else:
-            out.append(f"{_where(err.absolute_path)}: {err.message}{_number_hint(err.instance)}")
-    return out
-
-
 def _variant_override_errors(config: dict, where: str, method: str, overrides: dict) -> list[str]:
     """A variant's own method settings: sections of its method, keys those sections have, values
     the schema accepts there (checked on the merged section, as its runs will read it)."""
     import jsonschema
 
     sections = list(dict.fromkeys(METHODS[method].sections(set(config["methods"]))))
-    schema = _schema()
+    doc = schema.document()
     errs = []
     for section, over in overrides.items():
         if section not in sections:
@@ -96,46 +52,10 @@ def _variant_override_errors(config: dict, where: str, method: str, overrides: d
         if unknown:
             errs.append(f"{where}.{section}.{unknown[0]}: unknown key; expected one of: {', '.join(sorted(base))}")
             continue
-        sub = {"$defs": schema["$defs"], **schema["properties"]["methods"]["properties"].get(section, {})}
+        sub = {"$defs": doc["$defs"], **doc["properties"]["methods"]["properties"].get(section, {})}
         for err in jsonschema.Draft202012Validator(sub).iter_errors(deep_merge(base, over)):
-            errs.append(f"{where}.{section}.{_where(err.absolute_path)}: {err.message}{_number_hint(err.instance)}")
+            errs.append(f"{where}.{section}.{schema.where(err.absolute_path)}: {err.message}{schema.number_hint(err.instance)}")
     return errs
-
-
-def _unknown_key(err) -> str:
-    extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-    allowed = ", ".join(sorted(err.schema.get("properties", {}))) or "none"
-    return f"{_where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}"
-
-
-def _expected(schema: dict) -> str:
-    """A schema branch in words: "an integer (at least 0)", "a string matching ^[0-9]+$"."""
-    article = {"integer": "an integer", "object": "a mapping", "array": "a list", "string": "a string",
-               "number": "a number", "boolean": "true or false"}  # fmt: skip
-    if "enum" in schema:
-        return "one of " + ", ".join(map(repr, schema["enum"]))
-    kinds = schema.get("type", "value")
-    text = " or ".join(article.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds))
-    limits = [f"at least {schema['minimum']}" if "minimum" in schema else "",
-              f"above {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "",
-              f"at most {schema['maximum']}" if "maximum" in schema else ""]  # fmt: skip
-    text += f" ({', '.join(x for x in limits if x)})" if any(limits) else ""
-    return text + (f" matching {schema['pattern']}" if "pattern" in schema else "")
-
-
-def _number_hint(value) -> str:
-    """Why a number arrived as text, for any key the schema refuses it at (a type, oneOf or anyOf)."""
-    if not isinstance(value, str):
-        return ""
-    text = value.strip()
-    try:
-        float(text)
-    except ValueError:
-        return ""
-    if "e" in text.lower() and "." not in text.split("e")[0].lower():
-        return (f" (YAML reads a number in e-notation without a decimal point as text: write {float(text):.1e}; "
-                f"or it came from snakemake --config: {STRINGS_HINT})")  # fmt: skip
-    return f" (a number written as text: drop the quotes; {STRINGS_HINT})"
 
 
 def _reference_errors(config: dict) -> list[str]:
@@ -368,7 +288,7 @@ def validate(config: dict) -> dict:
     ``select`` where it has one."""
     if not isinstance(config, dict):
         raise ConfigError("configuration: expected a mapping at the top level")
-    errs = _schema_errors(config)
+    errs = schema.schema_errors(config)
     if not errs:
         errs = _reference_errors(config)
     if errs:

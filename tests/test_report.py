@@ -469,8 +469,8 @@ def test_the_continuation_figures_legends_clear_their_axis_labels(tmp_path, monk
 
 def test_the_page_names_its_scope_and_prints_small_detectable_effects():
     from scout import verdicts
-    from scout.config import select
     from scout.claims_page import detectable_text, scope_text, strip_svg
+    from scout.config import select
     from tests.conftest import toy_config
 
     assert scope_text(toy_config()) == "the toy grid"
