@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import math
 
-from scout import grid, jobs, stats, tuning
+from scout import grid, stats
 from scout import render as renderers
+from scout.config_tables import DOMAIN_TITLES, bench_label, benchmark_table, hyper_table, lr_table, spans
 from scout.methods import METHODS
-from scout.render import Entry, label, lr_entry, num, ok, p_entry
+from scout.render import Entry, label, num, ok, p_entry
 from scout.results import AVG, Cache, Row
-
-_DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
-
 
 # ------------------------------------------------------------------------------------------------
 # Formatting
@@ -36,10 +34,6 @@ _ok = ok
 def value(mean: float | None, pm: float | None = None, decimals: int = 1, style: str = "") -> Entry:
     """One table entry: ``mean`` with a small ``±pm`` term, bold for best, underlined for second."""
     return num(mean, pm, decimals, style)
-
-
-def bench_label(config: dict, bench: str) -> str:
-    return config["benchmarks"][bench].get("label", bench)
 
 
 def _runs_used(row: Row) -> tuple[int, int]:
@@ -150,7 +144,7 @@ def main_tables(cache: Cache) -> list[dict]:
             rank = [v for v in vs if cache.opd_based(v)]
             cells = _summary_cells(cache, s, vs, 1, rank)
             cols = _columns(cfg, cache.benchmarks(s))
-            blocks.append({"title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s), "columns": cols})
+            blocks.append({"title": DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s), "columns": cols})
             for v in variants:
                 if v in cells:
                     rows[v] += cells[v]
@@ -302,23 +296,9 @@ def prefix0_summary(cache: Cache) -> dict | None:
         "caption": "Prefix-0 control: mean accuracy (Avg) of OPD, OPD + Teacher GRPO (the same teacher updates "
         "from the original problem) and SCOUT (teacher updates from student prefixes)." + cache.evaluation_note(settings),
         "columns": cols,
-        "col_groups": _spans([c["group"] for c in cols]),
+        "col_groups": spans([c["group"] for c in cols]),
         "groups": [[{"name": _row_name(cache, settings[0], v), "cells": cells[v]} for v in g] for g in groups if g],
     }
-
-
-def _spans(labels: list[str]) -> list[dict]:
-    spans: list[dict] = []
-    for lab in labels:
-        if spans and spans[-1]["label"] == lab:
-            spans[-1]["n"] += 1
-        else:
-            spans.append({"label": lab, "n": 1})
-    start = 2
-    for sp in spans:
-        sp["start"], sp["end"] = start, start + sp["n"] - 1
-        start += sp["n"]
-    return spans
 
 
 def optr_summary(cache: Cache) -> dict | None:
@@ -386,7 +366,7 @@ def fsweep_tables(cache: Cache) -> list[dict]:
                 + cache.evaluation_note([s]),
                 "blocks": [
                     {
-                        "title": _DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s),
+                        "title": DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s),
                         "columns": _columns(cfg, cache.benchmarks(s)),
                     }
                 ],
@@ -394,121 +374,6 @@ def fsweep_tables(cache: Cache) -> list[dict]:
             }
         )
     return out
-
-
-# ------------------------------------------------------------------------------------------------
-# Tables generated from the config
-# ------------------------------------------------------------------------------------------------
-
-
-def _joined(values: list) -> str:
-    uniq = list(dict.fromkeys(values))
-    return " / ".join(str(v) for v in uniq)
-
-
-def _scout_k_and_f(config: dict) -> tuple[str, str]:
-    """K and f of the grid's SCOUT runs, as their specs hold them (a setting or a variant may
-    override either): one value, or each value with the variants (and settings) that run it."""
-    first = {}  # the cells of a variant in a setting differ by seed alone: one spec each
-    for c in grid.cells(config):
-        if METHODS[c.method].teacher_phase == "scout":
-            first.setdefault((c.variant, c.setting), c)
-    specs = {key: grid.cell_spec(config, c)["method_cfg"]["scout"] for key, c in first.items()}
-    if not specs:
-        specs = {("", ""): config["methods"]["scout"]}
-    out = []
-    for key in ("k", "interval"):
-        by_value: dict = {}
-        for (variant, setting), sc in specs.items():
-            by_value.setdefault(sc[key], []).append((variant, setting))
-        if len(by_value) == 1:
-            out.append(str(next(iter(by_value))))
-            continue
-        split = {v for v, _ in specs if len({specs[k][key] for k in specs if k[0] == v}) > 1}
-        parts = []
-        for value, where in by_value.items():
-            names = dict.fromkeys(f"{v}, {st}" if v in split else v for v, st in where)
-            parts.append(f"{value} ({'; '.join(names)})")
-        out.append(", ".join(parts))
-    return out[0], out[1]
-
-
-def hyper_table(config: dict) -> dict:
-    tr, ev = config["training"], config["evaluation"]
-    domains = list(dict.fromkeys(s["domain"] for s in config["settings"].values()))
-    panels = []
-    for d in domains:
-        ss = [s for s in config["settings"].values() if s["domain"] == d]
-        rows = [
-            ("Max Prompt Length", _joined([s.get("max_prompt_length", tr["max_prompt_length"]) for s in ss])),
-            ("Max Response Length", tr["max_response_length"]),
-            ("Training Rollout Temperature", tr["temperature"]),
-            ("Training Rollout Top-p", tr["top_p"]),
-            ("Rollout Number per Prompt (n)", tr.get("n", 1)),
-            ("Global Batch Size", tr["batch_size"]),
-            ("PPO Mini-Batch Size", tr.get("mini_batch_size", tr["batch_size"])),
-            ("PPO Epochs", tr.get("ppo_epochs", 1)),
-            ("PPO Clipping Range", tr["clip"]),
-            ("Learning-Rate Schedule", tr.get("lr_schedule", "constant")),
-            ("Training Epochs", _joined([s.get("epochs", 1) for s in ss])),
-        ]
-        if "steps" in tr:
-            rows.append(("Steps per Epoch", tr["steps"]))
-        rows += [
-            None,
-            ("Inference Temperature", ev["temperature"]),
-            ("Inference Top-p", ev["top_p"]),
-            ("Inference Max Response Length", ev["max_new_tokens"]),
-        ]
-        panels.append({"title": f"{d.capitalize()}", "rows": rows})
-    g = tr["grpo"]
-    k, f = _scout_k_and_f(config)
-    return {
-        "name": "hyperparameters",
-        "template": "hyper",
-        "label": "tab:hyper",
-        "caption": f"Training and inference hyperparameters per task (from the config). GRPO: n = {g['n']}, learning "
-        f"rate {g['lr']:g}, β = {g['kl_beta']}; SCOUT's teacher: GRPO with K = {k} continuations per prefix "
-        f"every f = {f} steps.",
-        "panels": panels,
-    }
-
-
-def lr_table(config: dict) -> dict:
-    def entry(setting: str, param: str):
-        tuned = config["settings"][setting][param] == tuning.TUNED
-        return lr_entry(tuning.lr(config, setting, param), note="tuned" if tuned else "")
-
-    rows = [
-        {
-            "teacher": s["teacher"],
-            "student": s["student"],
-            "task": s["domain"].capitalize(),
-            "student_lr": entry(name, "student_lr"),
-            "teacher_lr": entry(name, "teacher_lr"),
-        }
-        for name, s in config["settings"].items()
-    ]
-    caption = "Learning rates of the student and (for SCOUT) the teacher per setting."
-    if tuning.tuned_settings(config):
-        caption += (" Those marked tuned were chosen by the tuning stage on the validation set: the student LR on "
-                    "OPD, then the teacher LR on SCOUT at that student LR (the sensitivity figure).")  # fmt: skip
-    return {"name": "learning_rates", "template": "lr", "label": "tab:learning-rates", "caption": caption, "rows": rows}
-
-
-def benchmark_table(config: dict) -> dict:
-    domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
-    cols = [(d, b) for d in domains for b in jobs.benchmarks_for(config, d)]
-    return {
-        "name": "benchmarks",
-        "template": "benchmarks",
-        "label": "tab:benchmarks",
-        "caption": "Evaluation benchmarks: number of questions and of sampled responses per question (avg@k).",
-        "col_groups": _spans([_DOMAIN_TITLES.get(d, d) for d, _ in cols]),
-        "labels": [bench_label(config, b) for _, b in cols],
-        "questions": [config["benchmarks"][b]["rows"] for _, b in cols],
-        "repeats": [config["benchmarks"][b]["repeats"] for _, b in cols],
-    }
 
 
 def all_tables(cache: Cache) -> list[dict]:

@@ -763,7 +763,7 @@ def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
     """SCOUT with K = 4 as an arm of its own: its runs' specs carry K = 4, the main SCOUT's and
     every other spec stay as they were, the hyperparameter table says which variant runs which
     K, and wrong entries name the key and what it may be."""
-    from scout import tables
+    from scout import config_tables
     from tests.conftest import toy_config
 
     base = toy_config()
@@ -776,7 +776,7 @@ def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
     assert spec["method_cfg"]["scout"]["k"] == 4 and base["methods"]["scout"]["k"] != 4
     after = _every_spec(cfg)
     assert {k: v for k, v in after.items() if "scout-k4" not in k} == before  # nothing else retrains
-    k, _ = tables._scout_k_and_f(cfg)
+    k, _ = config_tables._scout_k_and_f(cfg)
     assert k.startswith(f"{base['methods']['scout']['k']} (scout; ") and k.endswith("), 4 (scout-k4)")
     for over, message in (
         ({"scout": {"kk": 4}}, "overrides.scout.kk: unknown key; expected one of: answer_marker, interval, k,"),

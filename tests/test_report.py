@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from scout import analysis, behaviour, jobs, paths, results, tables
+from scout import analysis, behaviour, config_tables, jobs, paths, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
 from scout.report import ReportError, build
@@ -267,11 +267,11 @@ def test_empty_cache_renders_dashes(tmp_path):
 
 def test_config_tables(tmp_path):
     cfg = toy(tmp_path)
-    hyper = tables.render(tables.hyper_table(cfg))
+    hyper = tables.render(config_tables.hyper_table(cfg))
     assert "Max Response Length & 128" in hyper and "Steps per Epoch & 64" in hyper
-    lr = tables.render(tables.lr_table(cfg))
+    lr = tables.render(config_tables.lr_table(cfg))
     assert r"toy-medium-grpo & toy-small & Math & $1.5{\times}10^{-4}$ & $2.5{\times}10^{-4}$" in lr
-    bench = tables.render(tables.benchmark_table(cfg))
+    bench = tables.render(config_tables.benchmark_table(cfg))
     assert r"\# Questions & 256 & 256 & 256 & 256 & 256" in bench
     assert r"\# Repeats & 16 & 16 & 16 & 10 & 10" in bench
 
@@ -494,7 +494,7 @@ def test_a_settings_own_interval_reaches_the_sweep_and_the_caption(tmp_path):
     sweep = dict((v, f) for f, v in cache.interval_variants("toy-mg-s-math"))
     assert sweep == {"scout-f1": 1, "scout-f3": 3, "scout-f4": 4, "scout": 5}
     assert dict((v, f) for f, v in cache.interval_variants("toy-l-s-math"))["scout"] == 2
-    caption = tables.hyper_table(cfg)["caption"]
+    caption = config_tables.hyper_table(cfg)["caption"]
     # each f with the variants that run it, and the setting where a variant's f differs by setting
     assert "every f = 2 (scout, toy-l-s-math; scout, toy-l-s-code; " in caption
     assert ", 5 (scout, toy-mg-s-math), 1 (scout-f1), 3 (scout-f3), 4 (scout-f4) steps" in caption
