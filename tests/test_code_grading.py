@@ -14,7 +14,8 @@ import pytest
 
 from scout import catalogue
 from scout.grading import Grader
-from scout.grading.code import RESULT_MARK, extract_lcb, sanitize, stdin_output_matches
+from scout.grading.code import RESULT_MARK, stdin_output_matches
+from scout.grading.extract import extract_lcb, sanitize
 from scout.grading.sandbox import Limits
 
 FAST = Limits(wall_seconds=3, cpu_seconds=3, memory_bytes=512 << 20)

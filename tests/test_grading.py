@@ -7,7 +7,8 @@ import time
 import pytest
 
 from scout.grading import Grader
-from scout.grading.code import calls_from_asserts, extract_code
+from scout.grading.code import calls_from_asserts
+from scout.grading.extract import extract_code
 from scout.grading.math import MathGrader, _grade_item, grade_one, last_boxed, quick_verdict
 from scout.grading.sandbox import Limits
 

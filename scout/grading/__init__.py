@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from scout.grading.code import CodeGrader, extract
+from scout.grading.code import CodeGrader
+from scout.grading.extract import extract
 from scout.grading.math import MathGrader, answer_of
 from scout.grading.rows import check_graded
 from scout.grading.sandbox import Limits

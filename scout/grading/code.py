@@ -29,7 +29,6 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -40,73 +39,10 @@ from dataclasses import asdict, replace
 from decimal import Decimal, InvalidOperation
 
 import scout.grading.values as values
+from scout.grading.extract import extract
 from scout.grading.sandbox import BATCH_PROGRAMS, Limits, Outcome, run_program, run_programs
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|Python3?)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
-THINK_END = "</think>"
 RESULT_MARK = "\x1escout-result:"
-
-
-def _answer_part(response: str) -> str:
-    return response.split(THINK_END)[-1] if THINK_END in response else response
-
-
-def extract_code(response: str) -> str:
-    """The last fenced code block (an unclosed fence runs to the end); else the whole response."""
-    blocks = _FENCE.findall(_answer_part(response))
-    return blocks[-1] if blocks else _answer_part(response)
-
-
-def extract_lcb(response: str) -> str:
-    """LiveCodeBench's rule: the lines between the last two lines containing a fence; nothing if
-    there are fewer than two."""
-    lines = _answer_part(response).split("\n")
-    fences = [i for i, line in enumerate(lines) if "```" in line]
-    if len(fences) < 2:
-        return ""
-    return "\n".join(lines[fences[-2] + 1 : fences[-1]])
-
-
-def _longest_parsable(code: str) -> str:
-    """The longest run of consecutive lines that parses (evalplus's fallback for broken code)."""
-    lines = code.split("\n")
-    best = ""
-    for i in range(len(lines)):
-        for j in range(len(lines), i, -1):
-            if j - i <= best.count("\n") + 1:
-                break
-            chunk = "\n".join(lines[i:j])
-            try:
-                ast.parse(chunk)
-            except SyntaxError:
-                continue
-            best = chunk
-            break
-    return best
-
-
-_KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
-
-
-def sanitize(response: str) -> str:
-    """evalplus-style: the code of the answer with only its definitions kept (imports, functions,
-    classes, assignments); example calls, prints and ``__main__`` blocks are dropped."""
-    code = extract_code(response)
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        code = _longest_parsable(code)
-        tree = ast.parse(code)
-    return "\n\n".join(ast.get_source_segment(code, node) or "" for node in tree.body if isinstance(node, _KEEP))
-
-
-EXTRACTORS = {"fenced": extract_code, "lcb": extract_lcb, "sanitize": sanitize}
-
-
-def extract(response: str, how: str = "fenced") -> str:
-    if how not in EXTRACTORS:
-        raise ValueError(f"unknown code extraction {how!r}; expected one of {sorted(EXTRACTORS)}")
-    return EXTRACTORS[how](response)
 
 
 class Unconvertible(ValueError):

@@ -4,7 +4,8 @@ every row it is handed, so malformed test data is refused by name, never graded 
 
 from __future__ import annotations
 
-from scout.grading.code import EXTRACTORS, TEST_TYPES
+from scout.grading.code import TEST_TYPES
+from scout.grading.extract import EXTRACTORS
 
 
 def check_graded(row: dict) -> str | None:
