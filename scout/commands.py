@@ -122,7 +122,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_serve_teacher(args) -> int:
-    from scout.serving import serve
+    from scout.serve import serve
 
     serve(_spec(args.spec), args.id, log=_log)
     return 0

@@ -28,13 +28,11 @@ as long as its consumers need it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -74,7 +72,7 @@ def runs_folder(results: str | Path) -> Path:
     return Path(results) / "servers" / "runs"
 
 
-def _write(path: Path, record: dict) -> None:
+def write_record(path: Path, record: dict) -> None:
     """Write a JSON record whole (a reader never sees half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -82,7 +80,7 @@ def _write(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
-def _read(path: Path) -> dict | None:
+def read_record(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -96,7 +94,7 @@ def start_run(results: str | Path, run: str) -> Path:
     """The run's heartbeat, touched every ``HEARTBEAT`` seconds from a thread of the Snakemake
     process while it lives: a server serves only runs that are alive."""
     path = runs_folder(results) / run
-    _write(path, {"run": run, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
+    write_record(path, {"run": run, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
 
     def beat() -> None:
         while path.exists():
@@ -127,9 +125,9 @@ def end_run(results: str | Path, run: str, log: Callable[[str], None] = print) -
     root = Path(results) / "servers"
     for where in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "runs") if root.exists() else []:
         for d in where.glob("demand/*.json"):
-            if (_read(d) or {}).get("run") == run:
+            if (read_record(d) or {}).get("run") == run:
                 d.unlink(missing_ok=True)
-        launched = _read(where / "launch.json")
+        launched = read_record(where / "launch.json")
         if launched and launched.get("how") == "slurm" and not wanting_runs(where, alive):
             if launch_state(launched) == "PENDING":
                 subprocess.run(["scancel", str(launched["job"])], capture_output=True)
@@ -143,7 +141,7 @@ def clear_stale(results: str | Path) -> list[Path]:
     gone = []
     root = Path(results) / "servers"
     for p in [*root.glob("*/await/**/*.json"), *root.glob("*/demand/*.json")] if root.exists() else []:
-        if (_read(p) or {}).get("run") not in alive:
+        if (read_record(p) or {}).get("run") not in alive:
             p.unlink(missing_ok=True)
             gone.append(p)
     return gone
@@ -158,12 +156,12 @@ def _key(user: str) -> str:
 
 def add_demand(where: Path, user: str, run: str) -> None:
     """A cell of ``run`` will train and needs the server (``user``: its ``train.json``)."""
-    _write(where / "demand" / f"{_key(user)}.json", {"user": user, "run": run, "since": time.time()})
+    write_record(where / "demand" / f"{_key(user)}.json", {"user": user, "run": run, "since": time.time()})
 
 
 def wanting_runs(where: Path, alive: set[str]) -> set[str]:
     """The live runs that have asked for this server (a demand of theirs is on file)."""
-    return {(_read(p) or {}).get("run") for p in where.glob("demand/*.json")} & alive
+    return {(read_record(p) or {}).get("run") for p in where.glob("demand/*.json")} & alive
 
 
 def pending(where: Path, alive: set[str]) -> list[str]:
@@ -171,7 +169,7 @@ def pending(where: Path, alive: set[str]) -> list[str]:
     ``train.json`` is not yet newer than the demand."""
     out = []
     for p in sorted(where.glob("demand/*.json")):
-        d = _read(p)
+        d = read_record(p)
         if not d or d.get("run") not in alive:
             continue
         with contextlib.suppress(OSError):
@@ -199,7 +197,7 @@ class Lease:
         return self
 
     def _write(self, released: bool) -> None:
-        _write(self.path, {"user": self.user, "released": released})
+        write_record(self.path, {"user": self.user, "released": released})
 
     def _beat(self) -> None:
         while True:
@@ -252,7 +250,7 @@ def answers(url: str, model: str, timeout: float = 5.0) -> bool:
 def live_server(where: Path, model: str) -> dict | None:
     """The server's address if it answers there and serves ``model``; a file a dead or other server
     left is not trusted."""
-    address = _read(where / "address.json")
+    address = read_record(where / "address.json")
     if address and address.get("model") == model and answers(address["url"], model):
         return address
     return None
@@ -279,7 +277,7 @@ def launch(spec: dict, run: str, how: str, log: Callable[[str], None] = print) -
     where.mkdir(parents=True, exist_ok=True)
     server_id = uuid.uuid4().hex[:12]
     spec_path = where / f"spec-{server_id}.json"
-    _write(spec_path, spec)
+    write_record(spec_path, spec)
     cmd = [sys.executable, "-m", "scout.cli", "--log", str(where / f"server-{server_id}.log"), "serve-teacher",
            "--spec", f"@{spec_path}", "--id", server_id]  # fmt: skip
     record = {"id": server_id, "how": how, "run": run, "time": time.time(), "log": str(where / f"server-{server_id}.log")}
@@ -296,7 +294,7 @@ def launch(spec: dict, run: str, how: str, log: Callable[[str], None] = print) -
                                 start_new_session=True)  # fmt: skip
         record |= {"pid": proc.pid, "host": socket.gethostname()}
         log(f"teacher server of {spec['model']}: launched as process {proc.pid} on {record['host']} ({where})")
-    _write(where / "launch.json", record)
+    write_record(where / "launch.json", record)
     return record
 
 
@@ -350,7 +348,7 @@ def ensure(spec: dict, user: str, run: str, how: str, wait_s: float | None = Non
         if found:
             return found
         with _locked(where):
-            record = _read(where / "launch.json")
+            record = read_record(where / "launch.json")
             state = launch_state(record) if record else None
             if state is None and not live_server(where, model):
                 if launches >= LAUNCHES:
@@ -368,134 +366,3 @@ def ensure(spec: dict, user: str, run: str, how: str, wait_s: float | None = Non
             log(f"waiting for the teacher server of {model} ({what}, {state or 'starting'}), {waited:.0f} s so far")
             told = waited
         time.sleep(poll)
-
-
-# -- the server itself -------------------------------------------------------------------------------------
-
-
-def engine_command(spec: dict, port: int) -> list[str]:
-    """The engine's OpenAI-compatible server on the teacher's weights: vLLM's, data-parallel over the
-    job's GPUs, or the embedded engine's (``teacher_serving.engine: embedded``, CPU)."""
-    if spec.get("engine", "vllm") == "embedded":
-        module = "scout.embedded.server"
-    else:
-        module = "vllm.entrypoints.openai.api_server"
-    cmd = [sys.executable, "-m", module, "--model", spec["path"], "--served-model-name", spec["model"],
-           "--host", "0.0.0.0", "--port", str(port), "--max-logprobs", str(spec["max_logprobs"]),
-           "--max-model-len", str(spec["max_model_len"])]  # fmt: skip
-    if spec.get("gpus", 0) > 1 and module.startswith("vllm"):
-        cmd += ["--data-parallel-size", str(spec["gpus"])]
-    return cmd + list(spec.get("args", []))
-
-
-def _die_with_parent() -> None:
-    """In the engine's process, before it starts: SIGTERM when the server that started it dies, even
-    by SIGKILL, so that no engine outlives its server and answers at an address nobody manages."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-PORT_TRIES = 3
-
-
-def _start_engine(spec: dict, where: Path, log: Callable[[str], None], poll: float) -> tuple[subprocess.Popen, str]:
-    """The engine, answering at its URL; a port another process took meanwhile is tried again."""
-    limit = 60 * spec.get("start_minutes", START_MINUTES)
-    host = socket.gethostname()
-    for attempt in range(1, PORT_TRIES + 1):
-        port = _free_port()
-        url = f"http://{host}:{port}"
-        engine_log = where / "engine.log"
-        with open(engine_log, "w") as out:
-            proc = subprocess.Popen(engine_command(spec, port), stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
-        t0 = time.monotonic()
-        while proc.poll() is None and time.monotonic() - t0 < limit:
-            if answers(url, spec["model"], timeout=2):
-                return proc, url
-            time.sleep(poll)
-        tail = engine_log.read_text(errors="replace")[-2000:]
-        _stop(proc)
-        if "address already in use" in tail.lower() and attempt < PORT_TRIES:
-            log(f"port {port} was taken before the engine bound it; another")
-            continue
-        raise TeacherServerError(f"the engine did not come up; the end of {engine_log}:\n{tail}")
-    raise AssertionError("unreachable")
-
-
-def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dict:
-    """Run the teacher's server while a run needs it (``stop_reason``), then stop it; log a record."""
-    poll, grace = spec.get("poll_s", POLL), spec.get("grace_s", GRACE)  # (shorter in the tests)
-    where = Path(spec["folder"])
-    results = Path(spec["results"])
-    leases = where / "leases"
-    now = time.time()
-    for p in leases.glob("*.lease") if leases.exists() else []:  # finished users' leases (never a live one)
-        lease = _read(p)
-        with contextlib.suppress(OSError):
-            if lease is None or lease.get("released") or now - p.stat().st_mtime > STALE:
-                p.unlink()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"the teacher server of {spec['model']} was stopped (SIGTERM)"))
-    t0 = time.time()
-    proc, url = _start_engine(spec, where, log, poll)
-    ready = time.time()
-    address = {"id": server_id, "url": url, "model": spec["model"], "host": socket.gethostname(), "pid": os.getpid(),
-               "job": os.environ.get("SLURM_JOB_ID"), "started": ready}  # fmt: skip
-    _write(where / "address.json", address)
-    log(f"teacher server of {spec['model']} up at {url} in {ready - t0:.0f} s (id {server_id})")
-    seen: set[str] = set()
-    reason, needed_at, no_run_since = None, ready, None
-    try:
-        while reason is None:
-            if proc.poll() is not None:
-                raise TeacherServerError(f"the engine exited with {proc.returncode}; see {where / 'engine.log'}")
-            now = time.time()
-            live, users, _ = read_leases(leases, now)
-            seen |= users
-            alive = live_runs(results, now)
-            if live or pending(where, alive):
-                needed_at = now
-            runs_alive = bool(live) or bool(wanting_runs(where, alive))
-            no_run_since = None if runs_alive else (no_run_since or now)
-            reason = stop_reason(now, needed_at, runs_alive, no_run_since, 60 * spec.get("idle_minutes", IDLE_MINUTES),
-                                 grace)  # fmt: skip
-            if reason is None:
-                time.sleep(poll)
-        served = requests_answered(url)
-    finally:
-        if (_read(where / "address.json") or {}).get("id") == server_id:  # only its own address
-            (where / "address.json").unlink(missing_ok=True)
-        _stop(proc)
-    record = {"id": server_id, "model": spec["model"], "url": url, "ready_s": round(ready - t0, 1),
-              "up_s": round(time.time() - ready, 1), "stopped": reason, "users": sorted(seen), "requests": served}  # fmt: skip
-    log(f"teacher server of {spec['model']} stopped: {reason}; {served} requests from {len(seen)} users")
-    log(json.dumps(record))
-    return record
-
-
-def requests_answered(url: str) -> int | None:
-    """Completions the server answered (vLLM's ``vllm:request_success_total`` on /metrics)."""
-    try:
-        text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
-    except OSError:
-        return None
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total")))  # fmt: skip
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """The engine's whole process group: vLLM's engine core runs in a process of its own."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
