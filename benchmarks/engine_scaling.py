@@ -3,7 +3,7 @@
 For each batch size (rows), on the toy teacher's architecture (config/config.yaml's toy-large,
 randomly initialised: the cost does not depend on the weights) and prompts of toy-math length:
 
-- sample: ``lm.sample`` of 40 new tokens per row (the budget forces every row to the end);
+- sample: ``sampling.sample`` of 40 new tokens per row (the budget forces every row to the end);
 - train: one forward and backward of ``lm.response_logits`` over 40-token responses, the loss the
   student and teacher updates take (``lm.token_logp``);
 - on CUDA, the same forward and backward through transformers' ``Qwen3ForCausalLM`` on the same
@@ -38,7 +38,7 @@ pin_numerics()  # before torch is imported: the grid's code paths on the CPU
 
 import torch  # noqa: E402
 
-from scout.embedded import lm  # noqa: E402
+from scout.embedded import lm, sampling  # noqa: E402
 from scout.embedded.qwen3 import Qwen3  # noqa: E402
 
 ARCH = {"model_type": "qwen3", "vocab_size": 40, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
@@ -91,7 +91,7 @@ def main() -> None:
             model.save_pretrained(tmp)
             hf = Qwen3ForCausalLM.from_pretrained(tmp, dtype=torch.float32).to(device)
     g = torch.Generator().manual_seed(0)
-    sampling = lm.Sampling(NEW, 1.0, 1.0)
+    params = sampling.Sampling(NEW, 1.0, 1.0)
     print(f"{device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'one thread, pinned'}), toy-large, "
           f"{NEW} tokens; median of {args.repeat}")  # fmt: skip
     head = f"{'rows':>6} {'sample':>10} {'x':>6} {'train':>10} {'x':>6}" + (f" {'transformers':>13} {'x':>6}" if hf else "")
@@ -103,7 +103,7 @@ def main() -> None:
         def sample(prompts=prompts):
             with torch.no_grad():
                 gen = torch.Generator().manual_seed(1)
-                lm.sample(model, prompts, sampling, eos_id=-1, pad_id=0, generator=gen)
+                sampling.sample(model, prompts, params, eos_id=-1, pad_id=0, generator=gen)
 
         def train(m=model, prompts=prompts, responses=responses):
             logits, tokens, mask = lm.response_logits(m, prompts, responses, 0)

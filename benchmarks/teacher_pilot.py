@@ -42,7 +42,7 @@ def continuation_accuracy(tr, teacher, rows, responses, ratios, k, sampling, see
     """ratio -> (accuracy of k teacher continuations of each fixed prefix, share of prefixes that
     already hold the answer), prefixes cut as the trainer cuts them."""
     from scout import algorithms as alg
-    from scout.embedded import lm
+    from scout.embedded.sampling import Sampling, sample
 
     sc = tr.spec["method_cfg"]["scout"]
     out = {}
@@ -59,8 +59,8 @@ def continuation_accuracy(tr, teacher, rows, responses, ratios, k, sampling, see
             graded += [row] * k
         budgets = [tr.spec["max_response_length"] - len(c) for c in cuts]
         g = torch.Generator().manual_seed(seed * 1009 + i)
-        s = lm.Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
-        conts = lm.sample(teacher, prompts, s, tr.eos, tr.pad, g, budgets)
+        s = Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
+        conts = sample(teacher, prompts, s, tr.eos, tr.pad, g, budgets)
         texts = [tr.decode(x) for x in conts]
         verdicts = tr.grader.grade([tr.decode(c + x) for c, x in zip(cuts, conts, strict=True)], graded)
         looks_back = sum(RESTART in t for t in texts) / len(texts)  # the teacher's late self-check
@@ -69,18 +69,18 @@ def continuation_accuracy(tr, teacher, rows, responses, ratios, k, sampling, see
 
 
 def own_accuracy(tr, teacher, rows, k, sampling, seed) -> float:
-    from scout.embedded import lm
+    from scout.embedded.sampling import Sampling, sample
 
     prompts = [tr.prompt_ids(r) for r in rows for _ in range(k)]
-    s = lm.Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
-    conts = lm.sample(teacher, prompts, s, tr.eos, tr.pad, torch.Generator().manual_seed(seed))
+    s = Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
+    conts = sample(teacher, prompts, s, tr.eos, tr.pad, torch.Generator().manual_seed(seed))
     verdicts = tr.grader.grade([tr.decode(c) for c in conts], [r for r in rows for _ in range(k)])
     return sum(verdicts) / len(verdicts)
 
 
 def main() -> None:
     from scout import config, grid, paths, tuning
-    from scout.embedded import lm
+    from scout.embedded import sampling
     from scout.embedded.trainer import Trainer
     from scout.prepare import load_rows
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,7 +113,7 @@ def main() -> None:
         g = torch.Generator().manual_seed(12345)
         held_prompts = [tr.prompt_ids(r) for r in held for _ in range(2)]
         held_rows = [r for r in held for _ in range(2)]
-        held_resp = lm.sample(tr.models.student, held_prompts, tr.sampling(), tr.eos, tr.pad, g)
+        held_resp = sampling.sample(tr.models.student, held_prompts, tr.sampling(), tr.eos, tr.pad, g)
         evaluation = {k: cfg["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")}
         before = continuation_accuracy(tr, tr.models.teacher, held_rows, held_resp, ratios, 4, evaluation, 1)
         own_before = own_accuracy(tr, tr.models.teacher, own_rows, 8, evaluation, 2)

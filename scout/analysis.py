@@ -34,7 +34,7 @@ import torch
 
 from scout import algorithms as alg
 from scout import behaviour, jobs
-from scout.embedded import lm
+from scout.embedded import sampling
 from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
@@ -130,7 +130,7 @@ def reflection_after_steps(engine, pairs: list[tuple[dict, str]], verdicts: list
     next token is a reflection word (Relay-OPD's list), with whether the step was right
     (``scout.behaviour.reflection_points``)."""
     tok = engine.tokenizer
-    reflect = lm.vocab_flags(tok, len(tok))[0].nonzero().squeeze(1).tolist()
+    reflect = sampling.vocab_flags(tok, len(tok))[0].nonzero().squeeze(1).tolist()
     prompts, resp, points = [], [], []
     for (row, text), ok in zip(pairs, verdicts, strict=True):
         ids = tok.encode(text, add_special_tokens=False)
@@ -210,53 +210,58 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
 
     with Grader() as grader:
         student_right = grader.grade([t for _, t in initial_student], [r for r, _ in initial_student])
-        engine = make_generator(
-            spec["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
-        )
+        engine = _engine(spec, spec["teacher"])
         reflection(engine, "initial", 0)
         probe(engine, grader, "initial", 0, "initial-student", initial_student)
         probe(engine, grader, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "own", own)
         entropy(engine, "initial", 0, "student", initial_student)
         # a run's student (and teacher) at each matched checkpoint: "final", or an intermediate one
-        students = {
-            (r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row, probed)
-            for r in spec["runs"]
-        }
+        students = {(r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row, probed)
+                    for r in spec["runs"]}  # fmt: skip
         for (seed, ckpt), pairs in students.items():
             probe(engine, grader, "initial", seed, jobs.probe_labels(ckpt)[1], pairs)
         del engine
         for r in spec["runs"]:
             ckpt = r.get("checkpoint", "final")
             name, prefixes = jobs.probe_labels(ckpt)
-            engine = make_generator(
-                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
-            )
+            engine = _engine(spec, r["teacher"])
             probe(engine, grader, name, r["seed"], "initial-student", initial_student)
             probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
             if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
                 reflection(engine, "scout", r["seed"])
                 asked = [row for q, row in rows_by_id.items() if probed is None or q in probed]
-                gens = engine.generate([row["prompt"] for row in asked], 1, sampling, seed=r["seed"])
-                own_trained = [(row, cs[0].text) for row, cs in zip(asked, gens, strict=True)]
-                entropy(engine, "scout", r["seed"], "own", own_trained)
+                entropy(engine, "scout", r["seed"], "own", _own_responses(engine, asked, sampling, r["seed"]))
                 entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
             del engine
         for r in spec.get("controls", []):  # other trained teachers (the prefix-0 control's, LoRA ones): the same prefixes
-            engine = make_generator(
-                r["teacher"], spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu")
-            )
+            engine = _engine(spec, r["teacher"])
             label = r.get("label", "control")
             probe(engine, grader, label, r["seed"], "initial-student", initial_student)
             if label == "control":  # the behaviour figure sets the control's reflection beside SCOUT's
                 reflection(engine, label, r["seed"])
             del engine
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(cont, columns=CONTINUATION).to_csv(out / "continuation.csv", index=False)
-    pd.DataFrame(ent, columns=ENTROPY).to_csv(out / "entropy.csv", index=False)
-    pd.DataFrame(ent_resp, columns=ENTROPY_RESPONSES).to_csv(out / "entropy_responses.csv", index=False)
-    pd.DataFrame(items, columns=ITEMS).to_csv(out / "continuation_items.csv", index=False)
-    pd.DataFrame(reflect, columns=behaviour.REFLECTION_COLUMNS).to_csv(out / "reflection.csv", index=False)
-    (out / "analysis.json").write_text(json.dumps(provenance(spec), indent=1))
+    _write(Path(out_dir), spec, {"continuation": (cont, CONTINUATION), "entropy": (ent, ENTROPY),
+                                 "entropy_responses": (ent_resp, ENTROPY_RESPONSES), "continuation_items": (items, ITEMS),
+                                 "reflection": (reflect, behaviour.REFLECTION_COLUMNS)})  # fmt: skip
     return len(cont), len(ent)
+
+
+def _own_responses(engine, rows: list[dict], sampling: dict, seed: int) -> list[tuple[dict, str]]:
+    """One response of the teacher's own to each row, paired with it."""
+    gens = engine.generate([row["prompt"] for row in rows], 1, sampling, seed=seed)
+    return [(row, cs[0].text) for row, cs in zip(rows, gens, strict=True)]
+
+
+def _engine(spec: dict, teacher: str):
+    """A teacher's generator, as the spec's engine, chat template, options and device make it."""
+    return make_generator(teacher, spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"),
+                          spec.get("device", "cpu"))  # fmt: skip
+
+
+def _write(out: Path, spec: dict, tables: dict[str, tuple[list, list]]) -> None:
+    """Each probe table as ``{name}.csv`` with its columns, and the analysis's provenance."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (rows, columns) in tables.items():
+        pd.DataFrame(rows, columns=columns).to_csv(out / f"{name}.csv", index=False)
+    (out / "analysis.json").write_text(json.dumps(provenance(spec), indent=1))

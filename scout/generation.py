@@ -19,6 +19,7 @@ import torch
 
 from scout.algorithms import token_entropy
 from scout.embedded import lm
+from scout.embedded.sampling import Sampling, sample
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,12 @@ class TransformersGenerator:
 
     def complete(self, ids: list[list[int]], n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         flat = [x for x in ids for _ in range(n)]
-        s = lm.Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
+        s = Sampling(sampling["max_new_tokens"], sampling["temperature"], sampling["top_p"])
         g = torch.Generator().manual_seed(seed)
         eos = self.tok.eos_token_id
         out: list[Completion] = []
         for i in range(0, len(flat), self.batch_size):
-            for r in lm.sample(self.model, flat[i : i + self.batch_size], s, eos, self.tok.pad_token_id, g):
+            for r in sample(self.model, flat[i : i + self.batch_size], s, eos, self.tok.pad_token_id, g):
                 ended = bool(r) and r[-1] == eos
                 body = r[:-1] if ended else r
                 out.append(Completion(self.tok.decode(body), "stop" if ended else "length", tuple(body)))

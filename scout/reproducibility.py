@@ -154,7 +154,7 @@ def probe(steps: int = 24) -> str:
     every kind of kernel a toy job uses, so they compute the same digits for the toy grid."""
     import torch  # here, not at the top: this module pins the numerics before torch is first imported
 
-    from scout.embedded import lm
+    from scout.embedded import lm, sampling
     from scout.embedded.optim import AdamW
     from scout.embedded.qwen3 import Qwen3
 
@@ -175,7 +175,7 @@ def probe(steps: int = 24) -> str:
             opt.zero_grad()
             loss.backward()
             opt.step()
-        drawn = lm.sample(model, sequences(8, 2, 9), lm.Sampling(16, 0.6, 0.95), eos_id=1, pad_id=0, generator=g)
+        drawn = sampling.sample(model, sequences(8, 2, 9), sampling.Sampling(16, 0.6, 0.95), eos_id=1, pad_id=0, generator=g)
         h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
         h.update(repr(drawn).encode())
         return h.hexdigest()[:12]

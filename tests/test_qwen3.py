@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scout.embedded import lm
+from scout.embedded import lm, sampling
 from scout.embedded.qwen3 import Qwen3, is_qwen3, rotate
 from scout.embedded.tokenizer import Tokenizer
 from scout.toy.tasks import Split, generate_split, worked_solution
@@ -55,7 +55,7 @@ def test_incremental_decoding_matches_a_full_forward(saved):
     model = Qwen3.from_pretrained(saved).eval()
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
     steps = [[20, 21, 22], [23, 24, 25], [26, 27, 28]]
-    dec = lm.Decoder(model, prompts, pad_id=0, max_new=3)
+    dec = sampling.Decoder(model, prompts, pad_id=0, max_new=3)
     seen = [dec.logits.clone()]
     for j in range(2):
         seen.append(dec.step(torch.tensor([s[j] for s in steps])).clone())
@@ -94,8 +94,8 @@ def _shared_prefill_equals_each(saved, exact: bool = True) -> None:
     tokens = torch.arange(20, 32)
     same = torch.equal if exact else (lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-6))
     with torch.no_grad():
-        shared = lm.Decoder(model, prompts, pad_id=0, max_new=4)
-        each = lm.Decoder(model, prompts, pad_id=0, max_new=4, share=False)
+        shared = sampling.Decoder(model, prompts, pad_id=0, max_new=4)
+        each = sampling.Decoder(model, prompts, pad_id=0, max_new=4, share=False)
         assert len(shared.cache[0][0]) == len(each.cache[0][0]) == 12
         assert same(shared.logits, each.logits)
         for j in range(3):
@@ -166,8 +166,8 @@ def test_dropping_finished_rows_changes_the_others_only_by_rounding(saved):
     model = Qwen3.from_pretrained(saved).eval()
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
     with torch.no_grad():
-        full = lm.Decoder(model, prompts, pad_id=0, max_new=4)
-        kept = lm.Decoder(model, prompts, pad_id=0, max_new=4)
+        full = sampling.Decoder(model, prompts, pad_id=0, max_new=4)
+        kept = sampling.Decoder(model, prompts, pad_id=0, max_new=4)
         full.step(torch.tensor([20, 21, 22]))
         kept.step(torch.tensor([20, 21, 22]))
         kept.keep(torch.tensor([0, 2]))  # row 1 finished

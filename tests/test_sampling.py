@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from scout.embedded import lm
+from scout.embedded import lm, sampling
 from scout.embedded.qwen3 import Qwen3
 
 # a tiny Qwen3 with wide initial weights, so that its greedy choices are clear (no near ties that
@@ -26,7 +26,7 @@ def test_each_row_inverts_its_cumulative_distribution_at_its_own_draw():
     logits = _logits([0.5, 0.3, 0.2]).expand(4, 3)
     u = torch.rand(4, generator=torch.Generator().manual_seed(7))
     expected = [0 if x < 0.5 else 1 if x < 0.8 else 2 for x in u.tolist()]
-    got = lm.sample_from_logits(logits, 1.0, 1.0, torch.Generator().manual_seed(7))
+    got = sampling.sample_from_logits(logits, 1.0, 1.0, torch.Generator().manual_seed(7))
     assert got.tolist() == expected
 
 
@@ -36,14 +36,14 @@ def test_nucleus_keeps_the_token_that_reaches_top_p_and_nothing_after():
     logits = _logits([0.2, 0.5, 0.3]).expand(4, 3)
     u = torch.rand(4, generator=torch.Generator().manual_seed(3))
     expected = [1 if x * 0.8 < 0.5 else 2 for x in u.tolist()]
-    got = lm.sample_from_logits(logits, 1.0, 0.6, torch.Generator().manual_seed(3))
+    got = sampling.sample_from_logits(logits, 1.0, 0.6, torch.Generator().manual_seed(3))
     assert got.tolist() == expected
 
 
 def test_frequencies_match_the_distribution_and_skip_impossible_tokens():
     probs = [0.4, 0.0, 0.25, 0.2, 0.15, 0.0]
     n = 40_000
-    got = lm.sample_from_logits(_logits(probs).expand(n, 6), 1.0, 1.0, torch.Generator().manual_seed(0))
+    got = sampling.sample_from_logits(_logits(probs).expand(n, 6), 1.0, 1.0, torch.Generator().manual_seed(0))
     counts = torch.bincount(got, minlength=6).double()
     assert counts[1] == 0 and counts[5] == 0
     expected = torch.tensor(probs, dtype=torch.float64) * n
@@ -54,18 +54,18 @@ def test_frequencies_match_the_distribution_and_skip_impossible_tokens():
 
 def test_temperature_sharpens_and_zero_is_greedy():
     logits = _logits([0.6, 0.4]).expand(20_000, 2)
-    cold = lm.sample_from_logits(logits, 0.5, 1.0, torch.Generator().manual_seed(1)).double().mean()
+    cold = sampling.sample_from_logits(logits, 0.5, 1.0, torch.Generator().manual_seed(1)).double().mean()
     # p(1) at temperature 0.5 is 0.4^2 / (0.6^2 + 0.4^2) = 0.16 / 0.52
     assert abs(float(cold) - 0.16 / 0.52) < 0.01
-    assert lm.sample_from_logits(logits[:3], 0.0, 1.0, torch.Generator()).tolist() == [0, 0, 0]
+    assert sampling.sample_from_logits(logits[:3], 0.0, 1.0, torch.Generator()).tolist() == [0, 0, 0]
 
 
 def test_a_rows_token_does_not_depend_on_which_rows_are_still_decoded():
     torch.manual_seed(0)
     logits = torch.randn(5, 11)
-    full = lm.sample_from_logits(logits, 0.8, 0.9, torch.Generator().manual_seed(5))
+    full = sampling.sample_from_logits(logits, 0.8, 0.9, torch.Generator().manual_seed(5))
     rows = torch.tensor([1, 3, 4])
-    part = lm.sample_from_logits(logits[rows], 0.8, 0.9, torch.Generator().manual_seed(5), rows, 5)
+    part = sampling.sample_from_logits(logits[rows], 0.8, 0.9, torch.Generator().manual_seed(5), rows, 5)
     assert part.tolist() == full[rows].tolist()
 
 
@@ -86,7 +86,7 @@ def test_the_nucleus_from_the_first_tokens_equals_the_nucleus_from_a_full_sort()
     mixed = torch.cat([peaked[:200], flat[200:]])[torch.randperm(300, generator=g)]  # each row its own path
     for logits in (peaked, flat, mixed):
         u = torch.rand(300, generator=torch.Generator().manual_seed(9))
-        got = lm.sample_from_logits(logits, 0.6, 0.95, torch.Generator().manual_seed(9))
+        got = sampling.sample_from_logits(logits, 0.6, 0.95, torch.Generator().manual_seed(9))
         assert got.tolist() == _reference(logits, 0.6, 0.95, u).tolist()
 
 
@@ -106,9 +106,9 @@ def test_budgets_and_eos_end_each_row_where_the_loop_did():
     torch.manual_seed(0)
     model = Qwen3(CFG).init_weights(3).eval()
     prompts = [[3, 4, 5], [6, 7], [8], [9, 10, 11, 12]]
-    greedy = lm.Sampling(max_new_tokens=6, temperature=0.0)
+    greedy = sampling.Sampling(max_new_tokens=6, temperature=0.0)
     g = torch.Generator().manual_seed(0)
-    full = lm.sample(model, prompts, greedy, eos_id=-1, pad_id=0, generator=g, max_new_tokens=[6, 6, 0, 2])
+    full = sampling.sample(model, prompts, greedy, eos_id=-1, pad_id=0, generator=g, max_new_tokens=[6, 6, 0, 2])
     assert [len(r) for r in full] == [6, 6, 0, 2]
     with torch.no_grad():  # each row's greedy continuation, one row at a time
         for p, r in zip(prompts, full, strict=True):
@@ -118,5 +118,5 @@ def test_budgets_and_eos_end_each_row_where_the_loop_did():
                 assert int(nxt) == t
                 seq.append(t)
     eos = full[0][2]  # the token row 0 emits third ends it there when it is the EOS
-    cut = lm.sample(model, prompts, greedy, eos_id=eos, pad_id=0, generator=g)
+    cut = sampling.sample(model, prompts, greedy, eos_id=eos, pad_id=0, generator=g)
     assert cut[0] == full[0][: full[0].index(eos) + 1]

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from scout import algorithms as alg
-from scout.embedded import lm
+from scout.embedded import lm, sampling
 from scout.embedded.trainer import Trainer
 from scout.methods import METHODS
 from tests.conftest import params_vector
@@ -227,13 +227,13 @@ def test_relay_rollout_hands_over_to_teacher_on_reflection(world):
         s_bias = torch.zeros(emb.weight.shape[0])
         s_bias[wait] = -50.0
         s_emb.register_forward_hook(lambda m, i, o: o + s_bias)
-    reflect, blanks = lm.vocab_flags(tok, emb.weight.shape[0])
+    reflect, blanks = sampling.vocab_flags(tok, emb.weight.shape[0])
     cfg = alg.RelayConfig(max_legs=2, max_paragraphs=1, max_leg_tokens=5, student_topk=5)
-    res = lm.relay_sample(
+    res = sampling.relay_sample(
         student,
         teacher,
         [lm.prompt_ids(tok, "Compute 1+2.")],
-        lm.Sampling(30),
+        sampling.Sampling(30),
         cfg,
         reflect,
         blanks,

@@ -591,7 +591,7 @@ def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, se
     find the first trigger) must produce the embedded backend's token-by-token rollout exactly,
     token for token and owner for owner. Random reflection and blank-line tables make triggers,
     paragraph cuts, leg-length cuts and (budget 5) a cut mid-leg."""
-    from scout.embedded import lm
+    from scout.embedded import lm, sampling
     from scout.verl import agent_loop as al
 
     student, teacher, tok = relay_models
@@ -601,8 +601,8 @@ def test_relay_rollout_on_two_servers_equals_the_embedded_relay(relay_models, se
     for table_seed in range(seed, seed + 20):  # the first tables (from this seed on) that make a trigger
         g = torch.Generator().manual_seed(table_seed)
         reflect, blank = torch.rand(vocab, generator=g) < 0.3, torch.rand(vocab, generator=g) < 0.1
-        ref = lm.relay_sample(
-            student, teacher, [prompt], lm.Sampling(budget, temperature=0.0), cfg, reflect, blank,
+        ref = sampling.relay_sample(
+            student, teacher, [prompt], sampling.Sampling(budget, temperature=0.0), cfg, reflect, blank,
             tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0),
         )  # fmt: skip
         if ref.triggers:

@@ -12,25 +12,24 @@ from __future__ import annotations
 import copy
 import json
 import random
-import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from scout import algorithms as alg
 from scout import runs, teacher_server
-from scout.embedded import lm, lora
+from scout.embedded import lm, lora, sampling
+from scout.embedded.checkpoints import Checkpoints
 from scout.embedded.optim import AdamW
 from scout.grading import Grader
-from scout.io import DamagedInput, read_jsonl
+from scout.io import read_jsonl
 from scout.methods import METHODS, Method
 from scout.prepare import load_rows
 from scout.tracking import Tracker
 
-STATE_FILE = "trainer_state.pt"
 # A step's rollouts are scored 16 at a time, sorted by length: less padding (about 5% off an OPD step)
 CHUNK = 16
 
@@ -68,7 +67,7 @@ def _adamw(model: torch.nn.Module, lr: float) -> AdamW:
     return AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), weight_decay=0.0)
 
 
-class Trainer:
+class Trainer(Checkpoints):
     def __init__(self, spec: dict, out_dir: str | Path, device: str = "cpu"):
         self.spec, self.out = spec, Path(out_dir)
         self.method: Method = METHODS[spec["method"]]
@@ -109,7 +108,7 @@ class Trainer:
             self.progress.budget = alg.BudgetState(spec["method_cfg"]["prune_opd"]["budget"]["initial"])
         if self.method.rollout == "relay":
             size = student.get_output_embeddings().weight.shape[0]
-            self.reflect, self.blank = lm.vocab_flags(self.tok, size)
+            self.reflect, self.blank = sampling.vocab_flags(self.tok, size)
         self.grader = Grader()
         self._prompt_cache: dict[str, list[int]] = {}
         self._pieces: dict[int, str] = {}  # token id -> its text
@@ -136,8 +135,8 @@ class Trainer:
     def generator(self, step: int, phase: int = 0) -> torch.Generator:
         return torch.Generator().manual_seed(self.spec["seed"] * 1_000_003 + step * 7 + phase)
 
-    def sampling(self, max_new: int | None = None) -> lm.Sampling:
-        return lm.Sampling(max_new or self.spec["max_response_length"], self.spec["temperature"], self.spec["top_p"])
+    def sampling(self, max_new: int | None = None) -> sampling.Sampling:
+        return sampling.Sampling(max_new or self.spec["max_response_length"], self.spec["temperature"], self.spec["top_p"])
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode([t for t in ids if t != self.eos], skip_special_tokens=False)
@@ -199,7 +198,7 @@ class Trainer:
         if m.rollout == "relay":
             rc = spec["method_cfg"]["relay_opd"]
             cfg = alg.RelayConfig(**rc)
-            relay = lm.relay_sample(
+            relay = sampling.relay_sample(
                 models.student, models.teacher, prompts, self.sampling(budget), cfg,
                 self.reflect, self.blank, self.eos, self.pad, g,
             )  # fmt: skip
@@ -207,7 +206,7 @@ class Trainer:
             owned = sum(map(sum, relay.teacher_owned))
             metrics.update(relay_triggers=relay.triggers, teacher_token_frac=owned / max(1, sum(map(len, responses))))
         else:
-            responses = lm.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
+            responses = sampling.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
         models.student.train()
         metrics["response_length"] = sum(map(len, responses)) / len(responses)
         return responses, metrics
@@ -312,7 +311,7 @@ class Trainer:
         cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks, strict=True) for _ in range(k_cont)]
         budgets = [self.spec["max_response_length"] - k for k in ks for _ in range(k_cont)]
         models.teacher.eval()
-        conts = lm.sample(
+        conts = sampling.sample(
             models.teacher, cont_prompts, self.sampling(), self.eos, self.pad, self.generator(step, 1), budgets
         )
         models.teacher.train()
@@ -363,114 +362,6 @@ class Trainer:
         marker = self.spec["method_cfg"]["scout"].get("answer_marker", {}).get(self.spec["domain"])
         pieces = [self._pieces.setdefault(t, self.tok.decode([t])) for t in ids]
         return alg.reasoning_length(pieces, marker)
-
-    # -- checkpoints ---------------------------------------------------------------------------------
-
-    def save_checkpoint(self) -> None:
-        step = self.progress.step
-        ck = self.out / "checkpoints"
-        tmp = ck / f"step_{step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        m = self.models
-        state = {
-            "progress": {"step": step, "budget": asdict(self.progress.budget) if self.progress.budget else None},
-            "student": m.student.state_dict(),
-            "student_opt": m.student_opt.state_dict(),
-        }
-        if m.teacher_opt is not None:  # a LoRA teacher's base is the initial teacher: the adapters suffice
-            state["teacher"] = m.teacher.state_dict() if m.teacher_lora is None else lora.adapter_state(m.teacher)
-            state["teacher_opt"] = m.teacher_opt.state_dict()
-        torch.save(state, tmp / STATE_FILE)
-        tmp.rename(ck / f"step_{step}")
-        for old in sorted(ck.glob("step_*"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))[:-1]:
-            shutil.rmtree(old, ignore_errors=True)
-
-    def _checkpoints(self) -> list[Path]:
-        return sorted((self.out / "checkpoints").glob("step_*[0-9]"), key=lambda p: int(p.name.split("_")[1]))
-
-    def _missing_exports(self, out: Path) -> list[str]:
-        """Exported checkpoints up to the last saved step that a resume would need but are gone."""
-        done = self._checkpoints()
-        last = int(done[-1].name.split("_")[1]) if done else 0
-        wanted = [s for s in runs.checkpoint_steps(self.spec) if s <= last]
-        return [f"model/step{s}" for s in wanted if not (out / "model" / f"step{s}" / "model.safetensors").exists()]
-
-    def try_resume(self, log=print) -> bool:
-        done = self._checkpoints()
-        if not done:
-            return False
-        try:
-            state = torch.load(done[-1] / STATE_FILE, weights_only=False, map_location="cpu")
-        except Exception as exc:  # a truncated or corrupt file: train again rather than fail
-            moved = runs.move_aside(self.out)
-            runs.claim(self.out, self.spec, log)
-            log(f"{done[-1] / STATE_FILE} is damaged ({type(exc).__name__}: {exc}); the run was moved to {moved} "
-                "and trains from scratch")  # fmt: skip
-            return False
-        self._load(state)
-        return True
-
-    def _load(self, state: dict) -> None:
-        m = self.models
-        m.student.load_state_dict(state["student"])
-        m.student_opt.load_state_dict(state["student_opt"])
-        if "teacher" in state:
-            if m.teacher_lora is None:
-                m.teacher.load_state_dict(state["teacher"])
-            else:
-                lora.load_adapters(m.teacher, state["teacher"])
-            m.teacher_opt.load_state_dict(state["teacher_opt"])
-        p = state["progress"]
-        self.progress.step = p["step"]
-        if p["budget"]:
-            self.progress.budget = alg.BudgetState(**p["budget"])
-
-    def continue_shorter_run(self, log=print) -> dict:
-        """Start from the last checkpoint of the shorter run this one extends (``continue_from``,
-        ``training_runs.run_spec``): the same weights spec apart from the length, checked against its
-        ``run.json``, so the steps up to there are the ones this run would take. Its metrics up
-        to that step are copied in."""
-        base = Path(self.spec["continue_from"]["run"])
-        step = self.spec["continue_from"]["step"]
-        owner = runs.owner(base)
-        mine = runs.weights_spec(self.spec)
-        lengths = ("epochs", "total_steps")
-        if owner is None or {k: v for k, v in owner["spec"].items() if k not in lengths} != {
-            k: v for k, v in mine.items() if k not in lengths
-        }:
-            raise runs.RunMismatch(f"{base} is not a shorter run of this spec; it cannot be continued")
-        state_file = base / "checkpoints" / f"step_{step}" / STATE_FILE
-        try:
-            state = torch.load(state_file, weights_only=False, map_location="cpu")
-        except FileNotFoundError as exc:
-            raise DamagedInput(state_file, "missing (the shorter run keeps its last checkpoint)") from exc
-        except Exception as exc:
-            raise DamagedInput(state_file, f"unreadable ({type(exc).__name__}: {exc})") from exc
-        self._load(state)
-        lines = [m for m in read_jsonl(base / "metrics.jsonl") if m["step"] <= step]
-        with open(self.out / "metrics.jsonl", "w") as fh:
-            fh.writelines(json.dumps(m) + "\n" for m in lines)
-        log(f"continuing {base} from its step {step}")
-        return {"run": str(base), "step": step}
-
-    def export(self, name: str) -> None:
-        """Save the student (and a trained teacher) in Hugging Face format for evaluation."""
-        for who, model in (
-            ("", self.models.student),
-            ("-teacher", self._trained_teacher()),
-        ):
-            if model is None:
-                continue
-            target = self.out / "model" / f"{name}{who}"
-            model.save_pretrained(str(target))
-            self.tok.save_pretrained(str(target))
-
-    def _trained_teacher(self) -> torch.nn.Module | None:
-        """The teacher as a plain Qwen3 (a LoRA teacher's adapters merged into a copy), if it trains."""
-        if not self.method.trains_teacher:
-            return None
-        return self.models.teacher if self.models.teacher_lora is None else lora.merged(self.models.teacher_lora)
 
     # -- the loop --------------------------------------------------------------------------------------
 
