@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -244,34 +245,15 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
                 unit=QUESTION_UNIT, id=spec["id"], where=spec.get("where", ""),
                 family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
     path = analysis_dir / setting / _PROBE_FILES.get(kind, "continuation_items.csv")
-
-    def unmeasured(why: str, test: str = "") -> Claim:
-        return _unmeasured(base, why, test)
-
+    unmeasured = partial(_unmeasured, base)  # base as updated below
     if not path.exists():
         return unmeasured("the analysis stage has not run on this setting (or predates per-question records)")
     if kind == "reflection_selective":
         return _reflection(base, path)
     if kind == "entropy_gap":
-        d = pd.read_csv(path)
-        d = d[d.teacher == "initial"]
-        s, o = d[d.context == "student"], d[d.context == "own"]
-        qs = sorted(set(s.question) & set(o.question))
-        if len(qs) < 2:
-            return unmeasured("too few questions with both the student's and the teacher's responses", QUESTION_TEST)
-        sm, om = s.groupby("question").entropy.mean(), o.groupby("question").entropy.mean()
-
-        def gap(q):
-            return float(sm.reindex(q).mean() - om.reindex(q).mean())
-
-        stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
-        return _over_questions(base, gap, qs, stat, [f"{path}: initial teacher"])
+        return _entropy_gap(base, path)
     d = pd.read_csv(path)
-    universe = sorted(d.question.unique())
-
-    def totals(rows: pd.DataFrame) -> _Totals:
-        return _Totals(rows, universe)
-
+    totals = partial(_Totals, universe=sorted(d.question.unique()))
     initial = d[(d.teacher == "initial") & (d.prefixes == "initial-student")]
     qs = sorted(initial.question.unique())
     if len(qs) < 2:
@@ -334,6 +316,23 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
                               f"{setting}; give the claim a margin (points)", SEEDS_TEST)  # fmt: skip
     used = [f"{path}: scout s{s}" for s in seeds] + [f"{path}: {other} s{s}" for s in c_seeds]
     return _over_teachers(base, arms, sign, qs, stat, used)
+
+
+def _entropy_gap(base: dict, path: Path) -> Claim:
+    """The initial teacher's entropy on the student's responses minus on its own, per question."""
+    d = pd.read_csv(path)
+    d = d[d.teacher == "initial"]
+    s, o = d[d.context == "student"], d[d.context == "own"]
+    qs = sorted(set(s.question) & set(o.question))
+    if len(qs) < 2:
+        return _unmeasured(base, "too few questions with both the student's and the teacher's responses", QUESTION_TEST)
+    sm, om = s.groupby("question").entropy.mean(), o.groupby("question").entropy.mean()
+
+    def gap(q):
+        return float(sm.reindex(q).mean() - om.reindex(q).mean())
+
+    stat = f"{s.entropy.mean():.3f} vs {o.entropy.mean():.3f} nats per token ({len(qs)} questions)"
+    return _over_questions(base, gap, qs, stat, [f"{path}: initial teacher"])
 
 
 QUESTION_TEST = "bootstrap over questions"

@@ -280,13 +280,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     root = results.results_dir(config)
     out = Path(out_dir) if out_dir else results.report_dir(config)
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    refuse_stale(config)
-    damaged: list = []
-    df = reported(config, results.load(config, damaged))
-    for d in damaged:  # left out, each named with the command that remakes it
-        log(f"damaged: {d}")
-    summarize(config, df, results.summary_dir(config))  # the CSVs of what this report shows
-    cache = results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
+    df, damaged, cache = _load(config, opts, log)
 
     env = render.tex_environment()
     made = tables.all_tables(cache)
@@ -295,16 +289,12 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
     found = claims.all_claims(cache, root / "analysis", opts["alpha"])
     across = across_settings(cache)
-    fig = improvement_figure(across, out / "figures")
-    if fig:
-        figs.append(fig)
+    figs += [f for f in [improvement_figure(across, out / "figures")] if f]
     notes = caveats(config, found)
     for n in notices:
         log(f"notice: {n}")
     missing = missing_evaluations(config, df)
-    n_expected = sum(
-        len(jobs.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in jobs.report_units(config)
-    )
+    n_expected = sum(len(jobs.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in jobs.report_units(config))
     sources = df.source.value_counts().to_dict() if len(df) else {}
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]
     doc = env.get_template("report.tex.j2").render(
@@ -345,23 +335,38 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "pdf": None,
         "html": str(out / "index.html"),
     }
-    if pdf == "auto" and missing_tex():
-        manifest["pdf_skipped"] = f"{missing_tex()}; tables and figures are written, the PDF is not"
-        log(f"warning: {manifest['pdf_skipped']}")
-        pdf_text = f"not built: {missing_tex()}"
-    elif pdf:
-        manifest["pdf"] = str(compile_pdf(tex_path, log))
-        pdf_text = manifest["pdf"]
-    else:
-        pdf_text = "not built (report.pdf: false, or --no-pdf)"
+    pdf_text = _pdf(pdf, tex_path, manifest, log)
     page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text,
                      notes, across)  # fmt: skip
     (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    log(
-        f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records "
-        f"({len(missing)} evaluations missing) -> {out} in {manifest['seconds']:.1f}s"
-    )
+    log(f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records ({len(missing)} evaluations missing) "
+        f"-> {out} in {manifest['seconds']:.1f}s")  # fmt: skip
     log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"], config, across))
     return manifest
+
+
+def _load(config: dict, opts: dict, log=print) -> tuple:
+    """What the report shows, from the cache: (records, damaged inputs, the cache). A stale input is
+    refused; a damaged one is left out and named with the command that remakes it."""
+    refuse_stale(config)
+    damaged: list = []
+    df = reported(config, results.load(config, damaged))
+    for d in damaged:
+        log(f"damaged: {d}")
+    summarize(config, df, results.summary_dir(config))  # the CSVs of what this report shows
+    return df, damaged, results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
+
+
+def _pdf(pdf: bool | str, tex_path: Path, manifest: dict, log=print) -> str:
+    """Compile the PDF where asked (``"auto"``: where pdflatex is installed; else say what to install,
+    in the log and the manifest); what the report says about it."""
+    if pdf == "auto" and missing_tex():
+        manifest["pdf_skipped"] = f"{missing_tex()}; tables and figures are written, the PDF is not"
+        log(f"warning: {manifest['pdf_skipped']}")
+        return f"not built: {missing_tex()}"
+    if pdf:
+        manifest["pdf"] = str(compile_pdf(tex_path, log))
+        return manifest["pdf"]
+    return "not built (report.pdf: false, or --no-pdf)"

@@ -1,0 +1,62 @@
+"""The house stays readable: rooms of a size a newcomer reads in one sitting, and imports that point
+one way (docs/reference.md's layout). A module that grows past the limit is split by what it holds,
+not trimmed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+MODULE_LINES = 500
+FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(REPO).with_suffix("").parts): p for p in sorted((REPO / "scout").rglob("*.py"))}
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    big = {name: n for name, p in _modules().items() if (n := len(p.read_text().splitlines())) > MODULE_LINES}
+    long = {}
+    for name, p in _modules().items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = n
+    assert not big and not long, (big, long)
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The package's modules a module imports, at its top or in a function (``from scout import x``
+    counts as ``scout.x`` where that is a module)."""
+    modules = _modules()
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("scout"):
+            out |= {node.module} & modules.keys()
+            out |= {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+    return out - {name}
+
+
+def test_no_import_circle():
+    """Depth-first over the import graph: a back edge is a circle, named with its path."""
+    graph = {name: _imports(name, p) for name, p in _modules().items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(nxt):] + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
