@@ -237,8 +237,9 @@ def openai_server(model: str | Path, log: Path, name: str, device: str = "cpu", 
 def served_run(world: dict, variant: str, out: Path, timeout: float = 900, env: dict | None = None):
     """Train a served-teacher cell against the toy teacher behind vLLM's server, up for this run
     alone; the returned process carries the server's answered ``requests``."""
-    from scout import paths, serving
+    from scout import paths
     from scout import teacher_server as ts
+    from scout.serve import requests_answered
 
     cfg = world["config"]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -246,7 +247,7 @@ def served_run(world: dict, variant: str, out: Path, timeout: float = 900, env: 
     with openai_server(model, out.parent / f"{out.name}.server.log", "toy-large", cfg["device"], env=env) as url:
         served_env = {**(env or {}), ts.ENV: json.dumps({SETTING: {"url": url, "model": "toy-large"}})}
         done = train(world["root"], served_spec(cfg, variant), out, timeout=timeout, env=served_env)
-        done.requests = serving.requests_answered(url)
+        done.requests = requests_answered(url)
     return done
 
 

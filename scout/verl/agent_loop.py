@@ -169,7 +169,7 @@ async def relay_rollout(
 
 @functools.lru_cache(maxsize=4)
 def _vocab_flags(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    from scout.embedded.lm import vocab_flags  # the embedded backend's model code: Relay-OPD's loop only
+    from scout.embedded.sampling import vocab_flags  # the embedded backend's model code: Relay-OPD's loop only
 
     return vocab_flags(tokenizer, len(tokenizer))
 
