@@ -17,6 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from benchmarks.gpu_check import openai_server
 from scout import serving
 from scout import teacher_server as ts
 from scout.embedded import lm
@@ -24,7 +25,6 @@ from scout.embedded.trainer import Trainer
 from scout.toy.world import build_model
 from tests.conftest import TINY
 from tests.test_vllm_cpu import vllm_or_skip
-from tests.vllm_server import openai_server
 
 
 def stop_record(log: Path, timeout: float = 90) -> dict:
