@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from scout import grid, paths, resources
 from scout.placement import PlacementError, placement
+from scout.verl.env import method_section
 from tests.conftest import REPO
 
 vc = pytest.importorskip("scout.verl.config", reason="needs verl (pip install '.[verl]')")
@@ -58,8 +59,9 @@ def test_scout_with_the_8b_teacher():
     assert d.enabled and d.teacher_models.teacher_model.model_path == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     assert (d.distillation_loss.loss_mode, d.distillation_loss.use_policy_gradient) == ("k1", True)
     assert d.distillation_loss.use_task_rewards is False and d.distillation_loss.clip_ratio == 0.2
-    assert cfg.scout.scout.interval == 10 and cfg.scout.scout.k == 8 and cfg.scout.scout.teacher_lr == 5e-6
-    assert list(cfg.scout.scout.prefix_ratio) == [0.1, 0.9] and cfg.scout.scout.kl_beta == 0.001
+    sc = method_section("scout", cfg)
+    assert sc["interval"] == 10 and sc["k"] == 8 and sc["teacher_lr"] == 5e-6
+    assert sc["prefix_ratio"] == [0.1, 0.9] and sc["kl_beta"] == 0.001
     assert cfg.trainer.total_training_steps == 358 and cfg.trainer.save_freq == 20
     assert cfg.trainer.default_local_dir == "results-paper/train/q8b-q1.7b-math/scout/s1/checkpoints"
     assert cfg.data.train_files == "results-paper/data/openr1-math-46k.verl.parquet"
@@ -79,11 +81,11 @@ def test_baselines():
     assert esr.actor_rollout_ref.rollout.response_length == 4096 and esr.data.max_response_length == 4096
     relay = build("q4b-q1.7b-math", "relay_opd")  # one node: student and teacher split its 8 GPUs
     assert (relay.trainer.n_gpus_per_node, relay.distillation.n_gpus_per_node, relay.distillation.nnodes) == (4, 4, 1)
-    assert relay.scout.relay_opd.max_legs == 2
+    assert method_section("relay_opd", relay)["max_legs"] == 2
     assert relay.actor_rollout_ref.rollout.agent.default_agent_loop == "scout_relay"
     assert relay.actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs == 5  # the student's top 5
     prune = build("sky7b-ds1.5b-math", "prune_opd")
-    assert prune.scout.prune_opd.budget.initial == 2048  # the setting's override
+    assert method_section("prune_opd", prune)["budget"]["initial"] == 2048  # the setting's override
     assert (prune.distillation.distillation_loss.loss_mode, prune.distillation.distillation_loss.topk) == (
         "scout_prune",
         16,
@@ -96,10 +98,12 @@ def test_baselines():
     env = prune.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_USE_EXTERNAL_MODULES == "scout.verl.plugin"
     assert json.loads(env.SCOUT_METHOD_CFG)["prune_opd"]["tau"] == 0.7
+    # ... given once: verl's own config holds no method section beside it
+    assert set(prune.scout) == {"method", "domain", "total_steps", "keep_steps"}
     code = build("q4b-q1.7b-code", "scout")
     assert code.data.max_prompt_length == 1536 and code.trainer.total_epochs == 3 and code.scout.domain == "code"
-    assert build("q8b-q1.7b-math", "scout-f5").scout.scout.teacher_lr == 2.5e-6
-    assert build("q4b-q1.7b-math", "opd_teacher_grpo").scout.scout.prefix_zero is True
+    assert method_section("scout", build("q8b-q1.7b-math", "scout-f5"))["teacher_lr"] == 2.5e-6
+    assert method_section("scout", build("q4b-q1.7b-math", "opd_teacher_grpo"))["prefix_zero"] is True
 
 
 @pytest.mark.parametrize(

@@ -779,11 +779,14 @@ def test_relay_workers_hand_the_teacher_to_the_loop():
 
 
 def test_loss_settings_must_reach_the_workers(monkeypatch):
-    from scout.verl import plugin
+    from scout.verl import env
 
-    monkeypatch.delenv(plugin.METHOD_CFG_ENV, raising=False)
+    monkeypatch.delenv(env.METHOD_CFG_ENV, raising=False)
     with pytest.raises(RuntimeError, match="SCOUT_METHOD_CFG is not set"):
-        plugin.method_cfg("optr")
+        env.method_section("optr")
+    monkeypatch.setenv(env.METHOD_CFG_ENV, '{"opd": {}}')
+    with pytest.raises(RuntimeError, match=r"no 'optr' section \(has \['opd'\]\)"):
+        env.method_section("optr")
 
 
 # -- SCOUT's teacher phase on DataProto -------------------------------------------------------------------

@@ -36,6 +36,7 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 from verl.utils.profiler import simple_timer
 
 from scout import algorithms as alg
+from scout.verl.env import method_section
 from scout.verl.teacher_phase import MAX_TOKENS
 
 # -- Prune-OPD ---------------------------------------------------------------------------------------
@@ -190,9 +191,7 @@ class RelayAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         if "default" not in _TEACHER:
             raise RuntimeError("Relay-OPD's agent loop needs the teacher's server: run it under RelayAgentLoopManager")
-        from scout.verl.plugin import method_cfg  # the plugin registers verl hooks on import: in the worker, late
-
-        cfg = alg.RelayConfig(**method_cfg("relay_opd"))
+        cfg = alg.RelayConfig(**method_section("relay_opd"))
         reflect, blank = _vocab_flags(self.tokenizer)
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
         metrics: dict[str, Any] = {}

@@ -3,9 +3,10 @@ with verl's validators, so a cell that verl would refuse fails before it reaches
 
 Placement (SPEC section 3): the student (actor, rollout and reference) and the teacher each get a
 resource pool of their own (``placement``); SCOUT's teacher trains on a pool beside its engine's, or
-on the engine's own GPUs (``teacher_trainer: shared``). SCOUT's settings that
-verl has no key for (prefix schedule, K, update interval, teacher LR) travel in a ``scout`` section
-added beside verl's.
+on the engine's own GPUs (``teacher_trainer: shared``). What verl has no key for travels beside its
+sections: the cell's method, steps and pools in a ``scout`` section, and its method settings (prefix
+schedule, K, update interval, teacher LR, ...) once, as JSON in every Ray process's environment
+(``scout.verl.env``), where the trainer and the workers verl starts both read them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from scout.methods import METHODS
 from scout.placement import PlacementError, placement
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
-from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, SYNC_CHECKSUM_ENGINE, SYNC_CHECKSUM_ENV
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, SYNC_CHECKSUM_ENGINE, SYNC_CHECKSUM_ENV, method_cfg
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 PLUGIN = "scout.verl.plugin"
@@ -112,9 +113,6 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
         extra["+scout.export_when_saved"] = True
     if kept:
         o["trainer.save_freq"] = math.gcd(spec["save_every"], *kept)
-    for name, section in cfg.items():
-        for key, value in _flatten(section):
-            extra[f"+scout.{name}.{key}"] = value
     return [f"{k}={_hydra(v)}" for k, v in {**o, **extra}.items()]
 
 
@@ -247,14 +245,6 @@ def _method_parts(spec: dict, method, res: dict, pools: dict, o: dict, extra: di
             extra[f"+{TEACHER_INFERENCE}.enable_sleep_mode"] = True  # a dataclass default, not in the yaml
 
 
-def _flatten(d: dict, prefix: str = ""):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from _flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
 def _hydra(v) -> str:
     """A value in Hydra's override grammar."""
     if isinstance(v, bool):
@@ -313,9 +303,9 @@ def check(cfg) -> None:
         omega_conf_to_dataclass(section)
     if cfg.algorithm.adv_estimator not in ("gae", "grpo", *ADV_ESTIMATOR_REGISTRY):
         raise ValueError(f"unknown advantage estimator {cfg.algorithm.adv_estimator!r}")
-    optr = cfg.scout.get("optr")
-    if cfg.distillation.distillation_loss.loss_mode == "scout_optr" and optr.get("outlier", "mask") != "mask":
-        raise ValueError(f"OPTR's outlier loss {optr.outlier!r} is not in the verl path (docs/verl-backend.md)")
+    optr = method_cfg(cfg).get("optr", {})
+    if cfg.distillation.distillation_loss.loss_mode == "scout_optr" and optr["outlier"] != "mask":
+        raise ValueError(f"OPTR's outlier loss {optr['outlier']!r} is not in the verl path (docs/verl-backend.md)")
     batch, mini = cfg.data.train_batch_size, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if batch % mini:  # verl finds this only at the first update (or never, with dynamic batch sizes)
         raise ValueError(f"ppo_mini_batch_size {mini} does not divide train_batch_size {batch}")

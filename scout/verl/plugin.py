@@ -14,12 +14,11 @@ Registered:
   and the counts its budget rule needs (``budget_metrics``).
 
 Method settings the loss functions need (threshold, tau, ...) reach the workers as JSON in
-``SCOUT_METHOD_CFG`` (verl's loss config dataclasses refuse unknown fields).
+``SCOUT_METHOD_CFG`` (``scout.verl.env``; verl's loss config dataclasses refuse unknown fields).
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 
 from scout import algorithms as alg
 from scout.verl import lora_sync
-from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, method_cfg, method_section
 
 # Prune-OPD's adaptive budget: the trainer passes L to the actor's loss under BUDGET_KEY and reads
 # back the two counts the budget rule needs.
@@ -47,19 +46,8 @@ def shaped(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     fn = method.advantage_fn() if method else None
     if fn is None:
         return adv
-    cfg = json.loads(os.environ.get(METHOD_CFG_ENV) or "{}").get(method.id, {})
-    return fn(adv, mask, cfg)
+    return fn(adv, mask, method_cfg().get(method.id, {}))
 
-
-def method_cfg(name: str) -> dict:
-    """The ``method_cfg[name]`` section of the cell being trained, as the driver exported it."""
-    raw = os.environ.get(METHOD_CFG_ENV)
-    if not raw:
-        raise RuntimeError(f"{METHOD_CFG_ENV} is not set: the scout driver exports the cell's method settings")
-    cfg = json.loads(raw)
-    if name not in cfg:
-        raise RuntimeError(f"{METHOD_CFG_ENV} has no '{name}' section (has {sorted(cfg)})")
-    return cfg[name]
 
 
 # -- advantage estimator -------------------------------------------------------------------------
@@ -98,8 +86,8 @@ def k1_losses(config, distillation_config, model_output, data):
 
 
 def optr_losses(config, distillation_config, model_output, data):
-    oc = method_cfg("optr")
-    if oc.get("outlier", "mask") != "mask":
+    oc = method_section("optr")
+    if oc["outlier"] != "mask":
         raise NotImplementedError("OPTR on verl supports outlier=mask (top-k forward KL needs verl's top-k path)")
     mask = _dense(data["response_mask"]).to(torch.float32)
     teacher = _padded(data["teacher_logprobs"], data).squeeze(-1)
@@ -123,7 +111,7 @@ def teacher_logp_of_sampled(teacher_ids: torch.Tensor, teacher_lp: torch.Tensor,
 
 
 def prune_losses(config, distillation_config, model_output, data):
-    pc = method_cfg("prune_opd")
+    pc = method_section("prune_opd")
     mask = _dense(data["response_mask"]).to(torch.float32)
     k = distillation_config.distillation_loss.topk
     overlap = _padded(model_output["overlap_count"], data).to(torch.float32) / k
@@ -232,7 +220,7 @@ def register() -> None:
         register_distillation_loss(DistillationLossSettings(names=["scout_optr"], use_estimator=True))(optr_losses)
     if "scout_prune" not in DISTILLATION_LOSS_REGISTRY:
         register_distillation_loss(DistillationLossSettings(names=["scout_prune"], use_topk=True))(prune_losses)
-    if "prune_opd" in json.loads(os.environ.get(METHOD_CFG_ENV) or "{}"):  # the teacher's server of a Prune cell
+    if os.environ.get(METHOD_CFG_ENV) and "prune_opd" in method_cfg():  # the teacher's server of a Prune cell
         patch_on_import(SERVER_MODULE, "extract_prompt_logprobs", extract_prompt_logprobs_keeping_sampled)
 
 

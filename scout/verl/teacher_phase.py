@@ -19,9 +19,10 @@ import copy
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from scout import algorithms as alg
+from scout.verl.env import method_section
 
 PROMPT_IDS = "scout_prompt_ids"  # the original prompt tokens (no padding)
 PREFIX_IDS = "scout_prefix_ids"  # the student prefix y[:k]
@@ -193,17 +194,17 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
     engine receives with (``scout.verl.config.weight_sync``; separate processes, so never naive). A
     trainer on the engine's GPUs keeps its weights and optimizer state in host memory between uses
     (verl's FSDP offload), leaving the GPUs to the engine."""
-    sc = cfg.scout.scout
+    sc = method_section("scout", cfg)
     t = copy.deepcopy(cfg.actor_rollout_ref)
     with open_dict(t):
         t.model.path = cfg.distillation.teacher_models.teacher_model.model_path
-        t.actor.optim.lr = sc.teacher_lr
-        t.actor.optim.total_training_steps = max(1, cfg.scout.total_steps // sc.interval)
-        t.actor.use_kl_loss = sc.kl_beta > 0
-        t.actor.kl_loss_coef = sc.kl_beta
+        t.actor.optim.lr = sc["teacher_lr"]
+        t.actor.optim.total_training_steps = max(1, cfg.scout.total_steps // sc["interval"])
+        t.actor.use_kl_loss = sc["kl_beta"] > 0
+        t.actor.kl_loss_coef = sc["kl_beta"]
         t.actor.kl_loss_type = "low_var_kl"
-        t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc.k
-        t.rollout.n = sc.k
+        t.actor.ppo_mini_batch_size = cfg.data.train_batch_size * sc["k"]
+        t.rollout.n = sc["k"]
         receiver = cfg.distillation.teacher_models.teacher_model.inference.checkpoint_engine
         t.rollout.checkpoint_engine.backend = receiver.backend  # the sender matches the engine's end
         t.rollout.checkpoint_engine.update_weights_bucket_megabytes = receiver.update_weights_bucket_megabytes
@@ -230,8 +231,8 @@ def shared_trainer(cfg: DictConfig) -> bool:
 def teacher_lora(cfg: DictConfig) -> dict | None:
     """The teacher's LoRA settings (``methods.scout.teacher_lora`` resolved per cell), or None for a
     full teacher."""
-    lora = cfg.scout.scout.get("teacher_lora")
-    return OmegaConf.to_container(lora, resolve=True) if lora and lora.get("rank", 0) > 0 else None
+    lora = method_section("scout", cfg).get("teacher_lora")
+    return lora if lora and lora["rank"] > 0 else None
 
 
 def teacher_step_due(global_step: int, interval: int) -> bool:
@@ -240,10 +241,10 @@ def teacher_step_due(global_step: int, interval: int) -> bool:
 
 
 def teacher_ratio(cfg: DictConfig, global_step: int) -> float:
-    sc = cfg.scout.scout
-    if sc.prefix_zero:
+    sc = method_section("scout", cfg)
+    if sc["prefix_zero"]:
         return 0.0
-    return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc.prefix_ratio)
+    return alg.prefix_ratio(global_step - 1, cfg.scout.total_steps, *sc["prefix_ratio"])
 
 
 def teacher_update_metrics(raw: dict) -> dict:

@@ -40,7 +40,7 @@ from scout import algorithms as alg
 from scout.methods import METHODS
 from scout.verl import checkpoints as ck
 from scout.verl import teacher_phase as tp
-from scout.verl.env import TEACHER_DIR
+from scout.verl.env import TEACHER_DIR, method_section
 from scout.verl.plugin import BUDGET_KEY
 from scout.verl.reward import grade_batch
 
@@ -226,7 +226,7 @@ class ScoutTrainer(TeacherSelfTest):
 
     def step(self, metrics: dict, timing_raw: dict):
         batch = super().step(metrics, timing_raw)
-        if tp.teacher_step_due(self.global_steps, self.config.scout.scout.interval):
+        if tp.teacher_step_due(self.global_steps, method_section("scout", self.config)["interval"]):
             import transfer_queue as tq
 
             keep = [i for i, t in enumerate(batch.tags) if not t.get("is_padding", False)]
@@ -243,9 +243,9 @@ class ScoutTrainer(TeacherSelfTest):
         from verl.workers.utils.padding import no_padding_2_padding
 
         cfg, tok = self.config, self.tokenizer
-        sc, width = cfg.scout.scout, cfg.actor_rollout_ref.rollout.response_length
+        sc, width = method_section("scout", cfg), cfg.actor_rollout_ref.rollout.response_length
         ratio = tp.teacher_ratio(cfg, self.global_steps)
-        req = tp.continuation_requests(student, ratio, sc.k, tok.eos_token_id, tok.pad_token_id, width)
+        req = tp.continuation_requests(student, ratio, sc["k"], tok.eos_token_id, tok.pad_token_id, width)
         conts, engine_logp = self._generate(req)
         nt = req.non_tensor_batch
         texts = tp.graded_texts(tok, nt[tp.PREFIX_IDS], conts)
@@ -365,7 +365,7 @@ class PruneTrainer(TeacherSelfTest):
 
     def __init__(self, config: DictConfig):
         super().__init__(config)
-        self.prune_cfg = OmegaConf.to_container(config.scout.prune_opd, resolve=True)
+        self.prune_cfg = method_section("prune_opd", config)
         self.budget = alg.BudgetState(int(self.prune_cfg["budget"]["initial"]))
 
     def _load_checkpoint(self):
