@@ -39,6 +39,7 @@ from scout.generation import make_generator
 from scout.grading import Grader
 from scout.io import read_jsonl
 from scout.prepare import load_rows
+from scout.schema import default
 from scout.workflow import spec_digest
 
 CONTINUATION = ["setting", "teacher", "seed", "prefixes", "prefix_ratio", "accuracy", "n", "prefix_tokens",
@@ -170,7 +171,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
     entropy_responses.csv and reflection.csv."""
     import torch
 
-    torch.set_num_threads(spec.get("threads", 1))
+    torch.set_num_threads(spec.get("threads", default("training.threads")))
     rows_by_id = {r["id"]: r for r in load_rows(spec["benchmark_path"])}
     per_row = spec.get("responses")
     probed = set(list(rows_by_id)[: spec["questions"]]) if spec.get("questions") else None
@@ -181,7 +182,7 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
     cont, ent, ent_resp, items, reflect = [], [], [], [], []
 
     def probe(engine, grader, teacher, seed, prefixes, pairs):
-        points = continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed, spec.get("split", "response"),
+        points = continuation_accuracy(engine, grader, pairs, ratios, k, sampling, seed, spec.get("split", default("methods.scout.split")),
                                        spec.get("answer_marker"))  # fmt: skip
         for point in points:
             label = {"setting": setting, "teacher": teacher, "seed": seed, "prefixes": prefixes}
@@ -255,8 +256,8 @@ def _own_responses(engine, rows: list[dict], sampling: dict, seed: int) -> list[
 
 def _engine(spec: dict, teacher: str):
     """A teacher's generator, as the spec's engine, chat template, options and device make it."""
-    return make_generator(teacher, spec.get("engine", "transformers"), spec.get("chat"), spec.get("engine_options"),
-                          spec.get("device", "cpu"))  # fmt: skip
+    return make_generator(teacher, spec.get("engine", default("evaluation.engine")), spec.get("chat"),
+                          spec.get("engine_options"), spec.get("device", default("evaluation.device")))  # fmt: skip
 
 
 def _write(out: Path, spec: dict, tables: dict[str, tuple[list, list]]) -> None:

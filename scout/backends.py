@@ -55,6 +55,7 @@ class Backend:
     """The interface, with the answers of a backend that trains in-process and needs nothing else."""
 
     name = ""
+    device = "cpu"  # where it trains when the config names no ``device`` (its schema entry says so)
     environment = "cpu"  # its training jobs' software: "cpu" (envs/scout.yaml) or "gpu" (envs/gpu.yaml)
     checks_cells = False  # whether the workflow runs ``scout preflight`` before the first training job
     continues_runs = False  # whether a longer run may resume a shorter one's run of the same spec

@@ -28,7 +28,7 @@ PAPER_CLAIMS = Path(__file__).with_name("paper_claims.yaml")  # the paper's clai
 def results_root(config: dict) -> str:
     """The folder every output goes under (``results``; default ``results``, relative to the run),
     as written: paths in specs are built from it, so it is not normalized."""
-    return config.get("results", "results")
+    return schema.setting(config, "results")
 
 
 class ConfigError(ValueError):
@@ -235,7 +235,7 @@ def _silent_no_ops(config: dict) -> list[str]:
             f"methods.scout.prefix_ratio: [{lo}, {hi}] shrinks; the curriculum grows from short to long prefixes"
         )
     sc = methods["scout"]
-    if sc.get("split", "response") == "reasoning":
+    if schema.setting(config, "methods.scout.split") == "reasoning":
         domains = sorted({s["domain"] for s in config["settings"].values()} - set(sc.get("answer_marker", {})))
         if domains:
             errs.append(
@@ -303,7 +303,7 @@ def selection_name(sel: dict) -> str:
     for key in ("experiments", "settings", "methods", "seeds"):
         if isinstance(sel.get(key), list):
             parts += [key, *(str(v) for v in sel[key])]
-    if str(sel.get("analysis", True)).lower() == "false":
+    if str(sel.get("analysis", schema.default("select.analysis"))).lower() == "false":
         parts.append("no-analysis")
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(["select", *parts]))
     if len(name) > 80:
@@ -374,7 +374,7 @@ def select(config: dict) -> dict:
             c for c in config["claims"]
             if c.get("experiment") in (None, *kept) and {c["variant"], c.get("baseline", c["variant"])} <= left
         ]  # fmt: skip
-    if str(sel.get("analysis", True)).lower() == "false":  # no teacher probes (nor the teachers they alone need)
+    if str(sel.get("analysis", schema.default("select.analysis"))).lower() == "false":  # no teacher probes (nor the teachers they alone need)
         config.pop("analysis", None)
     elif config.get("analysis"):  # the probes of the SCOUT runs the selection keeps, and nothing else
         scout_settings = _scout_settings(kept)
@@ -412,7 +412,7 @@ def teacher_lora_rank(config: dict, setting: str, method: str, overrides: dict) 
     if not METHODS[method].trains_teacher:
         return 0
     sc = method_cfg(config, setting, "scout")
-    return overrides.get("teacher_lora_rank", (sc.get("teacher_lora") or {}).get("rank", 0))
+    return overrides.get("teacher_lora_rank", (sc.get("teacher_lora") or {}).get("rank", schema.default("methods.scout.teacher_lora.rank")))
 
 
 def deep_merge(base: dict, over: dict) -> dict:

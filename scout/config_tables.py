@@ -3,7 +3,7 @@ learning rates (tuned ones as the tuning stage chose them) and the benchmarks.""
 
 from __future__ import annotations
 
-from scout import grid, jobs, tuning
+from scout import grid, jobs, schema, tuning
 from scout.methods import METHODS
 from scout.render import lr_entry
 
@@ -72,13 +72,13 @@ def hyper_table(config: dict) -> dict:
             ("Max Response Length", tr["max_response_length"]),
             ("Training Rollout Temperature", tr["temperature"]),
             ("Training Rollout Top-p", tr["top_p"]),
-            ("Rollout Number per Prompt (n)", tr.get("n", 1)),
+            ("Rollout Number per Prompt (n)", schema.setting(config, "training.n")),
             ("Global Batch Size", tr["batch_size"]),
             ("PPO Mini-Batch Size", tr.get("mini_batch_size", tr["batch_size"])),
-            ("PPO Epochs", tr.get("ppo_epochs", 1)),
+            ("PPO Epochs", schema.setting(config, "training.ppo_epochs")),
             ("PPO Clipping Range", tr["clip"]),
-            ("Learning-Rate Schedule", tr.get("lr_schedule", "constant")),
-            ("Training Epochs", _joined([s.get("epochs", 1) for s in ss])),
+            ("Learning-Rate Schedule", schema.setting(config, "training.lr_schedule")),
+            ("Training Epochs", _joined([s.get("epochs", schema.default("settings.*.epochs")) for s in ss])),
         ]
         if "steps" in tr:
             rows.append(("Steps per Epoch", tr["steps"]))

@@ -99,14 +99,14 @@ def step_flops(spec: dict, student: float, teacher: float) -> dict[str, float]:
     out = {
         "decode": 2 * student * generated,
         "prefill": 2 * student * full,  # old log-probs
-        "train": 8 * student * full * spec.get("ppo_epochs", 1),
+        "train": 8 * student * full * spec["ppo_epochs"],
     }
     if method.needs_teacher:
         out["prefill"] += 2 * teacher * full
     if method.trains_teacher:  # k continuations a prompt, every `interval` steps
         sc = spec["method_cfg"]["scout"]
-        every = max(1, sc.get("interval", 1))
-        cont = spec["batch_size"] * sc.get("k", 1) * MEAN_FILL
+        every = max(1, sc["interval"])
+        cont = spec["batch_size"] * sc["k"] * MEAN_FILL
         out["decode"] += 2 * teacher * cont * spec["max_response_length"] / every
         out["train"] += 8 * teacher * cont * (spec["max_prompt_length"] + spec["max_response_length"]) / every
     return out
@@ -142,7 +142,7 @@ def pilot_steps(spec: dict, steps: int = PILOT_STEPS) -> int:
     that its mean step carries the teacher's updates in their share."""
     if not METHODS[spec["method"]].trains_teacher:
         return steps
-    every = max(1, spec["method_cfg"]["scout"].get("interval", 1))
+    every = max(1, spec["method_cfg"]["scout"]["interval"])
     return every * math.ceil(steps / every)
 
 

@@ -21,6 +21,7 @@ from scout.grading import Grader
 from scout.grading.sandbox import isolation, run_program, sandbox_python
 from scout.io import read_jsonl, write_jsonl
 from scout.prepare import load_rows
+from scout.schema import default
 from scout.tracking import Tracker
 from scout.tuning import overlap
 from scout.workflow import spec_digest
@@ -103,8 +104,8 @@ def provenance(spec: dict) -> dict:
 def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=print) -> dict[str, dict]:
     import torch
 
-    torch.set_num_threads(spec.get("threads", 1))
-    engine = engine or spec.get("engine", "transformers")
+    torch.set_num_threads(spec.get("threads", default("training.threads")))
+    engine = engine or spec.get("engine", default("evaluation.engine"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # every benchmark file is checked before the model is loaded
@@ -112,7 +113,7 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     if spec.get("disjoint_from"):  # a validation set: none of its prompts may be a test prompt
         check_disjoint(data, {b: load_rows(path, name=b, log=log) for b, path in spec["disjoint_from"].items()})
     check_sandbox(data)
-    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"), spec.get("device", "cpu"))
+    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"), spec.get("device", default("evaluation.device")))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}
     meta |= provenance(spec)
     records = {}

@@ -73,7 +73,7 @@ class Freshness:
             if info is not None:
                 why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.config, model_id)) or None
         elif "prepare" in spec:
-            info = _json(self._path(f"{self.config.get('results', 'results')}/teachers/{model_id}/train.json"))
+            info = _json(self._path(f"{results_root(self.config)}/teachers/{model_id}/train.json"))
             if info is not None:
                 why = _changed(info.get("spec"), jobs.teacher_job_spec(self.config, model_id)) or None
                 base = self.model(spec["prepare"]["base"])

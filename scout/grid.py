@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import backends, tuning
+from scout import backends, schema, tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
-from scout.methods import LORA_TARGETS, METHODS
+from scout.methods import METHODS
 from scout.paths import data_path, meta_path, model_path
 from scout.prompts import view_key
 from scout.runs import NOT_WEIGHTS
@@ -102,13 +102,12 @@ def _expand_search_cells(config: dict) -> list[Cell]:
     teacher, one per LR of ``tuning.teacher_lora_lr`` at its rank, per seed of ``tuning.seeds``;
     experiment ``tuning``. They are not grid cells: the tables never list them."""
     out = []
-    t = config.get("tuning", {})
     for setting, params in tuning.tuned_settings(config).items():
         for param in params:
             extra = (("teacher_lora_rank", tuning.lora_rank(config, setting)),) if param == "teacher_lora_lr" else ()
             for lr in tuning.search_grid(config, param):
                 over = tuple(sorted(((tuning.OVERRIDE[param], lr), *extra)))
-                for seed in t.get("seeds", [1]):
+                for seed in schema.setting(config, "tuning.seeds"):
                     out.append(Cell(setting, tuning.variant_name(param, lr), tuning.SEARCH_METHOD[param], seed,
                                     over, ("tuning",)))  # fmt: skip
     return out
@@ -155,16 +154,16 @@ def _base_spec(config: dict) -> dict:
         **backends.of(config).spec_fields(config),
         "batch_size": tr["batch_size"],
         "mini_batch_size": tr.get("mini_batch_size", tr["batch_size"]),
-        "ppo_epochs": tr.get("ppo_epochs", 1),
+        "ppo_epochs": schema.setting(config, "training.ppo_epochs"),
         "max_prompt_length": tr["max_prompt_length"],
         "max_response_length": tr["max_response_length"],
         "temperature": tr["temperature"],
         "top_p": tr["top_p"],
         "clip": tr["clip"],
         "save_every": tr["save_every"],
-        "reward_every": tr.get("reward_every", 1),
+        "reward_every": schema.setting(config, "training.reward_every"),
         "eval_every": None,
-        "threads": tr.get("threads", 1),
+        "threads": schema.setting(config, "training.threads"),
         "method_cfg": {},
     }
 
@@ -186,7 +185,7 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
     method = METHODS[cell.method]
     tr = config["training"]
     over = dict(cell.overrides)
-    epochs = over.get("epochs", setting.get("epochs", 1))
+    epochs = over.get("epochs", schema.setting(config, ("settings", cell.setting, "epochs")))
     prompt_limit = setting.get("max_prompt_length", tr["max_prompt_length"])
     steps_per_epoch = _steps_per_epoch(
         config, setting["train_data"], tr["batch_size"], data_view(config, setting["student"], prompt_limit)
@@ -206,7 +205,7 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "total_steps": epochs * steps_per_epoch,
-        "n": tr["grpo"]["n"] if grpo else tr.get("n", 1),
+        "n": tr["grpo"]["n"] if grpo else schema.setting(config, "training.n"),
         "lr": over.get("student_lr", tr["grpo"]["lr"] if grpo else tuning.lr(config, cell.setting, "student_lr")),
         "kl_beta": tr["grpo"]["kl_beta"] if grpo else 0.0,
         "max_prompt_length": setting.get("max_prompt_length", tr["max_prompt_length"]),
@@ -232,7 +231,8 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
         lora_cfg = sc.pop("teacher_lora", None) or {}
         rank = teacher_lora_rank(config, cell)
         if rank:
-            sc["teacher_lora"] = {"alpha": 16, "target_modules": list(LORA_TARGETS), **lora_cfg, "rank": rank}
+            declared = {k: schema.default(f"methods.scout.teacher_lora.{k}") for k in ("alpha", "target_modules")}
+            sc["teacher_lora"] = {**declared, **lora_cfg, "rank": rank}
         # "tuned" until the search has chosen it
         base_lr = tuning.lr(config, cell.setting, teacher_lr_param(setting, rank))
         sc["teacher_lr"] = over.get(
@@ -315,7 +315,7 @@ def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
     method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
     tested in tests/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
     plans = {c: Plan() for c in every}
-    if not config["training"].get("share_runs", True):
+    if not schema.setting(config, "training.share_runs"):
         return plans
     specs = {c: spec_of(c) for c in every}
     first: dict[str, Cell] = {}

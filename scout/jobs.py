@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scout import backends, teacher_server, tuning
+from scout import backends, schema, teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, results_root, validation_sets
 from scout.grid import (
     BASE_VARIANTS,
@@ -254,8 +254,8 @@ def eval_records(config: dict) -> list[str]:
 def engine_device(config: dict) -> dict:
     """Where a transformers engine runs (``evaluation.device``): in the spec only away from the
     CPU, its default, so that specs made before the key keep their digests; vLLM places itself."""
-    device = config["evaluation"].get("device", "cpu")
-    if config["evaluation"].get("engine", "transformers") != "transformers" or device == "cpu":
+    device = schema.setting(config, "evaluation.device")
+    if schema.setting(config, "evaluation.engine") != "transformers" or device == schema.default("evaluation.device"):
         return {}
     return {"device": device}
 
@@ -289,11 +289,11 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
             for b in benchmarks_for(config, s["domain"])
         },
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
-        "engine": config["evaluation"].get("engine", "transformers"),
+        "engine": schema.setting(config, "evaluation.engine"),
         **engine_device(config),
         "engine_options": config["evaluation"].get("engine_options", {}),
         "chat": chat_options(config, evaluated),
-        "threads": config["training"].get("threads", 1),
+        "threads": schema.setting(config, "training.threads"),
         "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
         "step": step,
     }
@@ -334,7 +334,7 @@ def _repeats(config: dict, benchmark: str, ckpt: str) -> int:
 
 
 def analysis_dir(config: dict, setting: str) -> str:
-    return f"{config.get('results', 'results')}/analysis/{setting}"
+    return f"{results_root(config)}/analysis/{setting}"
 
 
 def analysis_spec(config: dict, setting: str) -> dict:
@@ -368,7 +368,7 @@ def analysis_spec(config: dict, setting: str) -> dict:
             for seed in probed_seeds(config, setting, variant)
         ],
         "ratios": a["ratios"],
-        "split": config["methods"]["scout"].get("split", "response"),  # prefixes cut as SCOUT cuts them
+        "split": schema.setting(config, "methods.scout.split"),  # prefixes cut as SCOUT cuts them
         "answer_marker": config["methods"]["scout"].get("answer_marker", {}).get(config["settings"][setting]["domain"]),
         "k": a["k"],
         "responses": a.get("responses"),
@@ -376,10 +376,10 @@ def analysis_spec(config: dict, setting: str) -> dict:
         "max_new_tokens": a["max_new_tokens"],
         "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
         "engine_options": config["evaluation"].get("engine_options", {}),
-        "engine": config["evaluation"].get("engine", "transformers"),
+        "engine": schema.setting(config, "evaluation.engine"),
         **engine_device(config),
         "chat": chat_options(config, teacher),
-        "threads": config["training"].get("threads", 1),
+        "threads": schema.setting(config, "training.threads"),
     }
 
 

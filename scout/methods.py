@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# A LoRA teacher's adapters by default: every linear map of a Qwen3 layer (attention's four, the MLP's three)
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from scout.schema import default
+
+# A LoRA teacher's adapters by default (the schema's): every linear map of a Qwen3 layer
+LORA_TARGETS = tuple(default("methods.scout.teacher_lora.target_modules"))
 
 # The parts a method is built from, and the kinds of each that the backends implement: a method
 # naming another kind is refused when the table loads, with the known ones

@@ -29,7 +29,7 @@ def placement(method_id: str, res: dict) -> dict:
     out |= {"train_nodes": 0, "train_gpus": 0, "train_shared": False}
     if not m.needs_teacher or (res.get("teacher_served") and m.scores_with_frozen_teacher):
         return out
-    if m.trains_teacher and res.get("teacher_trainer", "own") == "shared":
+    if m.trains_teacher and res.get("teacher_trainer") == "shared":  # default own (the schema)
         opd = placement("opd", res)
         return opd | {"train_nodes": opd["teacher_nodes"], "train_gpus": opd["teacher_gpus"], "train_shared": True}
     if not m.trains_teacher:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import cost, grid, jobs, paths, runs, teacher_server, training_runs
+from scout import cost, grid, jobs, paths, runs, schema, teacher_server, training_runs
 from scout import teacher_cost as tc
 from scout.config import results_root
-from scout.methods import METHODS
+from scout.methods import LORA_TARGETS, METHODS
 from scout.resources import job_resources
 
 # ------------------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> floa
     if student is None or teacher is None:
         return None
     evaluated = len(runs.checkpoint_steps(training_runs.run_spec(config, cell)))
-    kept = 0 if (keep or config["training"].get("keep_checkpoints", "evaluated")) == "exported" else evaluated
+    kept = 0 if (keep or schema.setting(config, "training.keep_checkpoints")) == "exported" else evaluated
     checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
     exports = (evaluated + 1) * student * EXPORT_BYTES_PER_PARAM
     return checkpoints + exports  # billions of parameters x bytes = GB
@@ -310,7 +310,7 @@ def teacher_options(config: dict) -> pd.DataFrame:
         rows.append({"setting": setting, "option": "OPD", "nodes": opd["nodes"], "gpus": gpus,
                      "gpu_hours": tc.gpu_hours(gpus, opd["runtime"])})  # fmt: skip
         found = tc.options(params, arch, tokens, sc["nodes"], sc["gpus_per_node"], sc["gpu_mem_gb"],
-                           lora.get("rank", 0), lora.get("target_modules") or grid.LORA_TARGETS, opd["nodes"])  # fmt: skip
+                           lora.get("rank", schema.default("methods.scout.teacher_lora.rank")), lora.get("target_modules") or LORA_TARGETS, opd["nodes"])  # fmt: skip
         for o in found:
             rows.append({"setting": setting, "option": o.name, "nodes": o.nodes, "gpus": o.gpus,
                          "gpu_hours": tc.gpu_hours(o.gpus, sc["runtime"]), "trainer_gpus": o.trainer_gpus,

@@ -22,12 +22,13 @@ from pathlib import Path
 from scout.catalogue import DataError, Unconvertible, check_row, entry
 from scout.io import DamagedInput, read_jsonl, write_jsonl
 from scout.prompts import normalized, view_key
+from scout.schema import default
 
 
 def _read_files(spec: dict, files: Iterable[str]) -> list[dict]:
     rows: list[dict] = []
     for name in files:
-        if spec.get("source", "hub") == "mirror":
+        if spec.get("source", default("data.source")) == "mirror":
             path = Path(spec["mirror"]) / spec["hub"] / name
             if not path.exists():
                 raise DataError(f"{spec['name']}: {path} is missing from the mirror")
@@ -40,7 +41,7 @@ def _read_files(spec: dict, files: Iterable[str]) -> list[dict]:
 
 
 def _load_split(spec: dict) -> list[dict]:
-    if spec.get("source", "hub") != "mirror":
+    if spec.get("source", default("data.source")) != "mirror":
         return _load(spec, spec["hub"], spec.get("cache"))
     where = Path(spec["mirror"]) / spec["hub"]
     if not where.is_dir():
@@ -70,9 +71,6 @@ def fetch(spec: dict) -> list[dict]:
         os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     e = entry(spec["name"])
     return _read_files(spec, e.files) if e.files else _load_split(spec)
-
-
-MAX_REFUSED = 0.05  # share of a benchmark's rows preparation may refuse (data.max_refused)
 
 
 def refused_path(out: str | Path) -> Path:
@@ -146,7 +144,7 @@ def kept_by_view(rows: list[dict], views: list[dict], log=print) -> dict[str, in
 def check_refused(spec: dict, rows: list, refused: list[dict], filtered: int, dups: int) -> None:
     """A preparation that keeps no rows, or refuses more than ``data.max_refused`` of them, is an
     error, not an empty or thinned benchmark (a source in another format refuses every row)."""
-    share = spec.get("max_refused", MAX_REFUSED)
+    share = spec.get("max_refused", default("data.max_refused"))
     total = len(rows) + len(refused)
     if rows and len(refused) <= share * total:
         return
@@ -162,7 +160,7 @@ def check_refused(spec: dict, rows: list, refused: list[dict], filtered: int, du
 def prepare(spec: dict, out: str | Path, log=print) -> int:
     """Fetch, convert, check the row count, write atomically. Returns the number of rows."""
     t0 = time.perf_counter()
-    log(f"{spec['name']}: fetching {spec['hub']} ({spec.get('source', 'hub')})")
+    log(f"{spec['name']}: fetching {spec['hub']} ({spec.get('source', default('data.source'))})")
     source = fetch(spec)
     refused: list[dict] = []
     rows, filtered, dups = convert(spec["name"], source, refused)

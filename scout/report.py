@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from markupsafe import Markup
 
-from scout import claims, jobs, render, results, tables, tuning, verdicts
+from scout import claims, jobs, render, results, schema, tables, tuning, verdicts
 from scout import reproducibility as rep
 from scout.across import across_records, across_settings
 from scout.aggregate import summarize
@@ -49,8 +49,8 @@ class ReportError(RuntimeError):
 
 
 def settings(config: dict) -> dict:
-    """The report section of the config with its defaults."""
-    return {"test": "welch", "alpha": 0.1, "baseline": "opd", "pdf": "auto", **config.get("report", {})}
+    """The report section of the config with its defaults (the schema's)."""
+    return {k: schema.default(("report", k)) for k in ("test", "alpha", "baseline", "pdf")} | config.get("report", {})
 
 
 def missing_tex() -> str | None:

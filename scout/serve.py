@@ -18,12 +18,11 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from scout.schema import default
 from scout.serving import (
     GRACE,
-    IDLE_MINUTES,
     POLL,
     STALE,
-    START_MINUTES,
     TeacherServerError,
     answers,
     live_runs,
@@ -39,7 +38,7 @@ from scout.serving import (
 def engine_command(spec: dict, port: int) -> list[str]:
     """The engine's OpenAI-compatible server on the teacher's weights: vLLM's, data-parallel over the
     job's GPUs, or the embedded engine's (``teacher_serving.engine: embedded``, CPU)."""
-    if spec.get("engine", "vllm") == "embedded":
+    if spec.get("engine", default("teacher_serving.engine")) == "embedded":
         module = "scout.embedded.server"
     else:
         module = "vllm.entrypoints.openai.api_server"
@@ -69,7 +68,7 @@ PORT_TRIES = 3
 
 def _start_engine(spec: dict, where: Path, log: Callable[[str], None], poll: float) -> tuple[subprocess.Popen, str]:
     """The engine, answering at its URL; a port another process took meanwhile is tried again."""
-    limit = 60 * spec.get("start_minutes", START_MINUTES)
+    limit = 60 * spec.get("start_minutes", default("teacher_serving.start_minutes"))
     host = socket.gethostname()
     for attempt in range(1, PORT_TRIES + 1):
         port = _free_port()
@@ -126,7 +125,7 @@ def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dic
                 needed_at = now
             runs_alive = bool(live) or bool(wanting_runs(where, alive))
             no_run_since = None if runs_alive else (no_run_since or now)
-            reason = stop_reason(now, needed_at, runs_alive, no_run_since, 60 * spec.get("idle_minutes", IDLE_MINUTES),
+            reason = stop_reason(now, needed_at, runs_alive, no_run_since, 60 * spec.get("idle_minutes", default("teacher_serving.idle_minutes")),
                                  grace)  # fmt: skip
             if reason is None:
                 time.sleep(poll)

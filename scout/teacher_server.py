@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scout import serving
+from scout import schema, serving
 from scout.config import results_root
 from scout.serving import TeacherServerError
 
@@ -166,7 +166,7 @@ def export(config: dict, specs: dict[str, dict]) -> None:
     ``jobs.teacher_server_spec``). Kept out of the jobs' specs: a run scored by the server equals
     one scored by its own teacher up to float rounding, so turning a server on or off, or moving it,
     retrains nothing."""
-    wait = float(config.get("teacher_serving", {}).get("wait_minutes", serving.WAIT_MINUTES))
+    wait = float(schema.setting(config, "teacher_serving.wait_minutes"))
     servers = {s: v["teacher_server"] for s, v in config["settings"].items() if isinstance(v.get("teacher_server"), dict)}
     for model, settings in served_by_workflow(config).items():
         servers |= {s: {"spec": specs[model], "wait_minutes": wait} for s in settings}

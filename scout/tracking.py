@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from scout.schema import default
+
 TB_DIR = "tensorboard"
 ENV = "SCOUT_TRACKING"  # the config's tracking section, as JSON: the workflow exports it to every job
 # (not part of a job's spec: where metrics are sent never makes Snakemake rerun a job)
@@ -44,7 +46,7 @@ class Tracker:
         self.dir = Path(run_dir)
         self.spec = spec
         self.cfg = tracking if tracking is not None else json.loads(os.environ.get(ENV) or "{}")
-        self.backends = list(self.cfg.get("backends", ["tensorboard"]))
+        self.backends = list(self.cfg.get("backends", default("tracking.backends")))
         unknown = set(self.backends) - set(BACKENDS)
         if unknown:
             raise ValueError(f"tracking.backends: unknown {sorted(unknown)}; expected some of {BACKENDS}")
@@ -66,7 +68,7 @@ class Tracker:
             mode = self.cfg.get("wandb_mode") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
             run_id = hashlib.sha1(f"{self.dir.resolve()}".encode()).hexdigest()[:16]  # training and evals share it
             self._wandb = wandb.init(
-                project=self.cfg.get("project", "scout"),
+                project=self.cfg.get("project", default("tracking.project")),
                 name=run_name(self.spec),
                 group=run_group(self.spec),
                 tags=list(self.cfg.get("tags", [])),
@@ -88,7 +90,7 @@ class Tracker:
             import mlflow
 
             mlflow.set_tracking_uri(uri)
-            mlflow.set_experiment(self.cfg.get("project", "scout"))
+            mlflow.set_experiment(self.cfg.get("project", default("tracking.project")))
             id_file = self.dir / MLFLOW_RUN_ID
             run_id = id_file.read_text().strip() if id_file.exists() else None
             tags = {"group": run_group(self.spec), **{t: "1" for t in self.cfg.get("tags", [])}}
@@ -140,5 +142,5 @@ class Tracker:
 def verl_loggers(tracking: dict | None = None) -> list[str]:
     """``trainer.logger`` for verl: its console, TensorBoard, and the configured extras."""
     tracking = tracking if tracking is not None else json.loads(os.environ.get(ENV) or "{}")
-    backends = tracking.get("backends", ["tensorboard"])
+    backends = tracking.get("backends", default("tracking.backends"))
     return ["console", *(b for b in BACKENDS if b in backends or b == "tensorboard")]

@@ -27,6 +27,7 @@ import json
 import math
 from pathlib import Path
 
+from scout import schema
 from scout.config import ConfigError, results_root, teacher_lora_rank, validation_sets
 from scout.io import read_record
 from scout.methods import METHODS
@@ -40,15 +41,10 @@ VARIANT_PREFIX = {"student_lr": "opd-lr", "teacher_lr": "scout-tlr", "teacher_lo
 OVERRIDE = {"student_lr": "student_lr", "teacher_lr": "teacher_lr", "teacher_lora_lr": "teacher_lr"}  # a run's key
 
 
-# The paper's grids (appendix, "Hyperparameter Settings"): the default where a config gives none.
-# The paper trains no LoRA teacher: ten times its teacher grid, the ratio "LoRA Without Regret" found.
-PAPER_GRIDS = {"student_lr": [1e-6, 3e-6, 5e-6, 7e-6], "teacher_lr": [1e-6, 2e-6, 3e-6, 4e-6, 5e-6],
-               "teacher_lora_lr": [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]}  # fmt: skip
-
-
 def search_grid(config: dict, param: str) -> list[float]:
-    """The learning rates searched for ``param``: ``tuning.<param>``, or the paper's."""
-    return list(config.get("tuning", {}).get(param) or PAPER_GRIDS[param])
+    """The learning rates searched for ``param``: ``tuning.<param>``, or the paper's (the schema's
+    default: its appendix, "Hyperparameter Settings")."""
+    return list(schema.setting(config, ("tuning", param)))
 
 
 def before(params: list[str], param: str) -> list[str]:
@@ -149,7 +145,7 @@ def choice_path(config: dict, setting: str, param: str) -> Path:
 
 
 def validation_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
-    return f"{config.get('results', 'results')}/tuning/{setting}/{variant}/s{seed}"
+    return f"{results_root(config)}/tuning/{setting}/{variant}/s{seed}"
 
 
 def param_of(variant: str) -> str | None:

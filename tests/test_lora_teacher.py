@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from scout import grid, jobs
+from scout import grid, jobs, methods
 from scout.config import ConfigError, validate
 from scout.embedded import lm, lora
 from scout.embedded.qwen3 import Qwen3
@@ -18,7 +18,7 @@ from scout.embedded.trainer import Trainer
 from tests.conftest import toy_config
 from tests.test_trainer import _Alternating, _metrics_without_time
 
-TARGETS = list(grid.LORA_TARGETS)
+TARGETS = list(methods.LORA_TARGETS)
 
 
 def _lora_spec(spec_for, **over) -> dict:

@@ -239,7 +239,7 @@ def test_on_the_cpu_the_teacher_sync_is_scouts_gloo_engine():
     verl's registry builds it once the module is imported (the CPU platform imports it)."""
     from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
-    assert vc.weight_sync({"device": "cpu"}) == ("gloo", 64) and vc.weight_sync({})[0] == "nccl"
+    assert vc.weight_sync({"device": "cpu"}) == ("gloo", 64) and vc.weight_sync({"device": "cuda"})[0] == "nccl"
     import scout.verl.gloo_sync  # noqa: F401
 
     engine = CheckpointEngineRegistry.new("gloo", bucket_size=1 << 20)

@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
-from scout import grid, paths
+from scout import methods, paths
 
 pytestmark = pytest.mark.verl_cpu
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -369,7 +369,7 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
     layers = json.loads((final / "config.json").read_text())["num_hidden_layers"]
     where = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
              "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}  # fmt: skip
-    adapted = {f"model.layers.{i}.{where[t]}.{t}.weight" for i in range(layers) for t in grid.LORA_TARGETS}
+    adapted = {f"model.layers.{i}.{where[t]}.{t}.weight" for i in range(layers) for t in methods.LORA_TARGETS}
     norms = re.findall(r"scout/teacher_grad_norm:([-+0-9.e]+)", killed + log)
     assert _changed(initial, load_file(str(next(final.glob("*.safetensors"))))) == adapted, (
         f"teacher grad norms {norms}"

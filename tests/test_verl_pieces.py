@@ -886,6 +886,7 @@ def test_engine_agreement_by_hand():
 def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     """A LoRA teacher's trainer: verl's LoRA keys on its model, unmerged (the adapter alone is
     synced); the engine's peft config from the same keys."""
+    from scout.methods import LORA_TARGETS
     from scout.verl import lora_sync
     from scout.verl.teacher_phase import teacher_lora, teacher_worker_config
     from tests.conftest import toy_config
@@ -895,13 +896,13 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     spec = {**training_runs.run_spec(config, cell), "resources": resources.job_resources(config, "train", cell.setting,
                                                                                   cell.method, cell.variant)}  # fmt: skip
     composed = vc.build(spec, spec["resources"], "/tmp/x")
-    assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(grid.LORA_TARGETS)}
+    assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(LORA_TARGETS)}
     t = teacher_worker_config(composed)
     assert (t.model.lora_rank, t.model.lora_alpha, t.model.lora.merge) == (8, 16, False)
-    assert list(t.model.target_modules) == list(grid.LORA_TARGETS)
+    assert list(t.model.target_modules) == list(LORA_TARGETS)
     peft = lora_sync.peft_config(t.model)
     assert peft == {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
-                    "target_modules": list(grid.LORA_TARGETS), "bias": "none"}  # fmt: skip
+                    "target_modules": list(LORA_TARGETS), "bias": "none"}  # fmt: skip
     full = grid.find_cell(config, "toy-l-s-math", "scout", 1)
     spec = {**training_runs.run_spec(config, full), "resources": spec["resources"]}
     composed = vc.build(spec, spec["resources"], "/tmp/x")

@@ -15,15 +15,15 @@ class Embedded(Backend):
 
     def spec_fields(self, config: dict) -> dict:
         # the CPU by default, and then absent: the specs (and digests) made before the key stay
-        device = config.get("device", "cpu")
-        return {} if device == "cpu" else {"device": device}
+        device = config.get("device", self.device)
+        return {} if device == self.device else {"device": device}
 
     def train(self, spec: dict, out_dir: str, log=print, dry_run: bool = False) -> dict:
         if dry_run:
             raise SystemExit("--dry-run applies to the verl backend (the embedded one trains in seconds)")
         from scout.embedded.trainer import train  # torch loads with the job that trains
 
-        return train(spec, out_dir, log=log)
+        return train(spec, out_dir, spec.get("device", self.device), log=log)
 
     def peak_gpu_gb(self, run_dir: str) -> float | None:
         path = Path(run_dir) / "train.json"

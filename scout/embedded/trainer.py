@@ -28,6 +28,7 @@ from scout.grading import Grader
 from scout.io import read_jsonl
 from scout.methods import METHODS, Method
 from scout.prepare import load_rows
+from scout.schema import default
 from scout.tracking import Tracker
 
 # A step's rollouts are scored 16 at a time, sorted by length: less padding (about 5% off an OPD step)
@@ -71,7 +72,7 @@ class Trainer(Checkpoints):
     def __init__(self, spec: dict, out_dir: str | Path, device: str = "cpu"):
         self.spec, self.out = spec, Path(out_dir)
         self.method: Method = METHODS[spec["method"]]
-        torch.set_num_threads(spec.get("threads", 1))
+        torch.set_num_threads(spec.get("threads", default("training.threads")))
         self.device = lm.pick_device(device)
         self.tok = lm.load_tokenizer(spec["student"])
         self.eos, self.pad = self.tok.eos_token_id, self.tok.pad_token_id
@@ -305,7 +306,7 @@ class Trainer(Checkpoints):
         ratio = 0.0 if sc["prefix_zero"] else alg.prefix_ratio(step, self.spec["total_steps"], *sc["prefix_ratio"])
         body = [r[:-1] if r and r[-1] == self.eos else r for r in responses]
         reasoning = [self.reasoning_length(b) for b in body]
-        lengths = reasoning if sc.get("split", "response") == "reasoning" else [len(b) for b in body]
+        lengths = reasoning if sc.get("split", default("methods.scout.split")) == "reasoning" else [len(b) for b in body]
         ks = alg.split_points(torch.tensor(lengths), ratio).tolist()
         k_cont = sc["k"]
         cont_prompts = [p + b[:k] for p, b, k in zip(prompts, body, ks, strict=True) for _ in range(k_cont)]
@@ -426,7 +427,7 @@ def eta(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def train(spec: dict, out_dir: str | Path, log=print) -> dict:
-    """A job's training, on the device its spec names (the config's ``device``; absent: the CPU,
-    where the toy world's recorded digits were computed)."""
-    return Trainer(spec, out_dir, spec.get("device", "cpu")).run(log=log)
+def train(spec: dict, out_dir: str | Path, device: str, log=print) -> dict:
+    """A job's training on ``device`` (the config's, or the backend's default: the CPU, where the
+    toy world's recorded digits were computed)."""
+    return Trainer(spec, out_dir, device).run(log=log)

@@ -12,6 +12,7 @@ import torch
 from scout.embedded import lm
 from scout.embedded.qwen3 import Qwen3
 from scout.io import read_jsonl, write_jsonl
+from scout.schema import default
 from scout.toy.tasks import Split, generate_split, worked_segments
 from scout.toy.tokenizer import build_tokenizer
 from scout.tuning import overlap
@@ -89,7 +90,7 @@ def pretrain(
     for r in rows:
         p = lm.prompt_ids(tok, r["prompt"])
         ids, learned = [], []
-        for text, learn in worked_segments(r, rng, arch.get("hasty", 0.0), arch.get("checks", 0.0)):
+        for text, learn in worked_segments(r, rng, arch.get("hasty", default("models.*.toy.hasty")), arch.get("checks", default("models.*.toy.checks"))):
             piece = tok.encode(text, add_special_tokens=False)
             ids += piece
             learned += [float(learn)] * len(piece)

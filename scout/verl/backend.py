@@ -3,12 +3,14 @@ platform for the toy world in CI). verl itself loads only in ``train`` and ``pre
 
 from __future__ import annotations
 
+from scout import schema
 from scout.backends import Backend, CellCheck, PairCheck, Preflight
 from scout.placement import served_resources
 
 
 class Verl(Backend):
     name = "verl"
+    device = "cuda"
     environment = "gpu"
     checks_cells = True
 
@@ -23,8 +25,8 @@ class Verl(Backend):
     def spec_fields(self, config: dict) -> dict:
         # "device" has always been written, at its default too: leaving it out now would change the
         # digest of every verl spec made before the rule (a new field holds its default by absence)
-        out = {"device": config.get("device", "cuda")}
-        if config["training"].get("keep_checkpoints", "evaluated") != "evaluated":
+        out = {"device": config.get("device", self.device)}
+        if schema.setting(config, "training.keep_checkpoints") != schema.default("training.keep_checkpoints"):
             out["keep_checkpoints"] = config["training"]["keep_checkpoints"]
         return out
 

@@ -21,6 +21,7 @@ from omegaconf import open_dict
 from scout import runs
 from scout.methods import METHODS
 from scout.placement import PlacementError, placement
+from scout.schema import default
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
 from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, SYNC_CHECKSUM_ENGINE, SYNC_CHECKSUM_ENV, method_cfg
@@ -59,7 +60,7 @@ SHARED_WEIGHT_SYNC = {"cuda": ("gloo", 512), "cpu": ("gloo", 64)}
 def weight_sync(spec: dict, shared: bool = False) -> tuple[str, int]:
     """(checkpoint-engine backend, bucket MB) of SCOUT's teacher sync on the cell's device, with the
     trainer on a pool of its own or on the engine's GPUs (``shared``)."""
-    return (SHARED_WEIGHT_SYNC if shared else WEIGHT_SYNC)[spec.get("device", "cuda")]
+    return (SHARED_WEIGHT_SYNC if shared else WEIGHT_SYNC)[spec["device"]]  # a verl spec always names it
 
 
 def agent_loop(method_id: str) -> str | None:
@@ -176,7 +177,7 @@ def _student(spec: dict, pools: dict, prompt: int, response: int, out_dir: str) 
         # fetches prompts one at a time (data.gen_batch_size 1)
         "trainer.v1.sampler.sync_refill_failed_groups": True,
         "trainer.logger": verl_loggers(),
-        "trainer.project_name": json.loads(os.environ.get(TRACKING_ENV) or "{}").get("project", "scout"),
+        "trainer.project_name": json.loads(os.environ.get(TRACKING_ENV) or "{}").get("project", default("tracking.project")),
         "trainer.experiment_name": f"{spec['setting']}-{spec['variant']}-s{spec['seed']}",
         "reward.custom_reward_function.path": "pkg://scout.verl.reward",
         "reward.custom_reward_function.name": "compute_score",
