@@ -29,7 +29,7 @@ cells whose GPUs fit side by side run together, each on GPUs of its own. A cell 
 than the machine has is listed as not checked, with the GPUs it needs.
 
 ``--device cpu`` runs the same cells on verl's CPU platform with vLLM's CPU build (``make
-install-vllm``), the path CI runs: tests/test_verl_cpu.py builds its world, specs and runs with
+install-vllm``), the path CI runs: tests/verl/test_verl_cpu.py builds its world, specs and runs with
 this module's functions and reads them with its report.
 """
 

@@ -1,4 +1,4 @@
-"""Wall time of the reduced toy grid of tests/test_slurm.py through a real Slurm cluster (on this
+"""Wall time of the reduced toy grid of tests/workflow/test_slurm.py through a real Slurm cluster (on this
 host, through profiles/slurm) against the same grid with `--cores 2`, and where the difference goes.
 
     python -m benchmarks.slurm_grid        (as root, with Debian's slurm-wlm and munge installed)
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
-from tests.slurm_cluster import Node, SlurmCluster, missing
-from tests.test_slurm import FAST, slurm_config, slurm_jobs
+from tests.support.slurm_cluster import FAST, Node, SlurmCluster, missing, slurm_config, slurm_jobs
+from tests.support.toy import REPO
 
 
 def _snakemake(env: dict, work: Path, *args: str) -> float:

@@ -313,7 +313,7 @@ def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
     """The plan of every cell. The first cell (in config order: the main grid first) of a weights
     spec trains it; a longer run continues the longest shorter one of the same spec where its
     method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
-    tested in tests/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
+    tested in tests/train/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
     plans = {c: Plan() for c in every}
     if not schema.setting(config, "training.share_runs"):
         return plans

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.toy import REPO
 
 PAGES = [REPO / "README.md", REPO / "config" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -46,7 +46,7 @@ def test_the_readme_is_a_front_door():
 def test_the_everyday_commands_that_need_no_results_run_as_written(tmp_path):
     """`scout status`, `plan` and `check-config` from the README's everyday block, in a fresh
     folder (status) or the checkout (the configs); the report and fingerprints need a finished
-    grid (tests/test_workflow.py renders the report, the Makefile's `make toy` runs fingerprints)."""
+    grid (tests/workflow/test_workflow.py renders the report, the Makefile's `make toy` runs fingerprints)."""
     text = (REPO / "README.md").read_text()
     block = text[text.index("The everyday commands") :].split("```bash\n", 1)[1].split("```", 1)[0]
     lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]

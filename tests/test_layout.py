@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.toy import REPO
 
 MODULE_LINES = 500
 FUNCTION_LINES = 80
@@ -94,3 +94,20 @@ def test_every_import_from_the_package_names_something_it_has():
             missing += [f"{f.relative_to(REPO)}:{node.lineno}: {node.module}.{a.name}" for a in node.names
                         if a.name not in have and f"{node.module}.{a.name}" not in modules]  # fmt: skip
     assert not missing, missing
+
+
+def test_tests_are_grouped_by_stage_and_share_only_support():
+    """Test files live in their stage's folder; what several of them use is in tests/support/, never
+    imported from another test file."""
+    tests = REPO / "tests"
+    stages = {"config", "prepare", "train", "evaluate", "report", "workflow", "verl"}
+    top = {p.name for p in tests.glob("test_*.py")}
+    assert top == {"test_docs.py", "test_layout.py"}, f"test files outside a stage folder: {sorted(top)}"
+    assert {p.parent.name for p in tests.glob("*/test_*.py")} == stages
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(REPO)}: {n}" for n in names if n.startswith("tests.") and ".test_" in n]
+    assert found == [], "test files imported as helpers (move what they share to tests/support/):\n" + "\n".join(found)

@@ -4,7 +4,7 @@ Why not ``torch.optim.AdamW`` itself: its first ``step()`` imports ``torch._dyna
 here, a third of a toy training job's start-up, over a hundred core-seconds of the toy grid), for
 graph breaks that only matter under ``torch.compile``. This is its single-tensor update (the one
 it runs on the CPU) with the same operations in the same order, so the weights are bit for bit
-the same (``tests/test_optim.py``), and its ``state_dict`` has torch's layout.
+the same (``tests/train/test_optim.py``), and its ``state_dict`` has torch's layout.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why not transformers' ``Qwen3ForCausalLM``: for the toy world's models (0.1-0.3 M parameters)
 its per-call machinery (mask builders, cache objects, output classes) costs several times the
 arithmetic, and importing it costs about 3 s in every job. This module computes the same function
-(``tests/test_qwen3.py`` holds its logits equal to transformers' on the same weights, and has
+(``tests/train/test_qwen3.py`` holds its logits equal to transformers' on the same weights, and has
 transformers load what it saves), with a preallocated KV cache for sampling.
 
 Parameter names follow Hugging Face's (``model.layers.0.self_attn.q_proj.weight``, ...), so
@@ -50,7 +50,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class Packed(NamedTuple):
     """One layer's weights concatenated for inference: q, k, v projections as one matrix, gate and
     up as one, and the q and k norms' weights per head. Each output element is the same dot
-    product as with the separate matrices (``tests/test_qwen3.py`` holds the logits bit-equal), for
+    product as with the separate matrices (``tests/train/test_qwen3.py`` holds the logits bit-equal), for
     fewer, larger kernels. Not for training: autograd would sum the input's gradient in another order."""
 
     qkv: torch.Tensor

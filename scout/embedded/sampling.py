@@ -20,7 +20,7 @@ class Decoder:
 
     With ``share``, repeated prompts (a GRPO group, SCOUT's K continuations of one prefix) are
     prefilled once and their cache rows copied: the same logits, bit for bit, as prefilling every
-    copy (``tests/test_qwen3.py``), for a K-th of the work. A Qwen3 decodes on weights packed at
+    copy (``tests/train/test_qwen3.py``), for a K-th of the work. A Qwen3 decodes on weights packed at
     construction (:meth:`Qwen3.packed`), so the model must not change while a decoder is in use."""
 
     def __init__(self, model: torch.nn.Module, prompts: list[list[int]], pad_id: int, max_new: int,

@@ -4,7 +4,7 @@ Why not ``AutoTokenizer``: importing transformers' tokenizer classes takes about
 whole start-up budget of a toy job. A fast tokenizer is ``tokenizer.json`` (the ``tokenizers``
 library's own format) plus special tokens and a chat template in ``tokenizer_config.json`` or
 ``chat_template.jinja``; this reads those files and renders the template in the same sandboxed
-jinja2 environment transformers uses. ``tests/test_qwen3.py`` checks ids and rendered prompts
+jinja2 environment transformers uses. ``tests/train/test_qwen3.py`` checks ids and rendered prompts
 against ``AutoTokenizer``.
 """
 

@@ -8,7 +8,7 @@ caller: forking a multi-threaded process (a Ray actor, a trainer) can deadlock t
 
 Two cases are decided in the caller, without a worker: no complete boxed answer (wrong, as
 math-verify is never asked), and a boxed plain integer against a plain-integer gold, where
-math-verify's verdict is integer equality (``tests/test_grading.py`` holds the two equal). Every
+math-verify's verdict is integer equality (``tests/evaluate/test_grading.py`` holds the two equal). Every
 toy-world answer is such an integer, and the round trip to a worker cost more than the check.
 """
 

@@ -19,7 +19,7 @@ teacher (``methods.scout.teacher_lora``) pushes its adapter alone (``scout.verl.
 its own reference (its base, adapter off).
 
 Everything but the worker-group calls is a pure function tested on CPU (``teacher_phase``,
-``checkpoints``); the classes run in CI on verl's CPU path (tests/test_verl_cpu.py).
+``checkpoints``); the classes run in CI on verl's CPU path (tests/verl/test_verl_cpu.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,288 @@
+"""Cluster resources from config, the grid's plan, and the Ray launcher's commands (no Slurm needed;
+tests/workflow/test_slurm.py runs them on a real cluster)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scout import config as scout_config
+from scout import plan, raycluster, resources
+from scout.cli import main
+from tests.support.toy import REPO, dry_run, toy_config
+
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+
+LAYERED = {
+    "default": {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 2, "mem_mb": 1000, "runtime": 10},
+    "evaluate": {"gpus_per_node": 4, "runtime": 30},
+    "train": {
+        "default": {"gpus_per_node": 8, "runtime": 100},
+        "methods": {"scout": {"nodes": 3, "mem_mb": 2000}, "scout-f1": {"runtime": 300}},
+        "settings": {"big": {"scout": {"nodes": 4}, "scout-f1": {"cpus_per_node": 16}}},
+    },
+}
+
+
+def test_layers_override_single_keys_in_order():
+    cfg = {"resources": LAYERED}
+    assert resources.job_resources(cfg, "evaluate") == {
+        "nodes": 1,
+        "gpus_per_node": 4,
+        "cpus_per_node": 2,
+        "mem_mb": 1000,
+        "runtime": 30,
+    }
+    assert resources.job_resources(cfg, "analysis") == LAYERED["default"]
+    assert resources.job_resources(cfg, "train", "small", "grpo", "grpo") == {
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "cpus_per_node": 2,
+        "mem_mb": 1000,
+        "runtime": 100,
+    }
+    # method, then variant, then the setting's method, then the setting's variant
+    assert resources.job_resources(cfg, "train", "small", "scout", "scout-f1") == {
+        "nodes": 3,
+        "gpus_per_node": 8,
+        "cpus_per_node": 2,
+        "mem_mb": 2000,
+        "runtime": 300,
+    }
+    assert resources.job_resources(cfg, "train", "big", "scout", "scout-f1") == {
+        "nodes": 4,
+        "gpus_per_node": 8,
+        "cpus_per_node": 16,
+        "mem_mb": 2000,
+        "runtime": 300,
+    }
+    assert resources.job_resources({}, "train", "x", "opd", "opd") == resources.FALLBACK
+
+
+def test_slurm_resources_per_node_gpus_and_tasks():
+    gpu = {"nodes": 3, "gpus_per_node": 8, "cpus_per_node": 64, "mem_mb": 480000, "runtime": 2880}
+    assert resources.slurm_resources(gpu) == {
+        "nodes": 3,
+        "tasks": 0,
+        "gres": "gpu:8",
+        "gpus": 24,
+        "cpus_per_task": 64,
+        "mem_mb": 480000,
+        "runtime": 2880,
+    }
+    cpu = {**gpu, "gpus_per_node": 0, "nodes": 2}
+    assert resources.slurm_resources(cpu)["tasks"] == 2 and resources.slurm_resources(cpu)["gres"] == ""
+    assert resources.slurm_resources(cpu)["gpus"] == 0
+
+
+@pytest.mark.parametrize(
+    "setting, variant, method, nodes, runtime",
+    [
+        ("q4b-q1.7b-math", "grpo", "grpo", 1, 2880),
+        ("q4b-q1.7b-math", "relay_opd", "relay_opd", 1, 2880),
+        ("q4b-q1.7b-math", "opd", "opd", 2, 2880),
+        ("sky7b-ds1.5b-math", "esr", "esr", 2, 2880),
+        ("q4b-q1.7b-math", "scout", "scout", 3, 2880),
+        ("q4b-q1.7b-code", "scout", "scout", 3, 2880),
+        ("q8b-q1.7b-math", "scout", "scout", 4, 2880),
+        ("sky7b-ds1.5b-math", "scout", "scout", 4, 2880),
+        ("q8b-q1.7b-math", "scout-f1", "scout", 4, 5760),
+        ("q8b-q1.7b-math", "opd_teacher_grpo", "opd_teacher_grpo", 4, 2880),
+        ("q4b-q1.7b-math", "opd-3ep", "opd", 2, 7200),
+    ],
+)
+def test_paper_placement(setting, variant, method, nodes, runtime):
+    """SPEC section 3: GRPO/Prune/Relay 1 node, OPD/ESR 2, SCOUT 3 (4B teacher) or 4 (7B/8B)."""
+    r = resources.job_resources(PAPER, "train", setting, method, variant)
+    assert (r["nodes"], r["gpus_per_node"], r["runtime"]) == (nodes, 8, runtime)
+    assert resources.job_resources(PAPER, "evaluate")["nodes"] == 1
+    assert resources.job_resources(PAPER, "evaluate")["gpus_per_node"] == 8
+
+
+def test_plan_counts_jobs_and_hours():
+    cfg = toy_config()
+    cfg["experiments"] = {"main": {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}}
+    cfg["claims"] = []  # the config's own claims are about experiments left out here
+    cfg["settings"] = {"toy-l-s-math": cfg["settings"]["toy-l-s-math"]}
+    cfg["models"].pop("toy-medium-grpo")
+    cfg.pop("analysis")
+    cfg["resources"] = {
+        "default": {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 1000, "runtime": 30},
+        "evaluate": {"gpus_per_node": 2},
+        "train": {"default": {"gpus_per_node": 4, "runtime": 90}, "methods": {"scout": {"nodes": 2}}},
+    }
+    done = {"results/train/toy-l-s-math/opd/s1/train.json"}
+    jobs = plan.grid_jobs(cfg, exists=done.__contains__)
+    assert len(jobs) == 4 + 4 + 6  # toy: data, tokenizer, 2 models; 4 trainings; 4 + 2 base evaluations
+    s = plan.summary(jobs)
+    # to run: opd s2 (4 GPUs x 1.5 h), scout s1, s2 (2 nodes x 4 GPUs x 1.5 h), 6 evaluations (2 GPUs x 0.5 h)
+    assert s.loc["main", "to_run"] == 3 + 4 and s.loc["main", "jobs"] == 8
+    assert s.loc["main", "gpu_hours"] == pytest.approx(6 + 2 * 12 + 4 * 1)
+    assert s.loc["base", "gpu_hours"] == pytest.approx(2 * 1)
+    assert s.loc["toy world", "gpu_hours"] == 0 and s.loc["toy world", "node_hours"] == pytest.approx(4 * 0.5)
+    assert s.loc["total", "to_run"] == 13 and s.loc["total", "max_nodes"] == 2
+    assert "Job shapes still to run" in plan.render(jobs)
+
+
+def test_plan_of_a_reduced_experiment_has_only_the_jobs_its_dag_runs():
+    """select: one setting without the probes needs no DAPO teacher (prepare_teacher) and no
+    toy-medium; the plan counts what snakemake -n schedules, nothing else."""
+    sel = {"settings": ["q4b-q1.7b-math"], "methods": ["opd", "scout"], "seeds": [1], "analysis": False}
+    cfg = scout_config.validate({**copy.deepcopy(PAPER), "select": sel})
+    jobs = plan.grid_jobs(cfg, exists=lambda _: False)
+    assert sorted(jobs["rule"]) == ["evaluate"] * 4 + ["train"] * 2
+    assert jobs["gpu_hours"].sum() == pytest.approx(2 * 8 * 48 + 3 * 8 * 48 + 4 * 8 * 12)
+    toy = scout_config.validate({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd"]}})
+    pretrained = {
+        Path(t).parent.name
+        for t in plan.grid_jobs(toy, exists=lambda _: False).query("rule == 'toy_pretrain'")["target"]
+    }
+    assert pretrained == {"toy-large", "toy-small"}
+
+
+def test_plan_of_the_paper_grid(capsys, tmp_path):
+    assert main(["plan", "--configfile", str(REPO / "config" / "paper.yaml"), "--csv", str(tmp_path / "jobs.csv")]) == 0
+    text = capsys.readouterr().out
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in text.splitlines()
+        if line and line.split()[0] in ("main", "prefix0", "interval", "lora", "total")
+    }
+    # 4 settings x 6 methods x 3 seeds, trained and evaluated, less q8b's GRPO (q4b's runs), + scout s1's
+    # evaluations at the compute-matched steps (scout-cm s1 is the same run) and the probed step 160 of s2, s3
+    assert rows["main"][:2] == ["148", "148"]
+    assert rows["prefix0"][:3] == ["18", "18", "4"]  # the q8b control places the 8B teacher on its own node
+    assert rows["interval"][:2] == ["20", "20"]  # f=1 (1 seed) + f=5, 15, 20 (3 seeds), each + its evaluation
+    assert rows["lora"][:3] == ["6", "6", "2"]  # the LoRA teacher's SCOUT on OPD's two nodes
+    assert int(rows["total"][0]) == 254  # the teacher probes (analysis) and their step-160 evaluations too
+    assert "Shared runs: 4 cells share another cell's run" in text and "2,784 GPU-hours fewer" in text
+    assert (tmp_path / "jobs.csv").read_text().startswith("experiment,rule,target,")
+    # peak disk: a probed q4b SCOUT run keeps step 160 (student 1.72B + teacher 4.02B at 12 B/param)
+    # and holds the latest and the next checkpoint, plus two bf16 exports of the student
+    assert "Peak disk per training run" in text
+    jobs = plan.grid_jobs(PAPER, exists=lambda _: False).set_index("target")
+    scout_q4b = jobs.loc["results-paper/train/q4b-q1.7b-math/scout/s2/train.json", "peak_disk_gb"]
+    assert scout_q4b == pytest.approx(3 * (1.72 + 4.02) * 12 + 2 * 1.72 * 2)
+    opd = jobs.loc["results-paper/train/q4b-q1.7b-math/opd/s1/train.json", "peak_disk_gb"]
+    assert opd == pytest.approx(2 * 1.72 * 12 + 1.72 * 2)  # nothing evaluated before the end: no teacher
+
+
+@pytest.mark.parametrize(
+    "patch, message",
+    [
+        ({"train": {"methods": {"scoot": {"nodes": 3}}}}, "resources.train.methods.scoot: not a method or variant"),
+        ({"train": {"settings": {"nope": {"scout": {"nodes": 4}}}}}, "resources.train.settings.nope: unknown setting"),
+        ({"evaluate": {"gpus_per_node": 0}}, "evaluation.engine vllm needs at least one GPU"),
+        ({"default": {"runtime": "2h"}}, "resources.default.runtime"),
+        ({"train": {"default": {"gpus": 8}}}, "resources.train.default.gpus: unknown key"),
+    ],
+)
+def test_resource_config_errors(patch, message):
+    cfg = copy.deepcopy(PAPER)
+    for k, v in patch.items():
+        cfg["resources"][k] = {**cfg["resources"].get(k, {}), **v}
+    with pytest.raises(scout_config.ConfigError, match=message.replace(".", r"\.")):
+        scout_config.validate(cfg)
+
+
+def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
+    """A dry run of the paper grid: the SCOUT cell with the 8B teacher asks for 4 nodes of 8 GPUs
+    and its driver starts under `scout ray-run`."""
+    target = "results-paper/train/q8b-q1.7b-math/scout/s1/train.json"
+    out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "-p", target)
+    assert out.returncode == 0, out.stderr[-3000:]
+    block = out.stdout[out.stdout.index(f"output: {target}") :]
+    assert "nodes=4, tasks=0, gres=gpu:8, gpus=32, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
+    assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout --log" in block
+
+
+# -- the Ray launcher ----------------------------------------------------------------------------
+
+
+def test_ray_commands():
+    head = raycluster.start_command(
+        "ray", head_address=None, node_ip="10.0.0.1", port=20042, cpus=64, gpus=8, object_store_mb=None
+    )
+    assert head[:2] == ["ray", "start"] and "--head" in head and "--port=20042" in head
+    assert "--node-ip-address=10.0.0.1" in head and "--num-gpus=8" in head and "--block" in head
+    assert f"--temp-dir={tempfile.gettempdir()}/ray-{os.getuid()}" in head  # not /tmp/ray: another user's
+    worker = raycluster.start_command(
+        "ray", head_address="10.0.0.1:20042", node_ip="10.0.0.1", port=20042, cpus=64, gpus=8, object_store_mb=100
+    )
+    assert "--address=10.0.0.1:20042" in worker and "--head" not in worker
+    assert f"--object-store-memory={100 * 1024 * 1024}" in worker
+    assert raycluster.on_node("17", "gpu-a3", ["hostname"]) == [
+        "srun",
+        "--overlap",
+        "--jobid=17",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=gpu-a3",
+        "hostname",
+    ]
+    # per job, outside Ray's worker port range 10002-19999
+    assert raycluster.ray_port("12345") == 22345 and raycluster.ray_port(None) == 6379
+
+
+def test_ray_auth_mode_follows_the_token_the_head_would_find(tmp_path):
+    assert raycluster.auth_mode({}, tmp_path) == "disabled"
+    assert raycluster.auth_mode({"RAY_AUTH_TOKEN": "abc"}, tmp_path) == "token"
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("abc")
+    assert raycluster.auth_mode({}, tmp_path) == "token"
+    assert raycluster.auth_mode({"RAY_AUTH_MODE": "disabled"}, tmp_path) == "disabled"
+
+
+@pytest.mark.alone  # it looks for every Ray process on the host
+@pytest.mark.parametrize("token", [False, True], ids=["no-token", "token-in-home"])
+def test_ray_run_outside_slurm_starts_a_local_cluster_and_stops_it(tmp_path, token):
+    """`scout ray-run` on a machine without Slurm: a local Ray head, the driver against it (the
+    probe), the driver's exit status passed on, and no Ray process left. With ~/.ray/auth_token
+    present (any local ray.init writes one) the head turns token auth on, and the launcher and
+    the driver must follow it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RAY_AUTH"))}
+    env["HOME"] = str(tmp_path / "home")
+    if token:
+        (tmp_path / "home" / ".ray").mkdir(parents=True)
+        (tmp_path / "home" / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    probe = tmp_path / "probe.json"
+    cmd = [
+        "scout",
+        "ray-run",
+        "--cpus-per-node",
+        "1",
+        "--object-store-mb",
+        "100",
+        "--",
+        "sh",
+        "-c",
+        f"python -m scout.raycluster {probe} && exit 5",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 5, out.stderr[-3000:]
+    found = json.loads(probe.read_text())
+    assert len(found) == 1 and found[0]["gpus"] == [] and found[0]["slurm_node"] is None
+    leftover = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    assert not leftover.strip()
+
+
+def test_ray_run_needs_a_driver(capsys):
+    with pytest.raises(SystemExit, match="no driver command"):
+        main(["ray-run", "--cpus-per-node", "1", "--"])
+
+
+def test_plan_of_a_finished_grid_says_nothing_to_run():
+    jobs = plan.grid_jobs(toy_config(), exists=lambda _: True)
+    assert (
+        plan.render(jobs)
+        == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."
+    )

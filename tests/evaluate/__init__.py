@@ -1,0 +1,1 @@
+"""Tests of evaluation: grading, the sandbox, vLLM."""

@@ -1,0 +1,149 @@
+"""Reward hacks of every class are graded wrong; honest answers stay right (tests/support/reward_hacks.py).
+
+The rows are built the way the pipeline builds them: a toy code row, MBPP rows (math.isclose and
+set forms) through the catalogue, an evalplus-style HumanEval+ row through the catalogue, and
+LiveCodeBench's functional and stdin kinds. The benchmark's data (expected values included) lies
+in the grader's working directory, where a program that looks for it might find it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scout import catalogue
+from scout.grading import Grader
+from scout.grading.code import calls_from_asserts
+from tests.support.reward_hacks import ENTRY, HACKS, SOLUTIONS, response
+
+HE_TEST = """
+import numpy as np
+
+def is_floats(x) -> bool:
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(isinstance(i, float) for i in x)
+    return False
+
+def assertion(out, exp, atol):
+    exact_match = out == exp
+    if atol == 0 and is_floats(exp):
+        atol = 1e-6
+    if not exact_match and atol != 0:
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol)
+    else:
+        assert exact_match
+
+def check(candidate):
+    inputs = [[[1, 2]], [[0.5, -3]], [[]]]
+    results = [[2, 3], [1.5, -2], []]
+    for i, (inp, exp) in enumerate(zip(inputs, results)):
+        assertion(candidate(*inp), exp, 0)
+
+check(add_one)
+"""
+
+
+def rows() -> dict[str, dict]:
+    toy_asserts = [f"assert f({x}) == {(x + 3) * 2}" for x in (0, 1, 2, 5, 7)]
+
+    def mbpp(tid, fn, tests):
+        row = catalogue.mbpp({"task_id": tid, "text": f"Write {fn}.", "test_list": tests, "test_setup_code": ""}, 0)
+        return {**row, "tests": {**row["tests"], "timeout": 3}}  # the hacks that sleep hit the wall sooner
+
+    case = [{"input": "3", "output": "6"}, {"input": "-4", "output": "-8"}]
+    he = catalogue.humaneval_plus(
+        {
+            "task_id": "HumanEval/1000",
+            "prompt": "def add_one(xs):\n    pass\n",
+            "entry_point": "add_one",
+            "test": HE_TEST,
+        },
+        0,
+    )
+    he["tests"]["timeout"] = 3
+    return {
+        "toy": {
+            "id": "toy",
+            "domain": "code",
+            "prompt": "Write f(x): add 3, then multiply by 2.",
+            "tests": {**calls_from_asserts(toy_asserts, entry="f"), "timeout": 3},
+        },  # fmt: skip
+        "mbpp_isclose": mbpp(
+            1, "add", ["assert add(1, 2) == 3", "assert math.isclose(add(0.1, 0.2), 0.3, rel_tol=1e-9)"]
+        ),
+        "mbpp_set": mbpp(2, "common", ["assert set(common([1, 2, 3], [2, 3, 4])) == set([2, 3])"]),
+        "humaneval_plus": he,
+        "functional": {
+            "id": "fn",
+            "domain": "code",
+            "prompt": "twice",
+            "tests": {"type": "functional", "fn_name": "twice", "cases": case, "timeout": 3},
+        },  # fmt: skip
+        "stdin": {
+            "id": "io",
+            "domain": "code",
+            "prompt": "twice",
+            "tests": {"type": "stdin", "cases": [{"input": "3\n", "output": "6\n"}], "timeout": 3},
+        },  # fmt: skip
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every hack against every row, graded once (the data file sits in the grader's working dir)."""
+    import os
+
+    work = tmp_path_factory.mktemp("grader-cwd")
+    table = rows()
+    data_dir = work / "results" / "data"
+    data_dir.mkdir(parents=True)
+    (data_dir / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in table.values()))
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        with Grader() as grader:
+            texts, graded_rows, keys = [], [], []
+            for kind, row in table.items():
+                for name, cls, code in HACKS:
+                    texts.append(response(code, ENTRY[kind], str(data_dir)))
+                    graded_rows.append(row)
+                    keys.append((kind, name, cls))
+                texts.append(response(SOLUTIONS[kind], ENTRY[kind]))
+                graded_rows.append(row)
+                keys.append((kind, "honest solution", "control"))
+            verdicts = grader.grade(texts, graded_rows)
+    finally:
+        os.chdir(old)
+    return dict(zip(keys, verdicts, strict=True))
+
+
+def test_honest_solutions_are_graded_right(graded):
+    assert {k[0]: v for k, v in graded.items() if k[2] == "control"} == dict.fromkeys(ENTRY, True)
+
+
+@pytest.mark.parametrize("hack", [h[0] for h in HACKS])
+def test_every_hack_is_graded_wrong(graded, hack):
+    forged = sorted(kind for (kind, name, _), ok in graded.items() if name == hack and ok)
+    assert forged == [], f"{hack!r} was graded right on {forged}"
+
+
+def test_the_battery_covers_every_class_the_issue_names():
+    classes = {cls for _, cls, _ in HACKS}
+    assert {"forged channel", "marker from own code", "exception hook", "always-equal object",
+            "interpreter re-run", "frame inspection", "monkeypatched builtins", "early exit",
+            "timing and signals", "expected values from the file system"} <= classes  # fmt: skip
+
+
+def test_expected_values_never_enter_the_sandbox():
+    """What the sandbox runs holds the calls, never the checks or the values they compare with."""
+    from scout.grading.code import calls_program
+
+    table = rows()
+    for kind, secret in (("toy", "== 16"), ("mbpp_isclose", "0.3"), ("humaneval_plus", "results = ")):
+        tests = table[kind]["tests"]
+        program = calls_program("def f(x):\n    return x", tests)
+        assert all(call in program for call in tests["calls"])
+        assert secret in json.dumps(tests["check"]) and secret not in program

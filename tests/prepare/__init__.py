@@ -1,0 +1,1 @@
+"""Tests of data preparation and the toy world's data."""
