@@ -317,23 +317,11 @@ class CellReport:
         return not self.problems
 
 
-def _scalars(run: Path) -> dict[str, list[float]]:
-    """The run's TensorBoard scalars, tag -> values by step."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from scout.tracking import TB_DIR
-
-    if not (run / TB_DIR).is_dir():
-        return {}
-    events = EventAccumulator(str(run / TB_DIR), size_guidance={"scalars": 0})
-    events.Reload()
-    return {t: [e.value for e in sorted(events.Scalars(t), key=lambda e: e.step)] for t in events.Tags()["scalars"]}
-
-
 def read_cell(name: str, run: Path, done: subprocess.CompletedProcess, seconds: float) -> CellReport:
     """What a run shows, from its spec, its record, its TensorBoard scalars, its config and its log."""
     from omegaconf import OmegaConf
 
+    from scout import tracking
     from scout.methods import METHODS
     from scout.verl import config as vc
 
@@ -345,7 +333,7 @@ def read_cell(name: str, run: Path, done: subprocess.CompletedProcess, seconds: 
         r.problems.append(f"exit {done.returncode}: {tail[0][:200]}")
     record = run / "train.json"
     r.steps = json.loads(record.read_text())["steps"] if record.exists() else None
-    scalars = _scalars(run)
+    scalars = tracking.scalars(run)
     if "timing_s/step" in scalars:
         r.step_s = sum(scalars["timing_s/step"]) / len(scalars["timing_s/step"])
     for tag, role in (("actor/perf/max_memory_allocated_gb", "student"), ("scout/teacher_perf/max_memory_allocated_gb", "teacher")):

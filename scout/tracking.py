@@ -144,3 +144,16 @@ def verl_loggers(tracking: dict | None = None) -> list[str]:
     tracking = tracking if tracking is not None else json.loads(os.environ.get(ENV) or "{}")
     backends = tracking.get("backends", default("tracking.backends"))
     return ["console", *(b for b in BACKENDS if b in backends or b == "tensorboard")]
+
+
+def scalars(run_dir: str | Path) -> dict[str, list[float]]:
+    """A run's TensorBoard scalars, tag -> values in step order ({} before its first event): what
+    verl logged (its step timing, its trainers' memory) read back as any TensorBoard reader does."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = Path(run_dir) / TB_DIR
+    if not folder.is_dir():
+        return {}
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return {t: [e.value for e in sorted(events.Scalars(t), key=lambda e: e.step)] for t in events.Tags()["scalars"]}

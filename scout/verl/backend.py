@@ -60,30 +60,17 @@ class Verl(Backend):
 
     def step_seconds(self, run_dir: str) -> list[float]:
         """verl's own timing of each step (``timing_s/step``), from the run's TensorBoard events."""
-        return [v for _, v in _scalars(run_dir, lambda tag: tag == "timing_s/step")]
+        from scout.tracking import scalars  # tensorboard's reader loads with the report that asks
+
+        return scalars(run_dir).get("timing_s/step", [])
 
     def peak_gpu_gb(self, run_dir: str) -> float | None:
         """The most any of verl's trainers held (``perf/max_memory_allocated_gb``, the student's
         and SCOUT's teacher's, in GiB); vLLM's engines hold their configured share besides."""
-        found = [v for _, v in _scalars(run_dir, lambda tag: tag.endswith("perf/max_memory_allocated_gb"))]
+        from scout.tracking import scalars
+
+        found = [v for tag, vs in scalars(run_dir).items() if tag.endswith("perf/max_memory_allocated_gb") for v in vs]
         return max(found) * (1 << 30) / 1e9 if found else None
-
-
-def _scalars(run_dir: str, wanted) -> list[tuple[int, float]]:
-    """(step, value) of the run's TensorBoard scalars whose tag is ``wanted``, by step."""
-    from pathlib import Path
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from scout.tracking import TB_DIR
-
-    folder = Path(run_dir) / TB_DIR
-    if not folder.is_dir():
-        return []
-    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    events.Reload()
-    tags = [t for t in events.Tags()["scalars"] if wanted(t)]
-    return sorted((e.step, e.value) for t in tags for e in events.Scalars(t))
 
 
 VERL = Verl()
