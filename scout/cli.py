@@ -165,6 +165,7 @@ def _cluster_commands(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.console = None  # under --log: the console's stderr, for what a person should see at once
     warn_if_another_checkout()
     # before torch computes anything: the same digits on every x86-64 machine with AVX2
     from scout.reproducibility import pin_numerics
@@ -262,7 +263,7 @@ def _logged(args) -> int:
 
     log = Path(args.log)
     log.parent.mkdir(parents=True, exist_ok=True)
-    console = commands.CONSOLE = os.dup(2)
+    console = args.console = os.dup(2)
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

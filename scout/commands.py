@@ -11,8 +11,6 @@ from pathlib import Path
 
 from scout.workflow import REMAKE_ENV
 
-CONSOLE: int | None = None  # under --log: the console's stderr, for what a person should see at once (cli)
-
 
 def _spec(text: str) -> dict:
     """A JSON object, given inline or as @file."""
@@ -200,14 +198,14 @@ def cmd_report(args) -> int:
         manifest = build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
     except ReportError as exc:
         raise SystemExit(f"scout report: {exc}") from exc
-    if CONSOLE is not None:  # under --log the claims go to the console as well as to the log
+    if args.console is not None:  # under --log the claims go to the console as well as to the log
         from scout import verdicts
 
         found = verdicts.from_records(manifest["claims"])
         pdf = manifest["pdf"] or manifest.get("pdf_skipped", "not built")
         summary = console_summary(found, Path(manifest["html"]), pdf, manifest["caveats"], manifest["alpha"],
                                   across=manifest.get("across", []))
-        os.write(CONSOLE, (summary + "\n").encode())
+        os.write(args.console, (summary + "\n").encode())
     return 0
 
 
