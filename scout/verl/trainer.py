@@ -19,7 +19,8 @@ teacher (``methods.scout.teacher_lora``) pushes its adapter alone (``scout.verl.
 its own reference (its base, adapter off).
 
 Everything but the worker-group calls is a pure function tested on CPU (``teacher_phase``,
-``checkpoints``); the classes run in CI on verl's CPU path (tests/verl/test_verl_cpu.py).
+``checkpoints``; ``watch``, which stops a job whose rollout keeps failing); the classes run in CI
+on verl's CPU path (tests/verl/test_verl_cpu.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from scout.verl import teacher_phase as tp
 from scout.verl.env import TEACHER_DIR, method_section
 from scout.verl.plugin import BUDGET_KEY
 from scout.verl.reward import grade_batch
+from scout.verl.watch import RolloutWatch
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ except ImportError:  # verl without its verl-core extra: the pure pieces above s
     _Base = object
 
 
-class RetainCheckpoints(_Base):
+class RetainCheckpoints(RolloutWatch, _Base):
     """Checkpoint retention that a kill cannot break: verl's own (``max_actor_ckpt_to_keep``)
     deletes the previous checkpoint of each role as soon as that role's new one is written, before
     the tracker names the new step, so a job killed in between (the teacher saved, the student not)

@@ -341,6 +341,48 @@ def test_trainers_override_only_what_verls_trainer_has():
     assert all(issubclass(c, vt.RetainCheckpoints) for c in (vt.StudentTrainer, vt.ScoutTrainer, vt.PruneTrainer))
 
 
+def test_a_rollout_that_keeps_failing_stops_the_job():
+    """verl refills each failed group through the trainer's ``_add_prompts_to_generate`` (its
+    replay buffer's refill_fn); past 4 batches' worth in one step (16 prompts at least) the job
+    stops with the step and the count, and the count starts again each step."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from scout.verl import watch
+
+    assert "refill_fn=self._add_prompts_to_generate" in inspect.getsource(PPOTrainer)  # verl's hook
+    for cls in (vt.StudentTrainer, vt.ScoutTrainer, vt.PruneTrainer, vt.ServedStudentTrainer, vt.ServedPruneTrainer):
+        assert cls._add_prompts_to_generate is watch.RolloutWatch._add_prompts_to_generate
+        assert cls.__mro__.index(watch.RolloutWatch) < cls.__mro__.index(PPOTrainerSync)
+    assert (watch.refill_limit(4), watch.refill_limit(128)) == (16, 512)
+    watch.check_refills(7, 16, 4)  # at the limit: chance
+    with pytest.raises(watch.RolloutFailing, match=r"step 7: the rollout failed 17 prompts \(more than 16, 4 batches of 4\)"):
+        watch.check_refills(7, 17, 4)
+
+    class Verl:  # verl's trainer as the mixin sees it: a step whose rollout refills ``refills``
+        global_steps, config = 3, OmegaConf.create({"data": {"train_batch_size": 4}})
+
+        def step(self, metrics, timing_raw):
+            for n in self.refills:
+                self._add_prompts_to_generate(n)
+            return "batch"
+
+        def _add_prompts_to_generate(self, num_prompts):
+            self.submitted.append(num_prompts)
+            return num_prompts
+
+    class Trainer(watch.RolloutWatch, Verl):
+        pass
+
+    t = Trainer()
+    t.submitted, t.refills = [], [4, 4, 4, 4]
+    assert t.step({}, {}) == "batch" and t.step({}, {}) == "batch"  # 16 a step, twice: each step counts anew
+    t.refills = [8, 8, 1]
+    with pytest.raises(watch.RolloutFailing, match="step 3: the rollout failed 17 prompts"):
+        t.step({}, {})
+    assert t.submitted == [4] * 8 + [8, 8]  # the 17th prompt was never asked for
+
+
 PRUNE = {
     "hit_fraction": 0.5,
     "budget": {"initial": 100, "min": 50, "max": 110, "step": 20, "margin": 10, "patience": 2},
