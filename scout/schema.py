@@ -4,7 +4,7 @@ as text where it did.
 
 The schema is where each setting is declared, once: its type, allowed range, help and default.
 Code reads a default from here (:func:`default`, :func:`setting`), never writes its own, and the
-key reference in ``config/reference.md`` is generated from it (``python -m scout.schema``).
+key reference in ``docs/config-keys.md`` is generated from it (``python -m scout.schema``).
 """
 
 from __future__ import annotations
