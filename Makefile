@@ -57,12 +57,13 @@ lint: install
 	snakefmt --check Snakefile workflow/
 	snakemake --lint --cores 1
 
-# Two phases: most tests two files at a time (pytest-xdist; a file's tests on one worker, so that
-# its module fixtures, a reduced grid or a Slurm cluster, are built once), then verl's CPU runs,
-# which use both cores themselves, and the tests that look at the whole host. Plain `pytest` runs
-# everything in one process.
+# Two phases: most tests three files at a time (pytest-xdist; a file's tests on one worker, so that
+# its module fixtures, a reduced grid or a Slurm cluster, are built once; the Slurm file mostly waits
+# on its cluster, so the two other workers have the two cores; files in tests/conftest.py's order,
+# the longest first), then verl's CPU runs, which use both cores themselves, and the tests that look
+# at the whole host. Plain `pytest` runs everything in one process.
 test: lint
-	pytest -q -n 2 --dist loadfile -m "not verl_cpu and not alone" --durations=20
+	pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not verl_cpu and not alone" --durations=20
 	pytest -q -m "verl_cpu or alone" --durations=10
 
 # A first look in minutes (README): one toy setting, OPD against SCOUT, 2 seeds, with the teacher

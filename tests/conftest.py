@@ -17,11 +17,22 @@ import pytest  # noqa: E402
 from scout.toy.world import build_data, build_model, build_tokenizer_files  # noqa: E402
 from tests.support.toy import TINY, mini_config  # noqa: E402
 
+# make test's parallel phase hands out whole files in collection order, the next one to whichever
+# worker is free: the longest files first leave the shortest for the end (xdist's own reorder, by
+# number of tests, is turned off in the Makefile). The stages whose files run Snakemake, servers or
+# engines come first.
+STAGE_ORDER = ("workflow", "train", "verl", "evaluate", "config", "report", "prepare")
+
+
+def _stage_rank(item) -> int:
+    stage = item.path.parent.name
+    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
+
 
 def pytest_collection_modifyitems(config, items):
-    """The Slurm cluster's tests first: they wait on the cluster more than they compute, so in make
-    test's parallel phase (a file per worker) they overlap the other files instead of running last."""
-    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)  # stable: files stay in order
+    """The Slurm cluster's tests first: they wait on the cluster more than they compute, so their
+    worker overlaps the others instead of running last; then the files by stage (``STAGE_ORDER``)."""
+    items.sort(key=lambda item: (item.get_closest_marker("slurm") is None, _stage_rank(item)))  # stable
 
 
 @pytest.fixture(scope="session")
