@@ -1,4 +1,5 @@
-"""Every training method as a composition of parts; backends read this table.
+"""Every training method as a composition of parts; each backend has a registry of its forms of
+each part's kinds (``scout.embedded.parts``, ``scout.verl.parts``).
 
 Adding a method (docs/extending.md): a row here; if it reshapes OPD's per-token advantage,
 the pure function that does it in ``scout.algorithms`` (named by ``advantage``), which both
@@ -24,6 +25,15 @@ PARTS = {
     "budget": ("full", "esr", "prune"),  # every token, the first N, an adaptive budget with weights
     "teacher_phase": ("none", "scout", "prefix0"),  # frozen teacher, SCOUT's, SCOUT with k = 0
 }
+
+def form(registry: dict[str, dict], part: str, kind: str, backend: str):
+    """A backend's form of one kind of part, from its registry (part -> kind -> form); a kind the
+    backend lacks is named with the ones it has."""
+    forms = registry[part]
+    if kind not in forms:
+        raise ValueError(f"the {backend} backend has no {part} {kind!r}; it has: {', '.join(forms)}")
+    return forms[kind]
+
 
 # The config section (``methods.<name>``) each part reads
 PART_SECTIONS = {

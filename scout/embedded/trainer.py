@@ -21,7 +21,7 @@ import torch
 
 from scout import algorithms as alg
 from scout import runs, teacher_server
-from scout.embedded import lm, lora, sampling
+from scout.embedded import lm, lora, parts, sampling
 from scout.embedded.checkpoints import Checkpoints
 from scout.embedded.optim import AdamW
 from scout.grading import Grader
@@ -102,14 +102,14 @@ class Trainer(Checkpoints):
         self.served = None
         if self.method.scores_with_frozen_teacher:
             self.served = teacher_server.client_for(spec["setting"], user=str(self.out / "train.json"))
-        self.progress = Progress()
+        # the method's parts (scout.embedded.parts)
+        self.loss = parts.part(self.method, "student_loss")(spec)
+        self.budget = parts.part(self.method, "budget")(spec)
+        self.rollout = parts.part(self.method, "rollout")(self)
+        self.teacher_phase = parts.part(self.method, "teacher_phase")(spec)
+        self.progress = Progress(budget=self.budget.start())
         # the teacher self-test: at the start of the job and after every update of the teacher
         self.self_test_due = self.method.needs_teacher
-        if self.method.budget == "prune":
-            self.progress.budget = alg.BudgetState(spec["method_cfg"]["prune_opd"]["budget"]["initial"])
-        if self.method.rollout == "relay":
-            size = student.get_output_embeddings().weight.shape[0]
-            self.reflect, self.blank = sampling.vocab_flags(self.tok, size)
         self.grader = Grader()
         self._prompt_cache: dict[str, list[int]] = {}
         self._pieces: dict[int, str] = {}  # token id -> its text
@@ -146,14 +146,14 @@ class Trainer(Checkpoints):
 
     def student_step(self, step: int) -> dict:
         """Rollout, scoring and one update of the student; SCOUT's teacher phase every f steps."""
-        m, spec, models = self.method, self.spec, self.models
+        spec, models = self.spec, self.models
         rows = self.batch_rows(step)
         n = spec["n"]
         prompts = [self.prompt_ids(r) for r in rows for _ in range(n)]
         responses, metrics = self._rollout(step, prompts)
         rewards = None
         # GRPO needs the reward every step; distillation methods only log it, every reward_every steps
-        if m.student_loss == "grpo" or (step + 1) % spec["reward_every"] == 0 or step + 1 == spec["total_steps"]:
+        if not self.loss.distils or (step + 1) % spec["reward_every"] == 0 or step + 1 == spec["total_steps"]:
             rewards = self.grader.grade([self.decode(r) for r in responses], [r for r in rows for _ in range(n)])
             metrics["reward"] = sum(rewards) / len(rewards)
 
@@ -161,7 +161,7 @@ class Trainer(Checkpoints):
         logp = lm.token_logp(logits, tokens)
         old_logp = logp.detach()  # one update per rollout batch: the sampling policy is the current one
         metrics["entropy"] = float(alg.masked_mean(alg.token_entropy(logits.detach()), mask))
-        if m.student_loss == "grpo":
+        if not self.loss.distils:
             adv = alg.grpo_advantages(torch.tensor(rewards, dtype=torch.float32), n).to(self.device)
             adv, extra_loss = adv.unsqueeze(1).expand_as(logp), torch.zeros(())
         else:
@@ -179,44 +179,26 @@ class Trainer(Checkpoints):
         metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(models.student.parameters(), 1.0))
         models.student_opt.step()
         metrics.update(loss=float(loss.detach()), clipfrac=float(clipfrac))
-        if m.trains_teacher and alg.is_teacher_step(step, spec["method_cfg"]["scout"]["interval"]):
+        if self.teacher_phase.due(step):
             metrics.update(self.teacher_step(step, rows, prompts[::n], responses[::n]))
             self.self_test_due = True  # the next scoring runs on the updated weights
         return metrics
 
     def _rollout(self, step: int, prompts: list[list[int]]) -> tuple[list[list[int]], dict]:
-        """Student responses under the method's response budget (ESR, Prune-OPD) and rollout rule
-        (Relay-OPD lets the teacher take over at reflection points)."""
-        m, spec, models = self.method, self.spec, self.models
-        budget = spec["max_response_length"]
-        if m.budget == "esr":
-            budget = spec["method_cfg"]["esr"]["max_tokens"]
-        elif m.budget == "prune":
-            budget = self.progress.budget.length
-        metrics: dict = {"response_budget": budget}
-        g = self.generator(step)
-        models.student.eval()
-        if m.rollout == "relay":
-            rc = spec["method_cfg"]["relay_opd"]
-            cfg = alg.RelayConfig(**rc)
-            relay = sampling.relay_sample(
-                models.student, models.teacher, prompts, self.sampling(budget), cfg,
-                self.reflect, self.blank, self.eos, self.pad, g,
-            )  # fmt: skip
-            responses = relay.responses
-            owned = sum(map(sum, relay.teacher_owned))
-            metrics.update(relay_triggers=relay.triggers, teacher_token_frac=owned / max(1, sum(map(len, responses))))
-        else:
-            responses = sampling.sample(models.student, prompts, self.sampling(budget), self.eos, self.pad, g)
-        models.student.train()
+        """Responses under the method's response budget and rollout rule (its parts)."""
+        budget = self.budget.length(self.progress.budget)
+        self.models.student.eval()
+        responses, found = self.rollout.sample(prompts, budget, self.generator(step))
+        self.models.student.train()
+        metrics = {"response_budget": budget, **found}
         metrics["response_length"] = sum(map(len, responses)) / len(responses)
         return responses, metrics
 
     def _distill_advantages(self, prompts, responses, logits, tokens, mask, old_logp, metrics):
-        """K1 advantages from the current teacher, reweighted by Prune-OPD or OPTR where they apply.
-        Returns (advantages, extra loss term)."""
+        """K1 advantages from the current teacher, weighed by the method's budget and reweighted by
+        its student loss (Prune-OPD's, OPTR's). Returns (advantages, extra loss term)."""
         m, spec = self.method, self.spec
-        k = self._teacher_topk()
+        k = self.budget.topk or self.loss.topk  # the teacher's most likely tokens the parts read
         t_logits = top = None
         if self.served is None:
             with torch.no_grad():
@@ -229,20 +211,10 @@ class Trainer(Checkpoints):
             self.self_test_due = False
         adv = alg.k1_advantage(t_logp, old_logp)
         metrics["reverse_kl_k1"] = float(alg.masked_mean(-adv, mask))
-        extra_loss = torch.zeros(())
-        if m.budget == "prune":
-            adv = self._prune(adv, mask, logits.detach(), t_logits, top, metrics)
-        if m.student_loss == "optr":
-            oc = spec["method_cfg"]["optr"]
-            trusted = alg.optr_mask(alg.optr_trust(t_logp, old_logp), mask, oc["threshold"])
-            metrics["optr_trusted_frac"] = float(trusted.sum() / mask.sum().clamp_min(1))
-            adv = adv * trusted
-            if oc["outlier"] == "topk_fkl":
-                if top is None:
-                    fkl = alg.topk_forward_kl(logits, t_logits, oc["topk"])
-                else:
-                    fkl = alg.topk_forward_kl_from(logits, top[0][..., : oc["topk"]], top[1][..., : oc["topk"]])
-                extra_loss = (fkl * (mask - trusted)).sum() / mask.sum().clamp_min(1)
+        adv, self.progress.budget = self.budget.weigh(
+            self.progress.budget, adv, mask, logits.detach(), t_logits, top, metrics
+        )
+        adv, extra_loss = self.loss.reweigh(adv, t_logp, old_logp, mask, logits, t_logits, top, metrics)
         shape = m.advantage_fn()
         if shape is not None:
             adv = shape(adv, mask, spec["method_cfg"].get(m.id, {}))
@@ -261,15 +233,6 @@ class Trainer(Checkpoints):
         alg.check_self_test(found, f"at step {self.progress.step + 1}")
         return found
 
-    def _teacher_topk(self) -> int:
-        """How many of the teacher's most likely tokens per position the method reads."""
-        cfg = self.spec["method_cfg"]
-        if self.method.budget == "prune":
-            return cfg["prune_opd"]["topk"]
-        if self.method.student_loss == "optr" and cfg["optr"]["outlier"] == "topk_fkl":
-            return cfg["optr"]["topk"]
-        return 0
-
     def _served_scores(self, prompts, responses, shape, k):
         """The served teacher's log-probs of the response tokens [B, T] and, with ``k``, its top-k
         ids and log-probs [B, T, k] (positions past a response's end: 0, masked out)."""
@@ -283,20 +246,6 @@ class Trainer(Checkpoints):
                 ids[i, j] = torch.tensor([t for t, _ in ranked])
                 top_logp[i, j] = torch.tensor([v for _, v in ranked])
         return logp.to(self.device), ((ids.to(self.device), top_logp.to(self.device)) if k else None)
-
-    def _prune(self, adv, mask, s_logits, t_logits, top, metrics):
-        pc = self.spec["method_cfg"]["prune_opd"]
-        if top is None:
-            overlap = alg.topk_overlap(s_logits, t_logits, pc["topk"])
-        else:
-            overlap = alg.topk_overlap_ids(s_logits, top[0])
-        w = alg.prune_weights(overlap, mask, pc["tau"], pc["w_drop"])
-        effective = (w > 0).sum(dim=1).tolist()
-        budget = self.progress.budget
-        hits = alg.budget_hits(effective, budget.length, pc["budget"]["margin"])
-        self.progress.budget = alg.update_budget(budget, hits, len(effective), **alg.budget_rule(pc))
-        metrics["prune_overlap"] = float(alg.masked_mean(overlap, mask))
-        return adv * (w + pc["w_base"]) * mask
 
     # -- SCOUT's teacher phase -------------------------------------------------------------------------
 

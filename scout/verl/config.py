@@ -24,53 +24,32 @@ from scout.placement import PlacementError, placement
 from scout.schema import default
 from scout.tracking import ENV as TRACKING_ENV
 from scout.tracking import TB_DIR, verl_loggers
-from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, SYNC_CHECKSUM_ENGINE, SYNC_CHECKSUM_ENV, method_cfg
+from scout.verl import parts
+from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, method_cfg
+from scout.verl.parts import TEACHER_INFERENCE
 
 # Student losses other than verl's built-in K1 (registered by scout.verl.plugin)
 PLUGIN = "scout.verl.plugin"
 
 
 def loss_mode(method) -> str:
-    """verl's distillation loss of a method: scout's for OPTR and Prune-OPD, scout's K1 where the
-    method's row reshapes the advantage, else verl's own K1."""
-    if method.student_loss == "optr":
-        return "scout_optr"
-    if method.budget == "prune":
-        return "scout_prune"
-    return "scout_k1" if method.advantage else "k1"
+    """verl's distillation loss of a method: the one a part names (OPTR's, Prune-OPD's), scout's K1
+    where the method's row reshapes the advantage, else verl's own K1."""
+    return parts.first(method, "loss_mode") or ("scout_k1" if method.advantage else "k1")
 
 # scout's agent loops (scout/verl/agent_loop.py), as verl loads them from a file
 AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
-TEACHER_INFERENCE = "distillation.teacher_models.teacher_model.inference"
 LOOPS_WITHOUT_LOGPROBS = {"scout_relay"}  # agent loops whose outputs carry no response_logprobs
 # Share of each GPU the teacher's vLLM engine takes (it has them to itself), leaving room for what
 # vLLM's sizing does not count: the prompt log-prob logits of every scoring request (about 7 GiB at
 # 8,192 batched tokens and a 152k vocabulary; hence 4,096) and, for SCOUT, the weight-sync buffers.
 TEACHER_GPU_MEMORY = 0.7
 TEACHER_BATCHED_TOKENS = 4096
-RELAY_STUDENT_BATCHED_TOKENS = 4096  # Relay-OPD's student engine serves top-k prefills the same way
-# SCOUT's teacher trainer -> teacher engine (separate processes: never naive): NCCL on GPUs, scout's
-# gloo engine (scout/verl/gloo_sync.py) on CPU; the weight-sync buffers, the same size at both ends
-WEIGHT_SYNC = {"cuda": ("nccl", 512), "cpu": ("gloo", 64)}
-# a trainer on the engine's GPUs: NCCL refuses two ranks of one group on one GPU ("Duplicate GPU
-# detected"), so the sync goes through host memory (gloo), as on CPU
-SHARED_WEIGHT_SYNC = {"cuda": ("gloo", 512), "cpu": ("gloo", 64)}
 
 
-def weight_sync(spec: dict, shared: bool = False) -> tuple[str, int]:
-    """(checkpoint-engine backend, bucket MB) of SCOUT's teacher sync on the cell's device, with the
-    trainer on a pool of its own or on the engine's GPUs (``shared``)."""
-    return (SHARED_WEIGHT_SYNC if shared else WEIGHT_SYNC)[spec["device"]]  # a verl spec always names it
-
-
-def agent_loop(method_id: str) -> str | None:
-    """The student rollout's agent loop, where verl's single-turn loop is not enough."""
-    method = METHODS[method_id]
-    if method.rollout == "relay":
-        return "scout_relay"  # the teacher takes over at reflection points
-    if method.budget == "prune":
-        return "scout_budget"  # the adaptive response budget
-    return None
+def agent_loop(method_id: str) -> str:
+    """The student rollout's agent loop where verl's single-turn loop is not enough (a part's), or ''."""
+    return parts.first(METHODS[method_id], "agent_loop")
 
 
 class VerlConfigError(ValueError):
@@ -93,9 +72,8 @@ def overrides(spec: dict, res: dict, out_dir: str) -> list[str]:
     method = METHODS[spec["method"]]
     pools = placement(spec["method"], res)
     prompt, response = spec["max_prompt_length"], spec["max_response_length"]
-    cfg = spec.get("method_cfg", {})
-    if method.budget == "esr":  # ESR distils on the first N tokens of each student rollout
-        response = cfg["esr"]["max_tokens"]
+    # a part may set the rollout's length (ESR: its first N tokens)
+    response = next((p.response_length(spec) for p in parts.parts(method) if p.response_length), response)
     o = _student(spec, pools, prompt, response, out_dir)
     if method.needs_teacher:
         o |= _teacher(spec, method, pools, prompt, response)
@@ -210,11 +188,8 @@ def _teacher(spec: dict, method, pools: dict, prompt: int, response: int) -> dic
 
 
 def _method_parts(spec: dict, method, res: dict, pools: dict, o: dict, extra: dict) -> None:
-    """What a method's parts add: Prune-OPD's top-k, an agent loop, a served teacher, Relay-OPD's
-    student top-k, and SCOUT's teacher phase (its trainer and the engine's weight sync)."""
-    cfg = spec.get("method_cfg", {})
-    if method.budget == "prune":
-        o["distillation.distillation_loss.topk"] = cfg["prune_opd"]["topk"]
+    """What a method's parts add (``scout.verl.parts``: Prune-OPD's top-k, Relay-OPD's student
+    top-k, SCOUT's weight sync and teacher pool), its agent loop, and a served teacher."""
     loop = agent_loop(spec["method"])
     if loop:
         o["actor_rollout_ref.rollout.agent.default_agent_loop"] = loop
@@ -226,24 +201,9 @@ def _method_parts(spec: dict, method, res: dict, pools: dict, o: dict, extra: di
         # no teacher pool (distillation.nnodes 0): the trainer scores against the server the
         # driver finds for the cell (scout.verl.trainer.ServedTeacher)
         extra["+scout.teacher_served"] = True
-    if method.rollout == "relay":  # the relay loop reads the student's top-k from prefills
-        extra["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"] = cfg["relay_opd"]["student_topk"]
-        # ... whose prompt log-prob logits (full vocabulary, every position) vLLM's sizing does not count
-        o["actor_rollout_ref.rollout.max_num_batched_tokens"] = RELAY_STUDENT_BATCHED_TOKENS
-    if method.trains_teacher:  # the receiving end of the teacher's weight sync (the sender: trainer.py)
-        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine._target_"] = "verl.workers.config.CheckpointEngineConfig"
-        backend, bucket_mb = weight_sync(spec, pools["train_shared"])
-        if backend == "nccl" and os.environ.get(SYNC_CHECKSUM_ENV) == "1":  # the GPU check's (sync_checksum.py)
-            backend = SYNC_CHECKSUM_ENGINE
-            extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.custom_backend_module"] = "scout.verl.sync_checksum"
-        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.backend"] = backend
-        extra[f"+{TEACHER_INFERENCE}.checkpoint_engine.update_weights_bucket_megabytes"] = bucket_mb
-        extra["+scout.teacher_train.nnodes"] = pools["train_nodes"]
-        extra["+scout.teacher_train.n_gpus_per_node"] = pools["train_gpus"]
-        extra["+scout.teacher_train.shared"] = pools["train_shared"]
-        if pools["train_shared"]:  # the engine sleeps while its GPUs train (verl's defaults, stated)
-            o[f"{TEACHER_INFERENCE}.free_cache_engine"] = True
-            extra[f"+{TEACHER_INFERENCE}.enable_sleep_mode"] = True  # a dataclass default, not in the yaml
+    for part in parts.parts(method):
+        for key, value in (part.overrides(spec, pools) if part.overrides else {}).items():
+            (extra if key.startswith("+") else o)[key] = value
 
 
 def _hydra(v) -> str:

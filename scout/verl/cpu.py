@@ -277,7 +277,7 @@ def _select_platform(cls) -> None:
 # SCOUT's teacher phase: weights of a trainable teacher go to its own vLLM engine through a
 # checkpoint engine. verl's "nccl" one needs cupy and CUDA; on CPU scout's "gloo" one
 # (scout/verl/gloo_sync.py, registered when verl.checkpoint_engine is imported) takes its place,
-# selected the way NCCL is (scout.verl.config.weight_sync).
+# selected the way NCCL is (scout.verl.parts.weight_sync).
 GLOO_ENGINE_MODULE = "scout.verl.gloo_sync"
 
 

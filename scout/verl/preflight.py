@@ -150,7 +150,7 @@ def count_after_filter(cfg, tokenizer, parquet: str) -> int:
 # The preflight of a config
 # ------------------------------------------------------------------------------------------------
 
-LOGPROB_LOOPS = {None, "scout_budget"}  # agent loops that return the rollout's log-probs
+LOGPROB_LOOPS = {"", "scout_budget"}  # agent loops that return the rollout's log-probs ('': verl's own)
 
 
 def _model_config(path: str) -> dict:

@@ -191,7 +191,7 @@ def engine_agreement(trainer_logp: torch.Tensor, prefix_lengths: list[int], engi
 def teacher_worker_config(cfg: DictConfig) -> DictConfig:
     """The ``actor_rollout_ref``-shaped config of the teacher's trainer: the student's, with the
     teacher's model, its own LR, KL 0.001 to its initial weights, and the weight sync its inference
-    engine receives with (``scout.verl.config.weight_sync``; separate processes, so never naive). A
+    engine receives with (``scout.verl.parts.weight_sync``; separate processes, so never naive). A
     trainer on the engine's GPUs keeps its weights and optimizer state in host memory between uses
     (verl's FSDP offload), leaving the GPUs to the engine."""
     sc = method_section("scout", cfg)

@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from scout import algorithms as alg
 from scout.methods import METHODS
 from scout.verl import checkpoints as ck
+from scout.verl import parts
 from scout.verl import teacher_phase as tp
 from scout.verl.env import TEACHER_DIR, method_section
 from scout.verl.plugin import BUDGET_KEY
@@ -55,25 +56,11 @@ TEACHER_POOL = "scout_teacher_train_pool"
 
 
 def trainer_class(cfg: DictConfig):
-    """verl's own sync trainer (with scout's checkpoint retention) for every method but those that
-    train the teacher or adapt a budget; a cell with a served teacher gets the served variant."""
-    method = METHODS[cfg.scout.method]
-    if method.trains_teacher:
-        return ScoutTrainer
-    if cfg.scout.get("teacher_served"):
-        return ServedPruneTrainer if method.budget == "prune" else ServedStudentTrainer
-    return PruneTrainer if method.budget == "prune" else StudentTrainer
-
-
-def agent_loop_manager(method_id: str):
-    """verl's agent-loop manager, or scout's for Relay-OPD (its loop needs the teacher's server)."""
-    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
-
-    if METHODS[method_id].rollout == "relay":
-        from scout.verl.agent_loop import RelayAgentLoopManager  # Relay-OPD's cells only
-
-        return RelayAgentLoopManager
-    return AgentLoopManagerTQ
+    """The trainer a method's parts name (``scout.verl.parts``; ``TRAINERS``), verl's own sync
+    trainer with scout's checkpoint retention where none does; a cell with a served teacher gets
+    the served variant."""
+    cls = TRAINERS[parts.first(METHODS[cfg.scout.method], "trainer")]
+    return SERVED.get(cls, cls) if cfg.scout.get("teacher_served") else cls
 
 
 try:
@@ -440,6 +427,11 @@ class ServedPruneTrainer(ServedTeacher, PruneTrainer):
     """Prune-OPD scored by a teacher server."""
 
 
+# the trainers a method's parts may name (scout.verl.parts), and each one's variant with a served teacher
+TRAINERS = {"": StudentTrainer, "scout": ScoutTrainer, "prune": PruneTrainer}
+SERVED = {StudentTrainer: ServedStudentTrainer, PruneTrainer: ServedPruneTrainer}
+
+
 def _release_cached_memory(_worker) -> None:
     """In a trainer worker: finish pending copies and return the caching allocator's free blocks.
     Not verl's ``aggressive_empty_cache`` (verl/utils/memory_utils.py:32): it empties the cache
@@ -483,7 +475,7 @@ class ScoutTaskRunner:
         try:
             trainer = trainer_class(config)(config=config)
             trainer.init()
-            loops = agent_loop_manager(config.scout.method).create(
+            loops = parts.agent_loop_manager(config.scout.method).create(
                 config=config,
                 llm_client=trainer.get_llm_client(),
                 teacher_client=trainer.get_teacher_client(),

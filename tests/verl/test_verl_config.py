@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from scout import grid, paths, resources
 from scout.placement import PlacementError, placement
+from scout.verl import parts as vp
 from scout.verl.env import method_section
 from tests.support.toy import REPO
 
@@ -225,7 +226,7 @@ def test_teacher_weight_sync_has_the_same_backend_at_both_ends(setting, variant)
     sender = teacher_worker_config(cfg).rollout.checkpoint_engine
     receiver = _teacher_inference(cfg).checkpoint_engine
     # NCCL between pools; gloo through host memory for a trainer on the engine's GPUs
-    backend, bucket = vc.weight_sync({"device": "cuda"}, shared=cfg.scout.teacher_train.shared)
+    backend, bucket = vp.weight_sync({"device": "cuda"}, shared=cfg.scout.teacher_train.shared)
     assert backend == ("gloo" if cfg.scout.teacher_train.shared else "nccl")
     assert sender.backend == receiver.backend == backend
     # the receiver cuts its buffer to the sender's length: the bucket sizes must agree
@@ -239,7 +240,7 @@ def test_on_the_cpu_the_teacher_sync_is_scouts_gloo_engine():
     verl's registry builds it once the module is imported (the CPU platform imports it)."""
     from verl.checkpoint_engine.base import CheckpointEngineRegistry
 
-    assert vc.weight_sync({"device": "cpu"}) == ("gloo", 64) and vc.weight_sync({"device": "cuda"})[0] == "nccl"
+    assert vp.weight_sync({"device": "cpu"}) == ("gloo", 64) and vp.weight_sync({"device": "cuda"})[0] == "nccl"
     import scout.verl.gloo_sync  # noqa: F401
 
     engine = CheckpointEngineRegistry.new("gloo", bucket_size=1 << 20)

@@ -769,13 +769,13 @@ def test_relay_workers_hand_the_teacher_to_the_loop():
     from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
     from scout.verl import agent_loop as al
-    from scout.verl import trainer as vt
+    from scout.verl import parts as vp
 
     ours, theirs = inspect.signature(al.RelayAgentLoopWorker.__init__), inspect.signature(AgentLoopWorker.__init__)
     assert list(ours.parameters) == list(theirs.parameters)
     assert issubclass(al.RelayAgentLoopManager, AgentLoopManagerTQ)
-    assert vt.agent_loop_manager("relay_opd") is al.RelayAgentLoopManager
-    assert vt.agent_loop_manager("opd") is AgentLoopManagerTQ and vt.agent_loop_manager("scout") is AgentLoopManagerTQ
+    assert vp.agent_loop_manager("relay_opd") is al.RelayAgentLoopManager
+    assert vp.agent_loop_manager("opd") is AgentLoopManagerTQ and vp.agent_loop_manager("scout") is AgentLoopManagerTQ
 
 
 def test_loss_settings_must_reach_the_workers(monkeypatch):
