@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,24 +95,20 @@ def test_what_each_method_asks_of_verl_follows_from_its_parts(method, loss, loop
     assert (vp.first(m, "loss_mode"), vp.first(m, "agent_loop"), vp.first(m, "trainer")) == (loss, loop, trainer)
 
 
-# A budget of a new kind, written into exactly three files of a copy of the repository
-NEW_KIND = {
-    "scout/methods.py": [
-        ('"budget": ("full", "esr", "prune"),', '"budget": ("full", "esr", "prune", "half"),'),
-        ('        Method("optr", "optr", label="OPTR"),\n',
-         '        Method("optr", "optr", label="OPTR"),\n        Method("opd_half", "opd", budget="half", label="OPD, half length"),\n'),
-    ],
-    "scout/embedded/parts.py": [
-        ('BUDGETS = {"full": Budget, "esr": Esr, "prune": Prune}',
-         'class Half(Budget):\n    """Half the response length."""\n\n    def length(self, state) -> int:\n'
-         '        return self.spec["max_response_length"] // 2\n\n\n'
-         'BUDGETS = {"full": Budget, "esr": Esr, "prune": Prune, "half": Half}'),
-    ],
-    "scout/verl/parts.py": [
-        ('        "full": PLAIN,\n',
-         '        "full": PLAIN,\n        "half": Part(response_length=lambda spec: spec["max_response_length"] // 2),\n'),
-    ],
-}  # fmt: skip
+# docs/extending.md's steps for a part of a new kind: a block of code, the file and where it goes
+STEP = re.compile(r"<!-- add-a-part: (?P<file>\S+), (?P<where>after|replacing) `(?P<anchor>[^`]+)` -->\n```python\n(?P<code>.*?)```", re.S)
+
+
+def apply(copy: Path, step: re.Match) -> None:
+    """The step's code replaces, or goes after, the one line of its file that starts with its anchor."""
+    path = copy / step["file"]
+    lines = path.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.startswith(step["anchor"])]
+    assert len(at) == 1, f"docs/extending.md: {step['file']} has {len(at)} lines starting {step['anchor']!r}, not one"
+    i = at[0]
+    lines[i : i + 1] = [step["code"]] if step["where"] == "replacing" else [lines[i], step["code"]]
+    path.write_text("".join(lines))
+
 
 CHECK = """
 import json, sys
@@ -123,18 +121,18 @@ print(next(o for o in vc.overrides(spec, res, "runs/verl") if o.startswith("data
 """
 
 
-def test_a_part_of_a_new_kind_touches_three_files(tmp_path, spec_for):
-    """docs/extending.md's three places, and nothing else: a budget that halves the response length
-    trains a cell on the embedded backend and sets verl's response length."""
+def test_the_guides_part_of_a_new_kind_touches_three_files(tmp_path, spec_for):
+    """docs/extending.md's steps for a budget that halves the response length, followed on a copy of
+    the repository: three files change, and a cell of its method trains on the embedded backend
+    under that budget and gets it as verl's response length."""
     copy = tmp_path / "repo"
     skip = shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__", ".*_cache", "tests", "docs")
     shutil.copytree(REPO, copy, ignore=skip)
-    for path, edits in NEW_KIND.items():
-        text = (copy / path).read_text()
-        for old, new in edits:
-            assert text.count(old) == 1, f"{path}: {old!r} is not where the test expects it"
-            text = text.replace(old, new)
-        (copy / path).write_text(text)
+    text = (REPO / "docs" / "extending.md").read_text()
+    steps = list(STEP.finditer(text[text.index("## Add a method") : text.index("## Add a backend")]))
+    assert sorted({s["file"] for s in steps}) == ["scout/embedded/parts.py", "scout/methods.py", "scout/verl/parts.py"]
+    for step in steps:
+        apply(copy, step)
     spec = spec_for("opd", total_steps=2, max_response_length=16)
     (copy / "half.json").write_text(json.dumps({**spec, "method": "opd_half", "variant": "opd_half"}))
     env = {**os.environ, "PYTHONPATH": str(copy)}
