@@ -163,7 +163,7 @@ def _model_config(path: str) -> dict:
 def _engines(cfg, item: CellCheck) -> list[dict]:
     """Each vLLM engine of a cell: name, model id, max_model_len, gpu_memory_utilization, tensor
     parallel size, batched tokens, whether it serves prompt log-probs (the teacher scores every
-    response; Relay-OPD's student checks its own top-k), and what shares its GPUs (the student
+    response; a student engine asked for log-probs, Relay-OPD's, checks its own top-k), and what shares its GPUs (the student
     rollout is colocated with the FSDP actor)."""
     spec, res, teacher_id = item.spec, item.resources, item.teacher
     r = cfg.actor_rollout_ref.rollout
@@ -171,7 +171,7 @@ def _engines(cfg, item: CellCheck) -> list[dict]:
     method = METHODS[spec["method"]]
     out = [{"name": "student rollout", "model": item.student, "length": length, "util": r.gpu_memory_utilization,
             "tp": r.tensor_model_parallel_size, "batched": r.max_num_batched_tokens,
-            "prompt_logprobs": method.rollout == "relay", "actor_gpus": res["nodes"] * res["gpus_per_node"]}]  # fmt: skip
+            "prompt_logprobs": "max_logprobs" in r.get("engine_kwargs", {}).get("vllm", {}), "actor_gpus": res["nodes"] * res["gpus_per_node"]}]  # fmt: skip
     if teacher_id and method.needs_teacher:
         t = cfg.distillation.teacher_models.teacher_model.inference
         out.append({"name": "teacher engine", "model": teacher_id, "length": t.max_model_len,
