@@ -111,7 +111,7 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     2-layer teacher, briefly pretrained so that rewards and advantages are not all zero. With
     ``toy_grid``, that finished grid's data, tokenizer and models are used instead."""
     from scout import paths
-    from scout.toy.world import build_data, build_tokenizer_files, pretrain
+    from scout.toy.world import build_data, build_tokenizer_files
 
     cfg = world_config(root, device)
     toy = Path(cfg["results"]) / "toy"
@@ -129,9 +129,17 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     t0 = time.perf_counter()
     build_data(cfg, toy / "data")
     build_tokenizer_files(toy / "tokenizer")
+    # the two models at once, each a workflow toy_pretrain job (one thread each, numerics pinned)
+    jobs = []
     for name, (layers, _, _) in SIZES.items():
-        pretrain(cfg["models"][name]["toy"], toy / "tokenizer", [str(toy / "data" / "math-train.jsonl")],
-                 paths.model_path(cfg, name), seed=layers, log=lambda _: None)  # fmt: skip
+        spec = {"arch": cfg["models"][name]["toy"], "tokenizer": str(toy / "tokenizer"),
+                "data": [str(toy / "data" / "math-train.jsonl")], "seed": layers}  # fmt: skip
+        cmd = [sys.executable, "-m", "scout.cli", "toy-pretrain", "--spec", json.dumps(spec), "--out", paths.model_path(cfg, name)]
+        jobs.append((name, subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for name, job in jobs:
+        out = job.communicate()[0]
+        if job.returncode:
+            raise RuntimeError(f"pretraining {name} failed:\n{out[-3000:]}")
     log(f"toy world built in {time.perf_counter() - t0:.0f} s under {toy}")
     return {"root": root, "config": cfg}
 
