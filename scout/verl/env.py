@@ -19,13 +19,17 @@ SYNC_CHECKSUM_ENV = "SCOUT_SYNC_CHECKSUM"  # "1": both ends of a teacher weight 
 SYNC_CHECKSUM_ENGINE = "nccl_checked"  # verl's nccl engine with those checksums (scout.verl.sync_checksum)
 
 
-def method_cfg(cfg=None) -> dict:
+def method_cfg(cfg=None, required: bool = True) -> dict:
     """The cell's ``method_cfg``: from a composed verl config's runtime environment (the driver,
-    the trainer), or from this process's environment (the workers verl starts)."""
+    the trainer), or from this process's environment (the workers verl starts). Outside a cell's
+    job (the driver before it composes, a test) it is missing: an error, or ``{}`` if not
+    ``required``."""
     if cfg is not None:
         raw = cfg.ray_kwargs.ray_init.runtime_env.env_vars.get(METHOD_CFG_ENV)
     else:
         raw = os.environ.get(METHOD_CFG_ENV)
+    if not raw and not required:
+        return {}
     if not raw:
         raise RuntimeError(f"{METHOD_CFG_ENV} is not set: the scout driver exports the cell's method settings")
     return json.loads(raw)

@@ -27,18 +27,14 @@ each patched module.
 
 from __future__ import annotations
 
-import os
-
-from scout.verl.env import METHOD_CFG_ENV, method_cfg
+from scout.verl.env import method_cfg
 
 LORA_KEY = "teacher_lora"
 
 
 def teacher_lora_from_env() -> dict | None:
     """The cell's LoRA teacher settings, as every process of its job sees them (``SCOUT_METHOD_CFG``)."""
-    if not os.environ.get(METHOD_CFG_ENV):  # a process outside a cell's job (the driver, a test)
-        return None
-    lora = method_cfg().get("scout", {}).get(LORA_KEY)
+    lora = method_cfg(required=False).get("scout", {}).get(LORA_KEY)
     return lora if lora and lora["rank"] > 0 else None
 
 

@@ -26,7 +26,7 @@ import torch
 
 from scout import algorithms as alg
 from scout.verl import lora_sync
-from scout.verl.env import METHOD_CFG_ENV, METHOD_ENV, method_cfg, method_section
+from scout.verl.env import METHOD_ENV, method_cfg, method_section
 
 # Prune-OPD's adaptive budget: the trainer passes L to the actor's loss under BUDGET_KEY and reads
 # back the two counts the budget rule needs.
@@ -220,7 +220,7 @@ def register() -> None:
         register_distillation_loss(DistillationLossSettings(names=["scout_optr"], use_estimator=True))(optr_losses)
     if "scout_prune" not in DISTILLATION_LOSS_REGISTRY:
         register_distillation_loss(DistillationLossSettings(names=["scout_prune"], use_topk=True))(prune_losses)
-    if os.environ.get(METHOD_CFG_ENV) and "prune_opd" in method_cfg():  # the teacher's server of a Prune cell
+    if "prune_opd" in method_cfg(required=False):  # the teacher's server of a Prune cell
         patch_on_import(SERVER_MODULE, "extract_prompt_logprobs", extract_prompt_logprobs_keeping_sampled)
 
 

@@ -784,6 +784,10 @@ def test_loss_settings_must_reach_the_workers(monkeypatch):
     monkeypatch.delenv(env.METHOD_CFG_ENV, raising=False)
     with pytest.raises(RuntimeError, match="SCOUT_METHOD_CFG is not set"):
         env.method_section("optr")
+    assert env.method_cfg(required=False) == {}  # outside a cell's job: nothing to read, no error
+    from scout.verl.lora_sync import teacher_lora_from_env
+
+    assert teacher_lora_from_env() is None
     monkeypatch.setenv(env.METHOD_CFG_ENV, '{"opd": {}}')
     with pytest.raises(RuntimeError, match=r"no 'optr' section \(has \['opd'\]\)"):
         env.method_section("optr")
