@@ -151,8 +151,9 @@ def spec(cfg: dict, variant: str, **over) -> dict:
     """The workflow's training spec of seed 1 of a cell of the check's setting, with its resources."""
     from scout import grid, resources, training_runs
 
-    cell = grid.find_cell(cfg, SETTING, variant, 1)
-    out = {**training_runs.run_spec(cfg, cell), **over}
+    g = grid.Grid.of(cfg)
+    cell = g.find(SETTING, variant, 1)
+    out = {**training_runs.run_spec(g, cell), **over}
     out["resources"] = resources.job_resources(cfg, "train", cell.setting, cell.method, cell.variant)
     return out
 
@@ -174,7 +175,8 @@ def served_spec(cfg: dict, variant: str) -> dict:
     from scout import grid, jobs
 
     served = {**cfg, "settings": {**cfg["settings"], SETTING: {**cfg["settings"][SETTING], "teacher_server": "serve"}}}
-    return jobs.train_job_spec(served, grid.find_cell(served, SETTING, variant, 1))
+    g = grid.Grid.of(served)
+    return jobs.train_job_spec(g, g.find(SETTING, variant, 1))
 
 
 def check_spec(cfg: dict, name: str) -> dict:
@@ -270,11 +272,11 @@ def evaluate(world: dict, variant: str, timeout: float = 600, env: dict | None =
     """``scout evaluate`` with vLLM of the final checkpoint a cell's run exported
     (``runs/{variant}/model/final``), as the grid's evaluation jobs run it, into ``eval/{variant}``:
     the return code, the seconds and {benchmark: mean}."""
-    from scout import jobs
+    from scout import grid, jobs
 
     cfg, out = world["config"], world["root"] / "eval" / variant
     export = world["root"] / "runs" / variant / "model" / "final"
-    s = jobs.eval_spec(cfg, SETTING, variant, 1, "final") | {"model": str(export), "engine": "vllm", "run_dir": None}
+    s = jobs.eval_spec(grid.Grid.of(cfg), SETTING, variant, 1, "final") | {"model": str(export), "engine": "vllm", "run_dir": None}
     cpu = cfg["device"] == "cpu"  # on the CPU build gpu_memory_utilization is the share of host memory
     s["engine_options"] = {"dtype": "float32" if cpu else "bfloat16", "max_model_len": 256,
                            "gpu_memory_utilization": 0.1 if cpu else 0.5, "enforce_eager": cpu}  # fmt: skip

@@ -50,7 +50,7 @@ def measure(config_path: list[str], setting: str, variant: str, updates: int, de
     from scout.embedded.trainer import Trainer
     torch.set_num_threads(1)
     cfg = tuning.resolve(config.load(config_path))
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, setting, variant, 1))
+    spec = (g := grid.Grid.of(cfg)).spec(g.find(setting, variant, 1))
     if spec["lr"] == tuning.TUNED or spec["method_cfg"]["scout"]["teacher_lr"] == tuning.TUNED:
         raise SystemExit(f"{setting}: its LRs are tuned and not chosen yet: run the grid's tuning stage first")
     with tempfile.TemporaryDirectory() as tmp:

@@ -99,7 +99,7 @@ def main() -> None:
         c = copy.deepcopy(cfg)
         c["training"]["steps"] = 4
         c["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)  # not the tuning stage's
-        spec = grid.cell_spec(c, grid.find_cell(c, "toy-l-s-math", "scout", 1))
+        spec = (g := grid.Grid.of(c)).spec(g.find("toy-l-s-math", "scout", 1))
         spec.update(student=str(model), teacher=str(model), train_data=str(work / "data" / "math-train.jsonl"),
                     save_every=4, reward_every=4)  # fmt: skip
         t_train = _job(["train", "--spec", json.dumps(spec), "--out", str(out / "run")], env, out / "train.log", prefix)

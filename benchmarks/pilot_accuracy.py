@@ -15,12 +15,14 @@ import pandas as pd
 
 from scout import config as scout_config
 from scout import cost, plan
+from scout.grid import Grid
 
 
 def compare(cfg: dict) -> pd.DataFrame:
     """One row per training job: its shape, the predicted and the measured seconds."""
-    pilots = cost.read_pilots(cfg)
-    jobs = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu(cost.DEFAULT_GPU), pilots=pilots)
+    g = Grid.of(cfg)
+    pilots = cost.read_pilots(g)
+    jobs = plan.grid_jobs(g, exists=lambda _: False, gpu=cost.gpu(cost.DEFAULT_GPU), pilots=pilots)
     train = jobs[(jobs["rule"] == "train") & (jobs["basis"] == "pilot")]
     res = Path(cfg.get("results", "results"))
     rows = []

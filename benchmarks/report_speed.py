@@ -28,9 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 def make_cache(cfg: dict, work: Path) -> tuple[Path, int]:
     rng = random.Random(0)
     rows, steps = ["setting,method,run,benchmark,mean,sem"], 0
-    runs = grid.variant_seeds(cfg)
-    for setting, variant, seed, ckpt in jobs.eval_units(cfg):
-        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+    g = grid.Grid.of(cfg)
+    runs = g.seeds
+    for setting, variant, seed, ckpt in jobs.eval_units(g):
+        for b in jobs.benchmarks_for(g, cfg["settings"][setting]["domain"]):
             mean, sem = min(1, max(0, rng.gauss(0.5, 0.05))), 0.01
             if ckpt == "final":
                 run = runs[(setting, variant)].index(int(seed)) + 1

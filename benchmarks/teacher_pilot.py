@@ -102,7 +102,7 @@ def main() -> None:
             raise SystemExit(f"{args.setting}: {param} is tuned and not chosen yet (no "
                              f"{tuning.choice_path(cfg, args.setting, param)}): run the grid's tuning stage, or "
                              f"give --{param.replace('_', '-')}")  # fmt: skip
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, args.setting, args.variant, 1))
+    spec = (g := grid.Grid.of(cfg)).spec(g.find(args.setting, args.variant, 1))
     sc = spec["method_cfg"]["scout"]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,6 +59,7 @@ def criteria(workdir: Path) -> None:
     import pandas as pd
 
     from scout import claims, config, results, tuning
+    from scout.grid import Grid
 
     cfg = config.load(REPO / "config" / "config.yaml")
     cfg["results"] = str(workdir / "results")
@@ -111,7 +112,8 @@ def criteria(workdir: Path) -> None:
             lines = [json.loads(x) for x in run.read_text().splitlines()]
             ups = [f"{m['teacher_reward'] * 100:.0f}" for m in lines if "teacher_reward" in m]
             print(f"  {s} scout {run.parent.name}: teacher continuation reward per update (%): {' '.join(ups)}")
-    cache = results.Cache(cfg, results.load(cfg))
+    g = Grid.of(cfg)
+    cache = results.Cache(g, results.load(g))
     from scout.claims_page import effect_text
 
     for c in claims.all_claims(cache, workdir / "results" / "analysis", 0.1):
@@ -152,7 +154,7 @@ def step_flops(workdir: Path, steps: int = 12) -> None:
     print(f"  float32 matmul rate, one core: {rate:.1f} GFLOP/s")
     with tempfile.TemporaryDirectory() as tmp:
         for method in ("opd", "grpo", "scout"):
-            spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", method, 1))
+            spec = (g := grid.Grid.of(cfg)).spec(g.find("toy-l-s-math", method, 1))
             spec.update(total_steps=steps, steps_per_epoch=steps, save_every=10_000, reward_every=10_000)
             tr = Trainer(spec, Path(tmp) / method, device="cpu")
             n_s = sum(p.numel() for p in tr.models.student.parameters())
@@ -196,7 +198,7 @@ def startup(workdir: Path) -> None:
     from scout import grid
 
     cfg = chosen_config(workdir)
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "opd", 1))
+    spec = (g := grid.Grid.of(cfg)).spec(g.find("toy-l-s-math", "opd", 1))
     spec.update({k: str(workdir / v) for k, v in (("student", spec["student"]), ("teacher", spec["teacher"]),
                                                  ("train_data", spec["train_data"]))})  # fmt: skip
     for label, cmd, marker in (

@@ -32,13 +32,11 @@ def _log(msg: str) -> None:
 def cmd_check_config(args) -> int:
     from scout import config, grid, jobs, tuning
 
-    cfg = tuning.resolve(grid.check(config.load(args.config, args.select)))
-    cells = grid.cells(cfg)
-    units = jobs.eval_units(cfg)
+    g = grid.Grid.of(tuning.resolve(grid.check(config.load(args.config, args.select))))
+    cells, units, search = g.cells, jobs.eval_units(g), g.search_cells
     name = " + ".join(args.config)
-    search = grid.search_cells(cfg)
     tuned = f", {len(search)} tuning runs first ({', '.join(sorted({c.setting for c in search}))})" if search else ""
-    print(f"{name}: valid ({cfg['world']} world): {len(cells)} training cells, {len(units)} evaluations{tuned}")
+    print(f"{name}: valid ({g.config['world']} world): {len(cells)} training cells, {len(units)} evaluations{tuned}")
     return 0
 
 
@@ -191,6 +189,13 @@ def _config(args) -> dict:
     return tuning.resolve(cfg)  # tuned LRs as the tuning stage chose them (still `tuned` while it searches)
 
 
+def _grid(args):
+    """The grid of a command's config (``_config``), resolved once for everything the command reads."""
+    from scout.grid import Grid
+
+    return Grid.of(_config(args))
+
+
 def cmd_report(args) -> int:
     from scout.report import ReportError, build, console_summary
 
@@ -212,9 +217,10 @@ def cmd_report(args) -> int:
 def cmd_import_results(args) -> int:
     from scout import results
 
-    cfg = _config(args)
+    g = _grid(args)
+    cfg = g.config
     try:
-        records = results.parse_import(cfg, args.csv, scale=args.scale)
+        records = results.parse_import(g, args.csv, scale=args.scale)
         paths = results.write_imported(cfg, records, replace=args.replace)
     except results.ImportRefused as exc:
         raise SystemExit(f"scout import-results: {exc}") from exc
@@ -229,17 +235,17 @@ def cmd_plan(args) -> int:
     from scout import cost, plan, tuning
     from scout.freshness import Freshness
 
-    cfg = _config(args)
-    gpu, pilots = cost.gpu(args.gpu), cost.read_pilots(cfg)
-    jobs = plan.grid_jobs(cfg, stale=frozenset(x.target for x in Freshness(cfg).stale()), gpu=gpu, pilots=pilots)
+    g = _grid(args)
+    gpu, pilots = cost.gpu(args.gpu), cost.read_pilots(g)
+    jobs = plan.grid_jobs(g, stale=frozenset(x.target for x in Freshness(g).stale()), gpu=gpu, pilots=pilots)
     print(plan.render(jobs))
     if not jobs["done"].all():
         print(plan.render_expected(jobs, gpu, pilots))
-    print(plan.sharing(cfg))
-    for costs in (plan.render_teacher_options(cfg), plan.render_teacher_servers(cfg), plan.render_server_limits(cfg)):
+    print(plan.sharing(g))
+    for costs in (plan.render_teacher_options(g), plan.render_teacher_servers(g), plan.render_server_limits(g)):
         if costs:
             print(costs)
-    waiting = tuning.pending(cfg)
+    waiting = tuning.pending(g.config)
     if waiting:
         print(f"Tuning: {', '.join(f'{s} {p}' for s, p in waiting)} not chosen yet; until then each tuned "
               "setting's grid cells count as runs of their own, and the chosen points' seed-1 runs will be theirs.")  # fmt: skip
@@ -271,7 +277,7 @@ def cmd_fingerprints(args) -> int:
 def cmd_status(args) -> int:
     from scout import status
 
-    print(status.render(status.status(_config(args), args.directory)))
+    print(status.render(status.status(_grid(args), args.directory)))
     return 0
 
 
@@ -301,8 +307,7 @@ def cmd_preflight(args) -> int:
     offline_unless_hub_reachable()
     from scout import preflight
 
-    cfg = _config(args)
-    found = preflight.run(cfg, log=_log)  # a backend that checks no cells says so (Backend.preflight)
+    found = preflight.run(_grid(args), log=_log)  # a backend that checks no cells says so (Backend.preflight)
     rows, pairs = found.cells, found.pairs
     if rows:
         print(preflight.table(rows))

@@ -3,7 +3,8 @@ learning rates (tuned ones as the tuning stage chose them) and the benchmarks.""
 
 from __future__ import annotations
 
-from scout import grid, jobs, schema, tuning
+from scout import jobs, schema, tuning
+from scout.grid import Grid
 from scout.methods import METHODS
 from scout.render import lr_entry
 
@@ -34,16 +35,16 @@ def _joined(values: list) -> str:
     return " / ".join(str(v) for v in uniq)
 
 
-def _scout_k_and_f(config: dict) -> tuple[str, str]:
+def _scout_k_and_f(grid: Grid) -> tuple[str, str]:
     """K and f of the grid's SCOUT runs, as their specs hold them (a setting or a variant may
     override either): one value, or each value with the variants (and settings) that run it."""
     first = {}  # the cells of a variant in a setting differ by seed alone: one spec each
-    for c in grid.cells(config):
+    for c in grid.cells:
         if METHODS[c.method].teacher_phase == "scout":
             first.setdefault((c.variant, c.setting), c)
-    specs = {key: grid.cell_spec(config, c)["method_cfg"]["scout"] for key, c in first.items()}
+    specs = {key: grid.spec(c)["method_cfg"]["scout"] for key, c in first.items()}
     if not specs:
-        specs = {("", ""): config["methods"]["scout"]}
+        specs = {("", ""): grid.config["methods"]["scout"]}
     out = []
     for key in ("k", "interval"):
         by_value: dict = {}
@@ -61,7 +62,8 @@ def _scout_k_and_f(config: dict) -> tuple[str, str]:
     return out[0], out[1]
 
 
-def hyper_table(config: dict) -> dict:
+def hyper_table(grid: Grid) -> dict:
+    config = grid.config
     tr, ev = config["training"], config["evaluation"]
     domains = list(dict.fromkeys(s["domain"] for s in config["settings"].values()))
     panels = []
@@ -90,7 +92,7 @@ def hyper_table(config: dict) -> dict:
         ]
         panels.append({"title": f"{d.capitalize()}", "rows": rows})
     g = tr["grpo"]
-    k, f = _scout_k_and_f(config)
+    k, f = _scout_k_and_f(grid)
     return {
         "name": "hyperparameters",
         "template": "hyper",
@@ -102,7 +104,9 @@ def hyper_table(config: dict) -> dict:
     }
 
 
-def lr_table(config: dict) -> dict:
+def lr_table(grid: Grid) -> dict:
+    config = grid.config
+
     def entry(setting: str, param: str):
         tuned = config["settings"][setting][param] == tuning.TUNED
         return lr_entry(tuning.lr(config, setting, param), note="tuned" if tuned else "")
@@ -124,9 +128,10 @@ def lr_table(config: dict) -> dict:
     return {"name": "learning_rates", "template": "lr", "label": "tab:learning-rates", "caption": caption, "rows": rows}
 
 
-def benchmark_table(config: dict) -> dict:
+def benchmark_table(grid: Grid) -> dict:
+    config = grid.config
     domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
-    cols = [(d, b) for d in domains for b in jobs.benchmarks_for(config, d)]
+    cols = [(d, b) for d in domains for b in jobs.benchmarks_for(grid, d)]
     return {
         "name": "benchmarks",
         "template": "benchmarks",

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from scout import backends, grid, jobs, training_runs
+from scout import backends, jobs, training_runs
 from scout.config import results_root
+from scout.grid import Grid, is_search
 from scout.methods import METHODS
 
 
@@ -196,14 +197,14 @@ def pilots_table(pilots: list[Pilot]) -> pd.DataFrame:
     return pd.DataFrame([p.__dict__ for p in pilots]).astype({"max_rss_mb": float, "peak_gpu_gb": float})
 
 
-def pilot_cells(config: dict) -> list:
+def pilot_cells(grid: Grid) -> list:
     """One cell per distinct training shape (setting and variant; seeds cost alike), the first
     seed of each that trains a run of its own; the tuning stage's search runs are their
     settings' shapes at other LRs."""
-    plans = grid.run_plans(config)
+    plans = grid.plans
     shapes: dict = {}
-    for c in grid.all_cells(config):
-        if plans[c].shares is None and not grid.is_search(c):
+    for c in grid.runs:
+        if plans[c].shares is None and not is_search(c):
             shapes.setdefault((c.setting, c.variant), c)
     return list(shapes.values())
 
@@ -212,12 +213,12 @@ def pilot_dir(config: dict, setting: str, variant: str) -> Path:
     return Path(results_root(config)) / "pilot" / setting / variant
 
 
-def read_pilots(config: dict) -> dict[tuple[str, str], Pilot]:
-    """The pilots that have run for this config's shapes, by (setting, variant)."""
-    backend = backends.of(config)
+def read_pilots(grid: Grid) -> dict[tuple[str, str], Pilot]:
+    """The pilots that have run for this grid's shapes, by (setting, variant)."""
+    backend = backends.of(grid.config)
     out = {}
-    for c in pilot_cells(config):
-        p = read_pilot(pilot_dir(config, c.setting, c.variant), c.setting, c.variant, backend)
+    for c in pilot_cells(grid):
+        p = read_pilot(pilot_dir(grid.config, c.setting, c.variant), c.setting, c.variant, backend)
         if p is not None:
             out[(c.setting, c.variant)] = p
     return out
@@ -228,13 +229,14 @@ def read_pilots(config: dict) -> dict[tuple[str, str], Pilot]:
 # ------------------------------------------------------------------------------------------------
 
 
-def expected_seconds(config: dict, rule: str, unit, resources: dict, g: GPU,
+def expected_seconds(grid: Grid, rule: str, unit, resources: dict, g: GPU,
                      pilots: dict[tuple[str, str], Pilot]) -> tuple[float | None, str]:  # fmt: skip
     """A job's expected wall seconds and what the figure rests on ("pilot", "model", or "" where
     neither can say: a job the pilot did not run and whose models' sizes the config does not give)."""
+    config = grid.config
     gpus = resources["nodes"] * resources["gpus_per_node"]
     if rule == "train":
-        spec = training_runs.run_spec(config, unit)
+        spec = training_runs.run_spec(grid, unit)
         steps = spec["total_steps"] - (spec.get("continue_from") or {}).get("step", 0)
         pilot = pilots.get((unit.setting, unit.variant))
         if pilot is not None:
@@ -250,5 +252,5 @@ def expected_seconds(config: dict, rule: str, unit, resources: dict, g: GPU,
         evaluated = model_params(config, s["teacher"] if variant == "base-teacher" else s["student"])
         if not gpus or evaluated is None:
             return None, ""
-        return modelled_eval_seconds(jobs.eval_spec(config, setting, variant, seed, ckpt), evaluated * 1e9, gpus, g), "model"
+        return modelled_eval_seconds(jobs.eval_spec(grid, setting, variant, seed, ckpt), evaluated * 1e9, gpus, g), "model"
     return None, ""

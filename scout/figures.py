@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scout import grid, jobs, tuning
+from scout import jobs, tuning
 from scout.plotting import band, legend, plt, save, style
 from scout.probe_figures import behaviour_figures, continuation_figures, entropy_figures, reflection_figures
 from scout.results import AVG, Cache, summary_dir
@@ -78,7 +78,7 @@ def compute_matched_figure(cache: Cache, setting: str, out_dir: Path) -> dict | 
         if not len(run_avg):
             continue
         cell = next(c for c in cache.cell_list if (c.setting, c.variant) == (setting, v))
-        total = grid.cell_spec(cache.config, cell)["total_steps"]
+        total = cache.grid.spec(cell)["total_steps"]
         run_avg["step"] = [_step(c, total) for c in run_avg.checkpoint]
         by_step = run_avg.groupby("step")["avg"]
         mean, sd, n = by_step.mean() * 100, by_step.std(ddof=1) * 100, int(run_avg.seed.nunique())
@@ -112,7 +112,7 @@ def _metrics(cache: Cache, train_dir: Path, setting: str, variant: str, key: str
     run, a tuning run's for instance, reads that run's log)."""
     rows = []
     for seed in cache.seeds.get((setting, variant), []):
-        run = jobs.run_owner(cache.config, setting, variant, seed)
+        run = jobs.run_owner(cache.grid, setting, variant, seed)
         path = train_dir / run.setting / run.variant / f"s{run.seed}" / "metrics.jsonl"
         if not path.exists():
             continue

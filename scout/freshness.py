@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import grid, jobs, paths
+from scout import jobs, paths
 from scout.config import results_root
+from scout.grid import BASE_VARIANTS, Cell, Grid
 from scout.runs import differences
 from scout.workflow import spec_digest
 
@@ -53,8 +54,8 @@ class Freshness:
     """Each result of a config's grid in a working directory: None when fresh (or missing: nothing
     to compare), else why it is stale."""
 
-    def __init__(self, config: dict, workdir: str | Path = "."):
-        self.config, self.work = config, Path(workdir)
+    def __init__(self, grid: Grid, workdir: str | Path = "."):
+        self.grid, self.config, self.work = grid, grid.config, Path(workdir)
         self._models: dict[str, list[str] | None] = {}
 
     def _path(self, rel: str) -> Path:
@@ -71,11 +72,11 @@ class Freshness:
         if "toy" in spec:
             info = _json(self._path(f"{paths.model_path(self.config, model_id)}/pretrain.json"))
             if info is not None:
-                why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.config, model_id)) or None
+                why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.grid, model_id)) or None
         elif "prepare" in spec:
             info = _json(self._path(f"{results_root(self.config)}/teachers/{model_id}/train.json"))
             if info is not None:
-                why = _changed(info.get("spec"), jobs.teacher_job_spec(self.config, model_id)) or None
+                why = _changed(info.get("spec"), jobs.teacher_job_spec(self.grid, model_id)) or None
                 base = self.model(spec["prepare"]["base"])
                 if why is None and base:
                     why = [f"its base model {spec['prepare']['base']} is stale"]
@@ -85,17 +86,17 @@ class Freshness:
     # -- trainings ---------------------------------------------------------------------------------
 
     @cached_property
-    def _trainings(self) -> dict[grid.Cell, list[str] | None]:
-        out: dict[grid.Cell, list[str] | None] = {}
-        plans = grid.run_plans(self.config)
-        for cell in grid.all_cells(self.config):  # config order: a continued run comes before its longer one
+    def _trainings(self) -> dict[Cell, list[str] | None]:
+        out: dict[Cell, list[str] | None] = {}
+        plans = self.grid.plans
+        for cell in self.grid.runs:  # config order: a continued run comes before its longer one
             if plans[cell].shares is not None:
                 continue
             info = self.trained(cell)
             if info is None:
                 out[cell] = None
                 continue
-            why = _changed(info.get("spec"), jobs.train_job_spec(self.config, cell))
+            why = _changed(info.get("spec"), jobs.train_job_spec(self.grid, cell))
             s = self.config["settings"][cell.setting]
             why += [f"its {role} model {s[role]} is stale" for role in ("student", "teacher") if self.model(s[role])]
             start = plans[cell].continues
@@ -104,11 +105,11 @@ class Freshness:
             out[cell] = why or None
         return out
 
-    def trained(self, cell: grid.Cell) -> dict | None:
+    def trained(self, cell: Cell) -> dict | None:
         """The cell's ``train.json`` (None when it has not finished or cannot be read)."""
         return _json(self._path(f"{paths.train_dir(self.config, cell.setting, cell.variant, cell.seed)}/train.json"))
 
-    def training(self, cell: grid.Cell) -> list[str] | None:
+    def training(self, cell: Cell) -> list[str] | None:
         return self._trainings.get(cell)
 
     # -- evaluations -------------------------------------------------------------------------------
@@ -116,22 +117,22 @@ class Freshness:
     def evaluation(self, unit: tuple[str, str, str, str]) -> list[str] | None:
         """An evaluation job's records (every benchmark of its domain)."""
         setting, variant, seed, ckpt = unit
-        spec = jobs.eval_spec(self.config, setting, variant, seed, ckpt)
+        spec = jobs.eval_spec(self.grid, setting, variant, seed, ckpt)
         want = spec_digest(spec)
         why: list[str] = []
-        for b in jobs.benchmarks_for(self.config, self.config["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(self.grid, self.config["settings"][setting]["domain"]):
             rec = _json(self._path(f"{paths.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
             if rec is None:
                 continue
             if rec.get("spec_digest", want) != want:  # records from before digests were kept count as fresh
                 why.append("its evaluation spec changed (benchmarks, repeats or sampling)")
-            if variant in grid.BASE_VARIANTS:
+            if variant in BASE_VARIANTS:
                 role = "teacher" if variant == "base-teacher" else "student"
                 model = self.config["settings"][setting][role]
                 if self.model(model):
                     why.append(f"its model {model} is stale")
                 continue
-            cell = jobs.trained_cell(self.config, setting, variant, seed)
+            cell = jobs.trained_cell(self.grid, setting, variant, seed)
             info = self.trained(cell) or {}
             if "spec" in info and rec.get("trained", spec_digest(info["spec"])) != spec_digest(info["spec"]):
                 why.append("its run was trained again after it was evaluated")
@@ -142,11 +143,11 @@ class Freshness:
     # -- analysis ----------------------------------------------------------------------------------
 
     def analysis(self, setting: str) -> list[str] | None:
-        done = _json(self._path(f"{jobs.analysis_dir(self.config, setting)}/analysis.json"))
+        done = _json(self._path(f"{jobs.analysis_dir(self.grid, setting)}/analysis.json"))
         if done is None:
             return None
         why = []
-        if done.get("spec_digest") != spec_digest(jobs.analysis_spec(self.config, setting)):
+        if done.get("spec_digest") != spec_digest(jobs.analysis_spec(self.grid, setting)):
             why.append("its spec changed (settings, ratios, probed runs or responses)")
         for run, digest in done.get("trained", {}).items():
             info = _json(self._path(f"{run}/train.json")) or {}
@@ -178,13 +179,13 @@ class Freshness:
             if why:
                 target = f"{paths.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
                 out.append(Stale("training", cell.key, target, tuple(why)))
-        for unit in jobs.eval_units(cfg):
+        for unit in jobs.eval_units(self.grid):
             why = self.evaluation(unit)
             if why:
-                first = jobs.benchmarks_for(cfg, cfg["settings"][unit[0]]["domain"])[0]
+                first = jobs.benchmarks_for(self.grid, cfg["settings"][unit[0]]["domain"])[0]
                 out.append(Stale("evaluation", "/".join(unit), f"{paths.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
         for s in cfg.get("analysis", {}).get("settings", []):
             why = self.analysis(s)
             if why:
-                out.append(Stale("analysis", s, f"{jobs.analysis_dir(cfg, s)}/continuation.csv", tuple(why)))
+                out.append(Stale("analysis", s, f"{jobs.analysis_dir(self.grid, s)}/continuation.csv", tuple(why)))
         return out

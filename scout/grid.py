@@ -2,10 +2,11 @@
 their outputs live.
 
 The Snakefile's targets, the workflow rules and the report all read the cells from here, so a
-cell exists in exactly one place; ``scout.jobs`` turns them into what each job is given. ``Grid``
-is one config's grid resolved once: a stage builds it at its entry (``Grid.of``) and reads every
-cell, spec, seed list and run plan through it; the functions of a config below answer from the
-same object.
+cell exists in exactly one place. ``Grid`` is one validated config's grid resolved once: its cells,
+specs, seeds and run plans, the whole grid a selection was cut from. A command or the workflow
+builds it where it reads the config (``Grid.of``), and what plans, reports or checks takes the
+grid, not the config (``scout.jobs``, ``scout.plan``, ``scout.status``, ``scout.results``): the
+functions below that take a config are the resolution itself.
 """
 
 from __future__ import annotations
@@ -113,28 +114,8 @@ def _expand_search_cells(config: dict) -> list[Cell]:
     return out
 
 
-def cells(config: dict) -> list[Cell]:
-    return Grid.of(config).cells
-
-
-def search_cells(config: dict) -> list[Cell]:
-    return Grid.of(config).search_cells
-
-
-def all_cells(config: dict) -> list[Cell]:
-    return Grid.of(config).runs
-
-
 def is_search(cell: Cell) -> bool:
     return cell.experiments == ("tuning",)
-
-
-def variant_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
-    return Grid.of(config).seeds
-
-
-def find_cell(config: dict, setting: str, variant: str, seed: int) -> Cell:
-    return Grid.of(config).find(setting, variant, seed)
 
 
 def _steps_per_epoch(config: dict, data: str, batch: int, view: dict) -> int:
@@ -173,11 +154,6 @@ def chat_options(config: dict, model_id: str) -> dict:
     (``thinking: false`` on Qwen3 -> ``enable_thinking: false``)."""
     thinking = config["models"][model_id].get("thinking")
     return {} if thinking is None else {"enable_thinking": thinking}
-
-
-def cell_spec(config: dict, cell: Cell) -> dict:
-    """Everything a backend needs to train one cell, fully resolved (no further config lookups)."""
-    return Grid.of(config).spec(cell)
 
 
 def _resolve_spec(config: dict, cell: Cell) -> dict:
@@ -305,10 +281,6 @@ def _identity(spec: dict, with_length: bool = True) -> str:
     return json.dumps({k: v for k, v in spec.items() if k not in skip}, sort_keys=True)
 
 
-def run_plans(config: dict) -> dict[Cell, Plan]:
-    return Grid.of(config).plans
-
-
 def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
     """The plan of every cell. The first cell (in config order: the main grid first) of a weights
     spec trains it; a longer run continues the longest shorter one of the same spec where its
@@ -352,12 +324,13 @@ def check(config: dict) -> dict:
 def _step_no_ops(config: dict) -> list[str]:
     """Per cell: a teacher update interval or an evaluation interval the run never reaches."""
     errs, seen = [], set()
+    grid = Grid.of(config)
     try:
-        found = cells(config)
+        found = grid.cells
     except ConfigError as exc:
         return [str(exc)]
     for cell in found:
-        spec = cell_spec(config, cell)
+        spec = grid.spec(cell)
         total, over = spec["total_steps"], dict(cell.overrides)
         key = (cell.variant, cell.setting)
         if key in seen:
@@ -404,6 +377,22 @@ class Grid:
                 cls._MEMO.popitem(last=False)
         return grid
 
+    @property
+    def is_cut(self) -> bool:
+        """Whether a selection (``select``) cut this grid from a larger one."""
+        return bool(self.config.get("selected_from"))
+
+    @cached_property
+    def whole(self) -> Grid:
+        """The grid a selection was cut from; this one where nothing was cut."""
+        return Grid.of(unselected(self.config)) if self.is_cut else self
+
+    @cached_property
+    def alone(self) -> Grid:
+        """This grid on its own: a selection's cells as if no larger grid stood behind it (the
+        checkpoints its own cells are evaluated at, not every one the whole grid's runs export)."""
+        return Grid.of({k: v for k, v in self.config.items() if k != "selected_from"}) if self.is_cut else self
+
     @cached_property
     def cells(self) -> list[Cell]:
         return _expand_cells(self.config)
@@ -445,7 +434,8 @@ class Grid:
         return cell
 
     def spec(self, cell: Cell) -> dict:
-        """``cell_spec``, computed once per cell; a copy, so a caller's edits stay its own."""
+        """Everything a backend needs to train one cell, fully resolved (no further config lookups),
+        computed once per cell; a copy, so a caller's edits stay its own."""
         if cell not in self._specs:
             self._specs[cell] = _resolve_spec(self.config, cell)
         return copy.deepcopy(self._specs[cell])
@@ -453,6 +443,16 @@ class Grid:
     @cached_property
     def plans(self) -> dict[Cell, Plan]:
         return _plan_runs(self.config, self.runs, lambda c: self._specs.get(c) or self.spec(c))
+
+
+def unselected(config: dict) -> dict:
+    """The whole config a selection was cut from (``config.select`` keeps its experiments and probes
+    in ``selected_from``), or the config itself where nothing was cut."""
+    whole = config.get("selected_from")
+    if not whole:
+        return config
+    out = {k: v for k, v in config.items() if k not in ("selected_from", "analysis")}
+    return {**out, **whole}
 
 
 def _metadata_state(config: dict) -> tuple:

@@ -11,21 +11,7 @@ from pathlib import Path
 
 from scout import backends, schema, teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, results_root, validation_sets
-from scout.grid import (
-    BASE_VARIANTS,
-    CONTROL,
-    Cell,
-    all_cells,
-    cell_spec,
-    cells,
-    chat_options,
-    data_view,
-    find_cell,
-    run_plans,
-    teacher_prep_spec,
-    variant_seeds,
-    view_key,
-)
+from scout.grid import BASE_VARIANTS, CONTROL, Cell, Grid, chat_options, data_view, teacher_prep_spec, view_key
 from scout.methods import METHODS
 from scout.paths import data_path, eval_dir, model_inputs, model_path, train_dir
 from scout.resources import job_resources
@@ -33,7 +19,7 @@ from scout.runs import checkpoint_steps, checkpoints
 from scout.training_runs import run_spec, serves
 
 
-def data_spec(config: dict, name: str) -> dict:
+def data_spec(grid: Grid, name: str) -> dict:
     """What ``scout prepare-data`` needs for one dataset or benchmark: its entry, the source, and for
     a training set the views verl will load it through (tokenizer, chat options, prompt limit), so
     that preparation counts the rows verl's overlong-prompt filter keeps. A dataset with a
@@ -41,78 +27,78 @@ def data_spec(config: dict, name: str) -> dict:
     (``part``); both skip rows whose prompt is a test prompt (``tests``)."""
     part = "holdout" if name.endswith(HOLDOUT) else "train"
     base = name.removesuffix(HOLDOUT)
-    entry = config.get("datasets", {}).get(base) or config["benchmarks"][base]
-    spec = {"name": base, **entry, **config.get("data", {})}
+    entry = grid.config.get("datasets", {}).get(base) or grid.config["benchmarks"][base]
+    spec = {"name": base, **entry, **grid.config.get("data", {})}
     if entry.get("holdout"):
         spec["part"] = part
-        spec["tests"] = [data_path(config, b) for b in benchmarks_for(config, entry["domain"])]
+        spec["tests"] = [data_path(grid.config, b) for b in benchmarks_for(grid, entry["domain"])]
     if part == "holdout":
         return spec
-    if name in config.get("datasets", {}):
+    if name in grid.config.get("datasets", {}):
         spec["views"] = sorted(
-            {json.dumps(v, sort_keys=True): v for v in _training_views(config, name)}.values(), key=view_key
+            {json.dumps(v, sort_keys=True): v for v in _training_views(grid, name)}.values(), key=view_key
         )
     return spec
 
 
-def _training_views(config: dict, data: str) -> list[dict]:
+def _training_views(grid: Grid, data: str) -> list[dict]:
     out = []
-    for s in config["settings"].values():
+    for s in grid.config["settings"].values():
         if s["train_data"] == data:
-            out.append(data_view(config, s["student"], s.get("max_prompt_length", config["training"]["max_prompt_length"])))
-    for spec in config["models"].values():
+            out.append(data_view(grid.config, s["student"], s.get("max_prompt_length", grid.config["training"]["max_prompt_length"])))
+    for spec in grid.config["models"].values():
         if spec.get("prepare", {}).get("data") == data:
-            out.append(data_view(config, spec["prepare"]["base"], config["training"]["max_prompt_length"]))
+            out.append(data_view(grid.config, spec["prepare"]["base"], grid.config["training"]["max_prompt_length"]))
     return out
 
 
-def train_resources(config: dict, setting: str, method: str, variant: str) -> dict:
+def train_resources(grid: Grid, setting: str, method: str, variant: str) -> dict:
     """What a training job asks for: its configured resources, as its backend places them (a verl
     cell scoring against a teacher server asks for its student's pool alone)."""
-    served = bool(config["settings"][setting].get("teacher_server")) and METHODS[method].scores_with_frozen_teacher
-    res = job_resources(config, "train", setting, method, variant)
-    return backends.of(config).train_resources(method, res, served)
+    served = bool(grid.config["settings"][setting].get("teacher_server")) and METHODS[method].scores_with_frozen_teacher
+    res = job_resources(grid.config, "train", setting, method, variant)
+    return backends.of(grid.config).train_resources(method, res, served)
 
 
-def train_job_spec(config: dict, cell: Cell) -> dict:
+def train_job_spec(grid: Grid, cell: Cell) -> dict:
     """The spec of a cell's training job, as its backend receives it."""
-    res = train_resources(config, cell.setting, cell.method, cell.variant)
-    return backends.of(config).job_spec(run_spec(config, cell), res)
+    res = train_resources(grid, cell.setting, cell.method, cell.variant)
+    return backends.of(grid.config).job_spec(run_spec(grid, cell), res)
 
 
-def teacher_job_spec(config: dict, model_id: str) -> dict:
+def teacher_job_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
-    return backends.of(config).job_spec(teacher_prep_spec(config, model_id), job_resources(config, "prepare_teacher"))
+    return backends.of(grid.config).job_spec(teacher_prep_spec(grid.config, model_id), job_resources(grid.config, "prepare_teacher"))
 
 
-def served_users(config: dict, model_id: str) -> list[Cell]:
+def served_users(grid: Grid, model_id: str) -> list[Cell]:
     """The training runs that score against the server the workflow starts for a teacher model."""
-    settings = teacher_server.served_by_workflow(config).get(model_id, [])
-    plans = run_plans(config)
-    return [c for c in all_cells(config) if c.setting in settings and plans[c].shares is None
+    settings = teacher_server.served_by_workflow(grid.config).get(model_id, [])
+    plans = grid.plans
+    return [c for c in grid.runs if c.setting in settings and plans[c].shares is None
             and METHODS[c.method].scores_with_frozen_teacher]  # fmt: skip
 
 
-def served_outputs(config: dict, model_id: str) -> list[str]:
+def served_outputs(grid: Grid, model_id: str) -> list[str]:
     """The ``train.json`` of each run a workflow-started server serves: when all exist, it is not needed."""
-    return sorted(f"{train_dir(config, c.setting, c.variant, c.seed)}/train.json" for c in served_users(config, model_id))
+    return sorted(f"{train_dir(grid.config, c.setting, c.variant, c.seed)}/train.json" for c in served_users(grid, model_id))
 
 
-def teacher_server_spec(config: dict, model_id: str) -> dict:
+def teacher_server_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a teacher server the workflow starts (``scout serve-teacher``, launched by
     ``scout.serving``): the teacher's weights, long enough contexts and enough top-k for its users,
     where its files go, and its job's resources."""
-    users = served_users(config, model_id)
-    specs = [cell_spec(config, c) for c in users]
+    users = served_users(grid, model_id)
+    specs = [grid.spec(c) for c in users]
     lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
-    serving = config.get("teacher_serving", {})
-    r = job_resources(config, "teacher_server")
+    serving = grid.config.get("teacher_serving", {})
+    r = job_resources(grid.config, "teacher_server")
     topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
-    results = str(Path(results_root(config)).resolve())
+    results = str(Path(results_root(grid.config)).resolve())
     return {
         "model": model_id,
-        "path": model_path(config, model_id) if "hub" in config["models"][model_id]
-        else str(Path(model_path(config, model_id)).resolve()),  # a Slurm job may start elsewhere
+        "path": model_path(grid.config, model_id) if "hub" in grid.config["models"][model_id]
+        else str(Path(model_path(grid.config, model_id)).resolve()),  # a Slurm job may start elsewhere
         "results": results,
         "folder": str(teacher_server.server_folder({"results": results}, model_id)),
         "max_model_len": max(lengths, default=1) + 1,
@@ -123,160 +109,159 @@ def teacher_server_spec(config: dict, model_id: str) -> dict:
     }
 
 
-def toy_pretrain_spec(config: dict, model_id: str) -> dict:
+def toy_pretrain_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a toy model's pretraining job."""
-    res = results_root(config)
+    res = results_root(grid.config)
     return {
-        "arch": config["models"][model_id]["toy"],
+        "arch": grid.config["models"][model_id]["toy"],
         "tokenizer": f"{res}/toy/tokenizer",
-        "data": [data_path(config, s) for s in config["toy"]["pretrain_mix"]],
-        "seed": config["toy"]["seed"],
+        "data": [data_path(grid.config, s) for s in grid.config["toy"]["pretrain_mix"]],
+        "seed": grid.config["toy"]["seed"],
     }
 
 
-def record_source(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> tuple[str, str, str, str]:
+def record_source(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str) -> tuple[str, str, str, str]:
     """The evaluated unit whose records stand for this one: itself, or the run it shares or
     continues from (its step N in the shorter run's naming: ``final`` at that run's last step)."""
     if variant in BASE_VARIANTS:
         return setting, variant, str(seed), ckpt
-    cell = find_cell(config, setting, variant, int(seed))
-    plan = run_plans(config)[cell]
+    cell = grid.find(setting, variant, int(seed))
+    plan = grid.plans[cell]
     if plan.shares is not None:
         s = plan.shares
-        return record_source(config, s.setting, s.variant, s.seed, ckpt)
+        return record_source(grid, s.setting, s.variant, s.seed, ckpt)
     if plan.continues is not None:
-        step = cell_spec(config, cell)["total_steps"] if ckpt == "final" else int(ckpt[4:])
-        base = cell_spec(config, plan.continues)
+        step = grid.spec(cell)["total_steps"] if ckpt == "final" else int(ckpt[4:])
+        base = grid.spec(plan.continues)
         if step <= base["total_steps"]:
             name = "final" if step == base["total_steps"] else f"step{step}"
             s = plan.continues
-            return record_source(config, s.setting, s.variant, s.seed, name)
+            return record_source(grid, s.setting, s.variant, s.seed, name)
     return setting, variant, str(seed), ckpt
 
 
-def trained_cell(config: dict, setting: str, variant: str, seed: str | int) -> Cell:
+def trained_cell(grid: Grid, setting: str, variant: str, seed: str | int) -> Cell:
     """The cell of a training job; a cell whose run is another cell's has no job of its own."""
-    cell = find_cell(config, setting, variant, int(seed))
-    owner = run_plans(config)[cell].shares
+    cell = grid.find(setting, variant, int(seed))
+    owner = grid.plans[cell].shares
     if owner is not None:
         raise ConfigError(f"{cell.key} shares the run of {owner.key} (the same training spec): target that one")
     return cell
 
 
-def train_inputs(config: dict, cell: Cell, continuation: bool = True) -> list[str]:
+def train_inputs(grid: Grid, cell: Cell, continuation: bool = True) -> list[str]:
     """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
-    s = config["settings"][cell.setting]
-    out = [data_path(config, s["train_data"]), *model_inputs(config, s["student"]), *model_inputs(config, s["teacher"])]
-    start = run_plans(config)[cell].continues if continuation else None
+    s = grid.config["settings"][cell.setting]
+    out = [data_path(grid.config, s["train_data"]), *model_inputs(grid.config, s["student"]), *model_inputs(grid.config, s["teacher"])]
+    start = grid.plans[cell].continues if continuation else None
     if start is not None:
-        out.append(f"{train_dir(config, start.setting, start.variant, start.seed)}/train.json")
+        out.append(f"{train_dir(grid.config, start.setting, start.variant, start.seed)}/train.json")
     return out
 
 
-def check_evaluated(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> None:
+def check_evaluated(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str) -> None:
     """Refuse an evaluation job for a unit whose records are another run's (a shared run)."""
-    source = record_source(config, setting, variant, seed, ckpt)
+    source = record_source(grid, setting, variant, seed, ckpt)
     if source != (setting, variant, str(seed), ckpt):
         s, v, n, c = source
         raise ConfigError(f"{setting}/{variant}/s{seed}/{ckpt} is evaluated as {s}/{v}/s{n}/{c} (a shared run): "
                           "target that one")  # fmt: skip
 
 
-def shared_runs(config: dict) -> dict[tuple[str, str], tuple[str, str]]:
+def shared_runs(grid: Grid) -> dict[tuple[str, str], tuple[str, str]]:
     """(setting, variant) -> (setting, variant) whose runs it reports, for variants that train none of
     their own (every seed shares another cell's run): the tables say so."""
-    plans = run_plans(config)
+    plans = grid.plans
     out: dict[tuple[str, str], set] = {}
-    for c in cells(config):
+    for c in grid.cells:
         s = plans[c].shares
         out.setdefault((c.setting, c.variant), set()).add((s.setting, s.variant) if s else None)
     return {k: next(iter(v)) for k, v in out.items() if len(v) == 1 and None not in v}
 
 
-def benchmarks_for(config: dict, domain: str) -> list[str]:
-    return [b for b, spec in config["benchmarks"].items() if spec["domain"] == domain]
+def benchmarks_for(grid: Grid, domain: str) -> list[str]:
+    return [b for b, spec in grid.config["benchmarks"].items() if spec["domain"] == domain]
 
 
-def _base_units(config: dict) -> list[tuple[str, str, str, str]]:
+def _base_units(grid: Grid) -> list[tuple[str, str, str, str]]:
     """The untrained student and teacher of each setting the grid trains (a reduced experiment,
     ``select``, evaluates and reports its own settings only)."""
-    used = {c.setting for c in cells(config)}
-    return [(setting, v, "0", "final") for setting in config["settings"] if setting in used for v in BASE_VARIANTS]
+    used = {c.setting for c in grid.cells}
+    return [(setting, v, "0", "final") for setting in grid.config["settings"] if setting in used for v in BASE_VARIANTS]
 
 
-def report_units(config: dict) -> list[tuple[str, str, str, str]]:
+def report_units(grid: Grid) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every result the report shows: base rows and every
     cell's checkpoints, whichever run they come from (``record_source``)."""
-    units = _base_units(config)
-    for cell in cells(config):
-        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(cell_spec(config, cell))]
+    units = _base_units(grid)
+    for cell in grid.cells:
+        units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(grid.spec(cell))]
     return units
 
 
-def settings_in_grid(config: dict) -> list[str]:
+def settings_in_grid(grid: Grid) -> list[str]:
     """The settings a job of the grid touches: those its cells train and those its teacher probes
     visit (a reduced experiment, ``select``, builds the models and data of these only)."""
-    used = {c.setting for c in cells(config)} | set(config.get("analysis", {}).get("settings", []))
-    return [s for s in config["settings"] if s in used]
+    used = {c.setting for c in grid.cells} | set(grid.config.get("analysis", {}).get("settings", []))
+    return [s for s in grid.config["settings"] if s in used]
 
 
-def models_in_grid(config: dict) -> list[str]:
+def models_in_grid(grid: Grid) -> list[str]:
     """The models the grid's jobs load: teacher and student of each setting it touches, and the base
     each prepared teacher starts from (what pretraining, teacher preparation and data serve)."""
-    settings = [config["settings"][s] for s in settings_in_grid(config)]
+    settings = [grid.config["settings"][s] for s in settings_in_grid(grid)]
     used = {s[role] for s in settings for role in ("teacher", "student")}
-    used |= {config["models"][m]["prepare"]["base"] for m in used if "prepare" in config["models"][m]}
+    used |= {grid.config["models"][m]["prepare"]["base"] for m in used if "prepare" in grid.config["models"][m]}
     return sorted(used)
 
 
-def eval_units(config: dict) -> list[tuple[str, str, str, str]]:
+def eval_units(grid: Grid) -> list[tuple[str, str, str, str]]:
     """(setting, variant, seed, checkpoint) of every evaluation job: base rows and the checkpoints
     of every run that is trained (a shared run is evaluated once, under the cell that trains it)."""
-    units = _base_units(config)
-    plans = run_plans(config)
-    needed = {k: v for k, v in config.items() if k != "selected_from"}  # a selection evaluates what it uses
-    for cell in all_cells(config):
-        if plans[cell].shares is None and serves(config, cell):  # a tuning run the grid does not use: validation only
-            spec = run_spec(needed, cell)
+    units = _base_units(grid)
+    plans = grid.plans
+    for cell in grid.runs:
+        if plans[cell].shares is None and serves(grid, cell):  # a tuning run the grid does not use: validation only
+            spec = run_spec(grid.alone, cell)  # a selection evaluates what it uses
             units += [(cell.setting, cell.variant, str(cell.seed), ck) for ck in checkpoints(spec)]
     return units
 
 
-def eval_records(config: dict) -> list[str]:
+def eval_records(grid: Grid) -> list[str]:
     """Every evaluation record the grid writes (one per unit and benchmark of its domain)."""
     out = []
-    for setting, variant, seed, ckpt in eval_units(config):
-        domain = config["settings"][setting]["domain"]
-        out += [f"{eval_dir(config, setting, variant, seed, ckpt)}/{b}.json" for b in benchmarks_for(config, domain)]
+    for setting, variant, seed, ckpt in eval_units(grid):
+        domain = grid.config["settings"][setting]["domain"]
+        out += [f"{eval_dir(grid.config, setting, variant, seed, ckpt)}/{b}.json" for b in benchmarks_for(grid, domain)]
     return out
 
 
-def engine_device(config: dict) -> dict:
+def engine_device(grid: Grid) -> dict:
     """Where a transformers engine runs (``evaluation.device``): in the spec only away from the
     CPU, its default, so that specs made before the key keep their digests; vLLM places itself."""
-    device = schema.setting(config, "evaluation.device")
-    if schema.setting(config, "evaluation.engine") != "transformers" or device == schema.default("evaluation.device"):
+    device = schema.setting(grid.config, "evaluation.device")
+    if schema.setting(grid.config, "evaluation.engine") != "transformers" or device == schema.default("evaluation.device"):
         return {}
     return {"device": device}
 
 
-def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
+def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
     """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
-    s = config["settings"][setting]
+    s = grid.config["settings"][setting]
     evaluated = s["teacher"] if variant == "base-teacher" else s["student"]
     run_dir, step = None, None
     if variant in BASE_VARIANTS:
-        model = model_path(config, evaluated)
+        model = model_path(grid.config, evaluated)
     else:
-        run_dir = train_dir(config, setting, variant, seed)
+        run_dir = train_dir(grid.config, setting, variant, seed)
         model = f"{run_dir}/model/{ckpt}"
-        cell = find_cell(config, setting, variant, int(seed))
-        step = int(ckpt[4:]) if ckpt.startswith("step") else cell_spec(config, cell)["total_steps"]
+        cell = grid.find(setting, variant, int(seed))
+        step = int(ckpt[4:]) if ckpt.startswith("step") else grid.spec(cell)["total_steps"]
     method = variant
     if variant not in BASE_VARIANTS:
-        method = find_cell(config, setting, variant, int(seed)).method
+        method = grid.find(setting, variant, int(seed)).method
     return {
-        "world": config["world"],
+        "world": grid.config["world"],
         "setting": setting,
         "variant": variant,
         "method": method,
@@ -285,117 +270,117 @@ def eval_spec(config: dict, setting: str, variant: str, seed: str | int, ckpt: s
         "model": model,
         "domain": s["domain"],
         "benchmarks": {
-            b: {**config["benchmarks"][b], "path": data_path(config, b), "repeats": _repeats(config, b, ckpt)}
-            for b in benchmarks_for(config, s["domain"])
+            b: {**grid.config["benchmarks"][b], "path": data_path(grid.config, b), "repeats": _repeats(grid, b, ckpt)}
+            for b in benchmarks_for(grid, s["domain"])
         },
-        "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
-        "engine": schema.setting(config, "evaluation.engine"),
-        **engine_device(config),
-        "engine_options": config["evaluation"].get("engine_options", {}),
-        "chat": chat_options(config, evaluated),
-        "threads": schema.setting(config, "training.threads"),
+        "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
+        "engine": schema.setting(grid.config, "evaluation.engine"),
+        **engine_device(grid),
+        "engine_options": grid.config["evaluation"].get("engine_options", {}),
+        "chat": chat_options(grid.config, evaluated),
+        "threads": schema.setting(grid.config, "training.threads"),
         "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
         "step": step,
     }
 
 
-def validation_data(config: dict, domain: str) -> tuple[str, int, int]:
+def validation_data(grid: Grid, domain: str) -> tuple[str, int, int]:
     """(dataset, rows, repeats) of a domain's validation set (``tuning.validation``)."""
-    v = config["tuning"]["validation"][domain]
-    return v["data"], validation_sets(config)[v["data"]]["rows"], v["repeats"]
+    v = grid.config["tuning"]["validation"][domain]
+    return v["data"], validation_sets(grid.config)[v["data"]]["rows"], v["repeats"]
 
 
-def validation_record(config: dict, cell: Cell) -> str:
+def validation_record(grid: Grid, cell: Cell) -> str:
     """The record of a tuning run's validation (the workflow's ``validate`` output)."""
-    name, _, _ = validation_data(config, config["settings"][cell.setting]["domain"])
-    return f"{tuning.validation_dir(config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
+    name, _, _ = validation_data(grid, grid.config["settings"][cell.setting]["domain"])
+    return f"{tuning.validation_dir(grid.config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
 
 
-def validation_spec(config: dict, setting: str, variant: str, seed: str | int) -> dict:
+def validation_spec(grid: Grid, setting: str, variant: str, seed: str | int) -> dict:
     """A tuning run's evaluation on its domain's validation set: the final checkpoint, the test
     benchmarks' files named so that the job refuses a validation prompt that is also a test one."""
-    s = config["settings"][setting]
-    name, rows, repeats = validation_data(config, s["domain"])
-    spec = eval_spec(config, setting, variant, seed, "final")
+    s = grid.config["settings"][setting]
+    name, rows, repeats = validation_data(grid, s["domain"])
+    spec = eval_spec(grid, setting, variant, seed, "final")
     spec["disjoint_from"] = {b: v["path"] for b, v in spec["benchmarks"].items()}
     spec["benchmarks"] = {name: {"domain": s["domain"], "rows": rows, "repeats": repeats,
-                                 "path": data_path(config, name)}}  # fmt: skip
+                                 "path": data_path(grid.config, name)}}  # fmt: skip
     spec["run_dir"] = None  # the run's tracking logs its test evaluations only
     return spec
 
 
-def _repeats(config: dict, benchmark: str, ckpt: str) -> int:
+def _repeats(grid: Grid, benchmark: str, ckpt: str) -> int:
     """Samples per question: the benchmark's ``repeats`` at final checkpoints, whose precision the
     tables and claims rest on; ``evaluation.intermediate_repeats`` (fewer) at the curves' points."""
-    full = config["benchmarks"][benchmark]["repeats"]
+    full = grid.config["benchmarks"][benchmark]["repeats"]
     if ckpt == "final":
         return full
-    return min(full, config["evaluation"].get("intermediate_repeats", full))
+    return min(full, grid.config["evaluation"].get("intermediate_repeats", full))
 
 
-def analysis_dir(config: dict, setting: str) -> str:
-    return f"{results_root(config)}/analysis/{setting}"
+def analysis_dir(grid: Grid, setting: str) -> str:
+    return f"{results_root(grid.config)}/analysis/{setting}"
 
 
-def analysis_spec(config: dict, setting: str) -> dict:
+def analysis_spec(grid: Grid, setting: str) -> dict:
     """The teacher probes of one setting: the initial teacher on the initial student's and its own
     responses to one benchmark (the base rows' evaluation generations), and each SCOUT run's
     trained teacher on the initial and the final student's responses."""
-    a = config["analysis"]
+    a = grid.config["analysis"]
     bench = a["benchmark"]
-    teacher = config["settings"][setting]["teacher"]
+    teacher = grid.config["settings"][setting]["teacher"]
     return {
         "setting": setting,
-        "teacher": model_path(config, teacher),
-        "benchmark_path": data_path(config, bench),
-        "student_generations": f"{eval_dir(config, setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
-        "teacher_generations": f"{eval_dir(config, setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher": model_path(grid.config, teacher),
+        "benchmark_path": data_path(grid.config, bench),
+        "student_generations": f"{eval_dir(grid.config, setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher_generations": f"{eval_dir(grid.config, setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
         "runs": [
             {
                 "seed": seed,
                 "checkpoint": ckpt,
-                "teacher": f"{run_dir(config, setting, 'scout', seed)}/model/{ckpt}-teacher",
-                "generations": f"{source_dir(config, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
+                "teacher": f"{run_dir(grid, setting, 'scout', seed)}/model/{ckpt}-teacher",
+                "generations": f"{source_dir(grid, setting, 'scout', seed, ckpt)}/{bench}.generations.jsonl",
             }
-            for seed in probed_seeds(config, setting, "scout")
-            for ckpt in _probed_checkpoints(config, setting, seed)
+            for seed in probed_seeds(grid, setting, "scout")
+            for ckpt in _probed_checkpoints(grid, setting, seed)
         ],
         # other trained teachers, probed on the initial student's prefixes: the prefix-0 control's
         # (label "control") and each LoRA teacher's (labelled by its variant)
         "controls": [
-            {"label": label, "seed": seed, "teacher": f"{run_dir(config, setting, variant, seed)}/model/final-teacher"}
-            for variant, label in compared_teachers(config, setting)
-            for seed in probed_seeds(config, setting, variant)
+            {"label": label, "seed": seed, "teacher": f"{run_dir(grid, setting, variant, seed)}/model/final-teacher"}
+            for variant, label in compared_teachers(grid, setting)
+            for seed in probed_seeds(grid, setting, variant)
         ],
         "ratios": a["ratios"],
-        "split": schema.setting(config, "methods.scout.split"),  # prefixes cut as SCOUT cuts them
-        "answer_marker": config["methods"]["scout"].get("answer_marker", {}).get(config["settings"][setting]["domain"]),
+        "split": schema.setting(grid.config, "methods.scout.split"),  # prefixes cut as SCOUT cuts them
+        "answer_marker": grid.config["methods"]["scout"].get("answer_marker", {}).get(grid.config["settings"][setting]["domain"]),
         "k": a["k"],
         "responses": a.get("responses"),
         "questions": a.get("questions"),
         "max_new_tokens": a["max_new_tokens"],
-        "sampling": {k: config["evaluation"][k] for k in ("temperature", "top_p")},
-        "engine_options": config["evaluation"].get("engine_options", {}),
-        "engine": schema.setting(config, "evaluation.engine"),
-        **engine_device(config),
-        "chat": chat_options(config, teacher),
-        "threads": schema.setting(config, "training.threads"),
+        "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p")},
+        "engine_options": grid.config["evaluation"].get("engine_options", {}),
+        "engine": schema.setting(grid.config, "evaluation.engine"),
+        **engine_device(grid),
+        "chat": chat_options(grid.config, teacher),
+        "threads": schema.setting(grid.config, "training.threads"),
     }
 
 
-def probed_seeds(config: dict, setting: str, variant: str) -> list[int]:
+def probed_seeds(grid: Grid, setting: str, variant: str) -> list[int]:
     """The seeds of a variant whose trained teachers the probes visit: ``analysis.seeds`` where the
     config limits them (a claim's extra seeds need not all be probed), else every seed."""
-    seeds = variant_seeds(config).get((setting, variant), [])
-    wanted = (config.get("analysis") or {}).get("seeds")
+    seeds = grid.seeds.get((setting, variant), [])
+    wanted = (grid.config.get("analysis") or {}).get("seeds")
     return [s for s in seeds if wanted is None or s in wanted]
 
 
-def compared_teachers(config: dict, setting: str) -> list[tuple[str, str]]:
+def compared_teachers(grid: Grid, setting: str) -> list[tuple[str, str]]:
     """(variant, probe label) of the trained teachers the probes set beside SCOUT's on a setting: the
     prefix-0 control's, then every SCOUT variant whose teacher trains LoRA adapters."""
-    out = [(CONTROL, "control")] if (setting, CONTROL) in variant_seeds(config) else []
-    lora = {c.variant for c in cells(config)
+    out = [(CONTROL, "control")] if (setting, CONTROL) in grid.seeds else []
+    lora = {c.variant for c in grid.cells
             if c.setting == setting and c.method == "scout" and dict(c.overrides).get("teacher_lora_rank")}  # fmt: skip
     return out + [(v, v) for v in sorted(lora)]
 
@@ -408,39 +393,39 @@ def probe_labels(checkpoint: str) -> tuple[str, str]:
     return f"scout@{checkpoint}", f"student@{checkpoint}"
 
 
-def _probed_checkpoints(config: dict, setting: str, seed: int) -> list[str]:
+def _probed_checkpoints(grid: Grid, setting: str, seed: int) -> list[str]:
     """The matched checkpoints of a SCOUT run the probes visit (``analysis.checkpoints``) and final."""
-    spec = cell_spec(config, find_cell(config, setting, "scout", seed))
+    spec = grid.spec(grid.find(setting, "scout", seed))
     return [f"step{s}" for s in checkpoint_steps(spec) if s in spec.get("probe_steps", [])] + ["final"]
 
 
-def analysis_inputs(config: dict, setting: str) -> list[str]:
-    bench = config["analysis"]["benchmark"]
-    out = [data_path(config, bench)] + model_inputs(config, config["settings"][setting]["teacher"])
-    out += [f"{eval_dir(config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
-    for variant, _ in compared_teachers(config, setting):
-        out += [f"{run_dir(config, setting, variant, seed)}/train.json" for seed in probed_seeds(config, setting, variant)]
-    for seed in probed_seeds(config, setting, "scout"):
-        out.append(f"{run_dir(config, setting, 'scout', seed)}/train.json")
+def analysis_inputs(grid: Grid, setting: str) -> list[str]:
+    bench = grid.config["analysis"]["benchmark"]
+    out = [data_path(grid.config, bench)] + model_inputs(grid.config, grid.config["settings"][setting]["teacher"])
+    out += [f"{eval_dir(grid.config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
+    for variant, _ in compared_teachers(grid, setting):
+        out += [f"{run_dir(grid, setting, variant, seed)}/train.json" for seed in probed_seeds(grid, setting, variant)]
+    for seed in probed_seeds(grid, setting, "scout"):
+        out.append(f"{run_dir(grid, setting, 'scout', seed)}/train.json")
         out += [
-            f"{source_dir(config, setting, 'scout', seed, c)}/{bench}.json"
-            for c in _probed_checkpoints(config, setting, seed)
+            f"{source_dir(grid, setting, 'scout', seed, c)}/{bench}.json"
+            for c in _probed_checkpoints(grid, setting, seed)
         ]
     return out
 
 
-def run_owner(config: dict, setting: str, variant: str, seed: int | str) -> Cell:
+def run_owner(grid: Grid, setting: str, variant: str, seed: int | str) -> Cell:
     """The cell whose job trains a cell's run: itself, or the one it shares (a tuning run, say)."""
-    cell = find_cell(config, setting, variant, int(seed))
-    return run_plans(config)[cell].shares or cell
+    cell = grid.find(setting, variant, int(seed))
+    return grid.plans[cell].shares or cell
 
 
-def run_dir(config: dict, setting: str, variant: str, seed: int | str) -> str:
+def run_dir(grid: Grid, setting: str, variant: str, seed: int | str) -> str:
     """The folder of the run a cell's training is (``run_owner``'s)."""
-    owner = run_owner(config, setting, variant, seed)
-    return train_dir(config, owner.setting, owner.variant, owner.seed)
+    owner = run_owner(grid, setting, variant, seed)
+    return train_dir(grid.config, owner.setting, owner.variant, owner.seed)
 
 
-def source_dir(config: dict, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
+def source_dir(grid: Grid, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
     """The evaluation folder whose records stand for a unit's (``record_source``)."""
-    return eval_dir(config, *record_source(config, setting, variant, seed, ckpt))
+    return eval_dir(grid.config, *record_source(grid, setting, variant, seed, ckpt))

@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import cost, grid, jobs, paths, runs, schema, teacher_server, training_runs
+from scout import cost, jobs, paths, runs, schema, teacher_server, training_runs
 from scout import teacher_cost as tc
 from scout.config import results_root
+from scout.grid import Cell, Grid, is_search
 from scout.methods import LORA_TARGETS, METHODS
 from scout.resources import job_resources
 
@@ -26,7 +27,7 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 EXPORT_BYTES_PER_PARAM = 2
 
 
-def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> float | None:
+def peak_disk_gb(grid: Grid, cell: Cell, keep: str | None = None) -> float | None:
     """The most disk a cell's training run holds at once, in GB: the latest checkpoint and the next
     one while it is written (the latest is deleted only after the next is whole), each of the
     student and, for a method that trains it, the teacher; the checkpoints the grid evaluates,
@@ -34,27 +35,28 @@ def peak_disk_gb(config: dict, cell: grid.Cell, keep: str | None = None) -> floa
     ``training.keep_checkpoints`` (or ``keep``) is ``exported`` (each exported when it is saved);
     and the student's bf16 exports of every evaluated checkpoint. None where a model's size is not
     in the config."""
+    config = grid.config
     setting = config["settings"][cell.setting]
     student = cost.model_params(config, setting["student"])
     teacher = cost.model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
-    evaluated = len(runs.checkpoint_steps(training_runs.run_spec(config, cell)))
+    evaluated = len(runs.checkpoint_steps(training_runs.run_spec(grid, cell)))
     kept = 0 if (keep or schema.setting(config, "training.keep_checkpoints")) == "exported" else evaluated
     checkpoints = (kept + 2) * (student + teacher) * CHECKPOINT_BYTES_PER_PARAM
     exports = (evaluated + 1) * student * EXPORT_BYTES_PER_PARAM
     return checkpoints + exports  # billions of parameters x bytes = GB
 
 
-def evaluated_for(config: dict, cell: grid.Cell) -> str:
+def evaluated_for(grid: Grid, cell: Cell) -> str:
     """Why a run holds intermediate checkpoints: each cell of the whole grid that evaluates them (a
     selection keeps the whole grid's runs), with its experiment and cadence; empty where none."""
-    whole = training_runs.unselected(config)
-    own = next((c for c in grid.all_cells(whole) if c.key == cell.key and c.overrides == cell.overrides), cell)
-    users = [own] + [o for o, p in grid.run_plans(whole).items() if own in (p.shares, p.continues)]
+    whole = grid.whole
+    own = next((c for c in whole.runs if c.key == cell.key and c.overrides == cell.overrides), cell)
+    users = [own] + [o for o, p in whole.plans.items() if own in (p.shares, p.continues)]
     out = []
     for u in users:
-        spec = grid.cell_spec(whole, u)
+        spec = whole.spec(u)
         steps = runs.checkpoint_steps(spec)
         probes = [s for s in spec.get("probe_steps", []) if s in steps]
         how = [f"{len(steps) - len(probes)} every {spec['eval_every']} steps"] if len(steps) > len(probes) else []
@@ -69,9 +71,10 @@ def evaluated_for(config: dict, cell: grid.Cell) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _rows(config: dict) -> list[dict]:
+def _rows(grid: Grid) -> list[dict]:
     """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
     preparation, aggregation, report) request no cluster time and are left out."""
+    config = grid.config
     res = results_root(config)
     rows = []
 
@@ -80,7 +83,7 @@ def _rows(config: dict) -> list[dict]:
                      "unit": unit})  # fmt: skip
 
     models = config["models"]
-    used = jobs.models_in_grid(config)  # a reduced experiment's only
+    used = jobs.models_in_grid(grid)  # a reduced experiment's only
     prepared = [m for m in used if "prepare" in models[m]]
     if config["world"] == "toy":
         toy = job_resources(config, "toy")
@@ -92,21 +95,21 @@ def _rows(config: dict) -> list[dict]:
         add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
     for m in teacher_server.served_by_workflow(config):  # launched by its cells, up while they train
         add("teachers", "serve_teacher", str(teacher_server.server_folder(config, m)),
-            job_resources(config, "teacher_server"), users=jobs.served_outputs(config, m))  # fmt: skip
+            job_resources(config, "teacher_server"), users=jobs.served_outputs(grid, m))  # fmt: skip
     experiment_of = {}
-    plans = grid.run_plans(config)
-    for c in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
+    plans = grid.plans
+    for c in grid.runs:  # the tuning stage's runs first (experiment "tuning")
         experiment_of[(c.setting, c.variant, str(c.seed))] = c.experiments[0]
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
-        r = jobs.train_resources(config, c.setting, c.method, c.variant)
+        r = jobs.train_resources(grid, c.setting, c.method, c.variant)
         target = f"{paths.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
-        add(c.experiments[0], "train", target, r, peak_disk_gb(config, c), unit=c)
-        rows[-1].update(exported_disk_gb=peak_disk_gb(config, c, "exported"), kept_for=evaluated_for(config, c))
-        if grid.is_search(c):
-            add("tuning", "validate", jobs.validation_record(config, c), job_resources(config, "evaluate"))
-    for setting, variant, seed, ckpt in jobs.eval_units(config):
-        first = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        add(c.experiments[0], "train", target, r, peak_disk_gb(grid, c), unit=c)
+        rows[-1].update(exported_disk_gb=peak_disk_gb(grid, c, "exported"), kept_for=evaluated_for(grid, c))
+        if is_search(c):
+            add("tuning", "validate", jobs.validation_record(grid, c), job_resources(config, "evaluate"))
+    for setting, variant, seed, ckpt in jobs.eval_units(grid):
+        first = jobs.benchmarks_for(grid, config["settings"][setting]["domain"])[0]
         target = f"{paths.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
@@ -114,14 +117,14 @@ def _rows(config: dict) -> list[dict]:
         add(
             "analysis",
             "analysis",
-            f"{jobs.analysis_dir(config, s)}/continuation.csv",
+            f"{jobs.analysis_dir(grid, s)}/continuation.csv",
             job_resources(config, "analysis"),
         )
     return rows
 
 
 def grid_jobs(
-    config: dict,
+    grid: Grid,
     exists: Callable[[str], bool] = os.path.exists,
     stale: frozenset[str] = frozenset(),
     gpu: cost.GPU | None = None,
@@ -132,12 +135,12 @@ def grid_jobs(
     ``scout.freshness``). Requested hours are upper bounds: a job that ends early gives the rest
     back. With a ``gpu``, also what each job is expected to take (``scout.cost``: the ``pilots``'
     measurements where they ran, else the model for that GPU), and on what that rests."""
-    df = pd.DataFrame(_rows(config))
+    df = pd.DataFrame(_rows(grid))
     df["gpus"] = df["nodes"] * df["gpus_per_node"]
     df["gpu_hours"] = df["gpus"] * df["runtime"] / 60
     df["node_hours"] = df["nodes"] * df["runtime"] / 60
     if gpu is not None:
-        found = [cost.expected_seconds(config, r["rule"], r["unit"], r, gpu, pilots or {}) for r in df.to_dict("records")]
+        found = [cost.expected_seconds(grid, r["rule"], r["unit"], r, gpu, pilots or {}) for r in df.to_dict("records")]
         df["expected_hours"] = [s / 3600 if s is not None else math.nan for s, _ in found]
         df["expected_gpu_hours"] = df["expected_hours"] * df["gpus"]
         df["basis"] = [b for _, b in found]
@@ -148,12 +151,14 @@ def grid_jobs(
     return df.drop(columns="users")
 
 
-def sharing(config: dict) -> str:
-    """What sharing runs saves (``grid.run_plans``): the jobs and requested GPU-hours of training
+def sharing(grid: Grid) -> str:
+    """What sharing runs saves (``Grid.plans``): the jobs and requested GPU-hours of training
     every cell on its own, against the plan."""
-    alone = grid_jobs({**config, "training": {**config["training"], "share_runs": False}}, exists=lambda _: False)
-    shared = grid_jobs(config, exists=lambda _: False)
-    plans = grid.run_plans(config)
+    config = grid.config
+    alone = Grid.of({**config, "training": {**config["training"], "share_runs": False}})
+    alone = grid_jobs(alone, exists=lambda _: False)
+    shared = grid_jobs(grid, exists=lambda _: False)
+    plans = grid.plans
     n_shared = sum(p.shares is not None for p in plans.values())
     n_cont = sum(p.continues is not None for p in plans.values())
     if not n_shared and not n_cont:
@@ -289,14 +294,15 @@ def disk_table(table: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------------
 
 
-def teacher_options(config: dict) -> pd.DataFrame:
+def teacher_options(grid: Grid) -> pd.DataFrame:
     """Per setting the grid trains SCOUT on: OPD's training job, SCOUT's as configured, and the
     fewest nodes for a full teacher, a LoRA one, and each on the engine's GPUs (``scout.teacher_cost``):
     nodes, GPUs, GPU-hours at the requested runtime, what the teacher's trainer holds per GPU and
     what each weight sync moves. Empty where the config gives no sizes (the toy world)."""
+    config = grid.config
     lora = config["methods"]["scout"].get("teacher_lora") or {}
     rows = []
-    scout_settings = dict.fromkeys(c.setting for c in grid.cells(config) if METHODS[c.method].trains_teacher)
+    scout_settings = dict.fromkeys(c.setting for c in grid.cells if METHODS[c.method].trains_teacher)
     for setting in scout_settings:
         teacher = config["settings"][setting]["teacher"]
         params, arch = cost.model_params(config, teacher), cost.model_arch(config, teacher)
@@ -319,9 +325,9 @@ def teacher_options(config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render_teacher_options(config: dict) -> str:
+def render_teacher_options(grid: Grid) -> str:
     """``teacher_options`` as ``scout plan`` prints it (empty where there is nothing to cost)."""
-    table = teacher_options(config)
+    table = teacher_options(grid)
     if not len(table):
         return ""
     head = (f"SCOUT's teacher: GPUs per training job (GPU-hours at the requested runtime; scout/teacher_cost.py). "
@@ -337,15 +343,16 @@ def render_teacher_options(config: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def teacher_servers(config: dict) -> pd.DataFrame:
+def teacher_servers(grid: Grid) -> pd.DataFrame:
     """Per teacher model: its frozen-teacher training jobs' requested GPU-hours with an engine each,
     and with one server on a node of its own instead (the jobs keep their student's GPUs; the
     server runs as long as the longest job, once per wave of as many students as it keeps up with,
     ``teacher_cost.students_per_server`` at the pace the requested runtime allows). Empty where
     the config gives no sizes (the toy world)."""
-    plans = grid.run_plans(config)
+    config = grid.config
+    plans = grid.plans
     by_teacher: dict[str, list] = {}
-    for c in grid.cells(config):
+    for c in grid.cells:
         if METHODS[c.method].scores_with_frozen_teacher and plans[c].shares is None:
             by_teacher.setdefault(config["settings"][c.setting]["teacher"], []).append(c)
     rows = []
@@ -362,7 +369,7 @@ def teacher_servers(config: dict) -> pd.DataFrame:
         rate = tc.scored_tokens_per_second(params * 1e9, server_gpus)
         keep_up = []
         for c, r in zip(cells, res, strict=True):
-            spec = grid.cell_spec(config, c)
+            spec = grid.spec(c)
             tokens = spec["batch_size"] * spec["n"] * tc.MEAN_FILL * (spec["max_prompt_length"] + spec["max_response_length"])
             keep_up.append(tc.students_per_server(rate, tokens, r["runtime"] * 60 / spec["total_steps"]))
         waves = math.ceil(len(cells) / min(keep_up))
@@ -373,14 +380,15 @@ def teacher_servers(config: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render_teacher_servers(config: dict) -> str:
+def render_teacher_servers(grid: Grid) -> str:
     """``teacher_servers`` as ``scout plan`` prints it, with the totals and the model's assumptions."""
-    table = teacher_servers(config)
+    table = teacher_servers(grid)
     if not len(table):
         return ""
     own, shared = table["gpu_hours_own_engines"].sum(), table["gpu_hours_one_server"].sum()
+    config = grid.config
     own_engines = {**config, "settings": {k: {**v, "teacher_server": None} for k, v in config["settings"].items()}}
-    whole = grid_jobs(own_engines, exists=lambda _: False)["gpu_hours"].sum()  # the same with serving on
+    whole = grid_jobs(Grid.of(own_engines), exists=lambda _: False)["gpu_hours"].sum()  # the same with serving on
     head = (f"A teacher server per teacher (settings.*.teacher_server; docs/cluster.md): the frozen-teacher jobs "
             f"request {own:,.0f} GPU-hours with an engine each, {shared:,.0f} with one server per teacher "
             f"({own - shared:,.0f} fewer; the whole grid {whole:,.0f} -> {whole - own + shared:,.0f}). Modelled throughput: scoring is prefill, 2 FLOPs a parameter and token "
@@ -392,12 +400,13 @@ def render_teacher_servers(config: dict) -> str:
     return head + "\n" + shown.to_string(index=False)
 
 
-def render_server_limits(config: dict) -> str:
+def render_server_limits(grid: Grid) -> str:
     """For each teacher the workflow serves: how long its server must live, from the cells it serves,
     beside its Slurm time limit (docs/cluster.md sizes it so)."""
+    config = grid.config
     lines = []
     for m in teacher_server.served_by_workflow(config):
-        cells = jobs.served_users(config, m)
+        cells = jobs.served_users(grid, m)
         if not cells:
             continue
         runtimes = [job_resources(config, "train", c.setting, c.method, c.variant)["runtime"] for c in cells]

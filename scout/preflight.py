@@ -4,8 +4,9 @@ options. The backend (``scout.backends``) checks them; it never reads the config
 
 from __future__ import annotations
 
-from scout import backends, grid, jobs, paths
+from scout import backends, jobs, paths
 from scout.backends import CellCheck, PairCheck, Preflight
+from scout.grid import Cell, Grid, chat_options, data_view
 from scout.methods import METHODS
 
 
@@ -15,47 +16,48 @@ def _base_path(config: dict, model_id: str) -> str:
     return _base_path(config, spec["prepare"]["base"]) if "prepare" in spec else paths.model_path(config, model_id)
 
 
-def cell_check(config: dict, cell: grid.Cell) -> CellCheck:
-    spec = grid.cell_spec(config, cell)
+def cell_check(grid: Grid, cell: Cell) -> CellCheck:
+    config, spec = grid.config, grid.spec(cell)
     setting = config["settings"][cell.setting]
     teacher = setting.get("teacher") if METHODS[cell.method].needs_teacher else None
     models = [setting["student"]] + ([teacher] if teacher else [])
     return CellCheck(
         key=cell.key,
         spec=spec,
-        resources=jobs.train_resources(config, cell.setting, cell.method, cell.variant),
+        resources=jobs.train_resources(grid, cell.setting, cell.method, cell.variant),
         out_dir=paths.train_dir(config, cell.setting, cell.variant, cell.seed),
         student=setting["student"],
         teacher=teacher,
         arch={m: _base_path(config, m) for m in models},
         train_data=setting["train_data"],
         data_path=paths.data_path(config, setting["train_data"]),
-        view=grid.data_view(config, setting["student"], spec["max_prompt_length"]),
+        view=data_view(config, setting["student"], spec["max_prompt_length"]),
     )
 
 
-def pair_checks(config: dict, cells: list[grid.Cell] | None = None) -> list[PairCheck]:
+def pair_checks(grid: Grid, cells: list[Cell] | None = None) -> list[PairCheck]:
     """One check per setting whose cells distil from a teacher."""
-    settings = dict.fromkeys(c.setting for c in (cells or grid.cells(config)) if METHODS[c.method].needs_teacher)
+    config = grid.config
+    settings = dict.fromkeys(c.setting for c in (cells or grid.cells) if METHODS[c.method].needs_teacher)
     out = []
     for name in settings:
         s = config["settings"][name]
         out.append(PairCheck(
             name=f"{name}: {s['teacher']} scores {s['student']}",
             tokenizers=(_base_path(config, s["student"]), _base_path(config, s["teacher"])),
-            chats=(grid.chat_options(config, s["student"]), grid.chat_options(config, s["teacher"])),
+            chats=(chat_options(config, s["student"]), chat_options(config, s["teacher"])),
             data_path=paths.data_path(config, s["train_data"]),
         ))  # fmt: skip
     return out
 
 
-def run(config: dict, log=print, cells: list[grid.Cell] | None = None) -> Preflight:
-    """The config's backend's preflight of every training cell (or the given ones) and their pairs."""
-    backend = backends.of(config)
+def run(grid: Grid, log=print, cells: list[Cell] | None = None) -> Preflight:
+    """The grid's backend's preflight of every training cell (or the given ones) and their pairs."""
+    backend = backends.of(grid.config)
     if not backend.checks_cells:  # its answer, before any cell is resolved for nothing
         return backend.preflight([], [], log)
-    cells = cells or grid.cells(config)
-    return backend.preflight([cell_check(config, c) for c in cells], pair_checks(config, cells), log)
+    cells = cells or grid.cells
+    return backend.preflight([cell_check(grid, c) for c in cells], pair_checks(grid, cells), log)
 
 
 def table(rows: list) -> str:

@@ -38,6 +38,7 @@ from scout.claims_page import (
 )
 from scout.figures import all_figures, improvement_figure
 from scout.freshness import Freshness
+from scout.grid import Grid
 from scout.status import grid_wall_time
 from scout.workflow import CHECKOUT
 
@@ -60,24 +61,24 @@ def missing_tex() -> str | None:
     return f"pdflatex not found: install TeX (Debian: apt-get install {TEX_PACKAGES})"
 
 
-def reported(config: dict, df):
+def reported(grid: Grid, df):
     """The records of the units the report shows; a run continued by a longer one is also evaluated
     at the longer run's cadence, and those records appear under the longer run's labels only."""
     if not len(df):
         return df
-    units = set(jobs.report_units(config))
+    units = set(jobs.report_units(grid))
     keep = [u in units for u in zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True)]
     return df[keep].reset_index(drop=True)
 
 
-def missing_evaluations(config: dict, df) -> list[str]:
+def missing_evaluations(grid: Grid, df) -> list[str]:
     """Evaluation units of the grid without a full set of cached records, as readable lines."""
     have = set()
     if len(df):
         have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, df.benchmark, strict=True))
     out = []
-    for setting, variant, seed, ckpt in jobs.report_units(config):
-        benches = jobs.benchmarks_for(config, config["settings"][setting]["domain"])
+    for setting, variant, seed, ckpt in jobs.report_units(grid):
+        benches = jobs.benchmarks_for(grid, grid.config["settings"][setting]["domain"])
         gone = [b for b in benches if (setting, variant, str(seed), ckpt, b) not in have]
         if gone:
             what = "all benchmarks" if len(gone) == len(benches) else ", ".join(gone)
@@ -250,10 +251,10 @@ def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[s
 STALE_SHOWN = 15
 
 
-def refuse_stale(config: dict) -> None:
+def refuse_stale(grid: Grid) -> None:
     """The report labels results with the config's specs (the hyperparameter tables, the variants'
     names): results made with another spec would be mislabelled, so it refuses, naming them."""
-    stale = Freshness(config).stale()
+    stale = Freshness(grid).stale()
     if not stale:
         return
     lines = [f"  {x.kind} {x.key}: {'; '.join(x.why)}" for x in stale[:STALE_SHOWN]]
@@ -275,12 +276,13 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     ``index.html`` is written every time."""
     t0 = time.perf_counter()
     config = tuning.resolve(config)  # the tuning stage's choices, where it has made them
+    grid = Grid.of(config)  # resolved once: every table, figure and claim below reads this grid
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
     root = results.results_dir(config)
     out = Path(out_dir) if out_dir else results.report_dir(config)
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    df, damaged, cache = _load(config, opts, log)
+    df, damaged, cache = _load(grid, opts, log)
 
     env = render.tex_environment()
     made = tables.all_tables(cache)
@@ -293,8 +295,8 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     notes = caveats(config, found)
     for n in notices:
         log(f"notice: {n}")
-    missing = missing_evaluations(config, df)
-    n_expected = sum(len(jobs.benchmarks_for(config, config["settings"][s]["domain"])) for s, *_ in jobs.report_units(config))
+    missing = missing_evaluations(grid, df)
+    n_expected = sum(len(cache.benchmarks(s)) for s, *_ in jobs.report_units(grid))
     sources = df.source.value_counts().to_dict() if len(df) else {}
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]
     doc = env.get_template("report.tex.j2").render(
@@ -347,16 +349,16 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     return manifest
 
 
-def _load(config: dict, opts: dict, log=print) -> tuple:
+def _load(grid: Grid, opts: dict, log=print) -> tuple:
     """What the report shows, from the cache: (records, damaged inputs, the cache). A stale input is
     refused; a damaged one is left out and named with the command that remakes it."""
-    refuse_stale(config)
+    refuse_stale(grid)
     damaged: list = []
-    df = reported(config, results.load(config, damaged))
+    df = reported(grid, results.load(grid, damaged))
     for d in damaged:
         log(f"damaged: {d}")
-    summarize(config, df, results.summary_dir(config))  # the CSVs of what this report shows
-    return df, damaged, results.Cache(config, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
+    summarize(grid.config, df, results.summary_dir(grid.config))  # the CSVs of what this report shows
+    return df, damaged, results.Cache(grid, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
 
 def _pdf(pdf: bool | str, tex_path: Path, manifest: dict, log=print) -> str:

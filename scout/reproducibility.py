@@ -233,6 +233,7 @@ def toy_files(config: dict) -> list[str]:
     tokenizer, the pretrained and prepared models, the first setting's first seed of each method
     family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
     from scout import jobs  # not at the top: the grid imports torch, which must wait for pin_numerics
+    from scout.grid import Grid
 
     names = (*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {}))
     out = [f"toy/data/{name}.jsonl" for name in names]
@@ -244,14 +245,14 @@ def toy_files(config: dict) -> list[str]:
     settings, seeds = main.get("settings", []), main.get("seeds", [])
     if settings and seeds:
         setting, seed = settings[0], seeds[0]
-        root = results_root(config)
+        root, grid = results_root(config), Grid.of(config)
         for method in FAMILIES:
             if method in main["methods"]:  # in the folder of the run the cell is (a tuning run's, say)
-                run = f"{jobs.run_dir(config, setting, method, seed).removeprefix(root + '/')}/model"
+                run = f"{jobs.run_dir(grid, setting, method, seed).removeprefix(root + '/')}/model"
                 out.append(f"{run}/final/model.safetensors")
                 if method == "scout":
                     out.append(f"{run}/final-teacher/model.safetensors")
-        bench = jobs.benchmarks_for(config, config["settings"][setting]["domain"])[0]
+        bench = jobs.benchmarks_for(grid, config["settings"][setting]["domain"])[0]
         out.append(f"eval/{setting}/base-student/s0/final/{bench}.generations.jsonl")
     return out
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scout import grid, io, jobs, stats
+from scout import io, jobs, stats
 from scout.config import results_root
+from scout.grid import Cell, Grid
 from scout.io import DamagedInput
 from scout.methods import METHODS
 
@@ -97,10 +98,10 @@ def records_frame(paths: list[Path], source: str, damaged: list[DamagedInput] | 
     return df.astype({"seed": int, "mean": float, "sem": float}) if len(df) else df
 
 
-def load(config: dict, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
-    """Every cached record: own evaluations plus imports, one row per run x checkpoint x benchmark.
-    Damaged records are left out and, with ``damaged`` given, listed there (else they raise)."""
-    root = results_dir(config)
+def load(grid: Grid, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
+    """Every cached record of a grid: own evaluations plus imports, one row per run x checkpoint x
+    benchmark. Damaged records are left out and, with ``damaged`` given, listed there (else they raise)."""
+    root = results_dir(grid.config)
     own = records_frame(_record_files(root / "eval"), "eval", damaged)
     imported = records_frame(_record_files(root / "imported"), "imported", damaged)
     frames = [f for f in (own, imported) if len(f)]
@@ -108,10 +109,10 @@ def load(config: dict, damaged: list[DamagedInput] | None = None) -> pd.DataFram
         return pd.DataFrame(columns=COLUMNS)
     df = pd.concat(frames, ignore_index=True)
     keys = ["setting", "variant", "seed", "checkpoint", "benchmark"]
-    return with_shared(config, df.drop_duplicates(keys, keep="first").reset_index(drop=True))
+    return with_shared(grid, df.drop_duplicates(keys, keep="first").reset_index(drop=True))
 
 
-def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
+def with_shared(grid: Grid, df: pd.DataFrame) -> pd.DataFrame:
     """``df`` plus the rows of every reported unit whose records are another run's (a shared run, or
     the shorter run a longer one continues: ``jobs.record_source``), under the unit's own labels;
     ``shared_with`` names the run they come from."""
@@ -119,10 +120,10 @@ def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = df.assign(shared_with=df["shared_with"] if "shared_with" in df else None)
     have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, strict=True))
-    methods = {(c.setting, c.variant): c.method for c in grid.cells(config)}
+    methods = {(c.setting, c.variant): c.method for c in grid.cells}
     extra = []
-    for unit in jobs.report_units(config):
-        source = jobs.record_source(config, *unit)
+    for unit in jobs.report_units(grid):
+        source = jobs.record_source(grid, *unit)
         if source == unit or unit in have:
             continue
         s, v, seed, ck = source
@@ -130,7 +131,7 @@ def with_shared(config: dict, df: pd.DataFrame) -> pd.DataFrame:
         extra.append(rows.assign(setting=unit[0], variant=unit[1], method=methods[unit[:2]], seed=int(unit[2]),
                                  checkpoint=unit[3], shared_with=f"{s}/{v}/s{seed}/{ck}"))  # fmt: skip
     out = pd.concat([df, *extra], ignore_index=True) if extra else df
-    search = {(c.setting, c.variant) for c in grid.search_cells(config)}  # reported as the grid cells they are
+    search = {(c.setting, c.variant) for c in grid.search_cells}  # reported as the grid cells they are
     return out[[k not in search for k in zip(out.setting, out.variant, strict=True)]].reset_index(drop=True)
 
 
@@ -149,7 +150,7 @@ def _number(text: str, name: str) -> float:
     return x
 
 
-def parse_import(config: dict, csv_path: str | Path, scale: str = "fraction") -> list[dict]:
+def parse_import(grid: Grid, csv_path: str | Path, scale: str = "fraction") -> list[dict]:
     """Validate a long CSV (setting,method,run,benchmark,mean,sem) into records; refuse it whole.
 
     ``method`` is a variant id of the grid (``opd``, ``scout-f5``, ``base-student``); ``run`` counts
@@ -159,8 +160,8 @@ def parse_import(config: dict, csv_path: str | Path, scale: str = "fraction") ->
         raise ValueError(f"scale must be 'fraction' or 'percent', not {scale!r}")
     path = Path(csv_path)
     top = 1.0 if scale == "fraction" else 100.0
-    runs = grid.variant_seeds(config)
-    cell_methods = {(c.setting, c.variant): c.method for c in grid.cells(config)}
+    runs = grid.seeds
+    cell_methods = {(c.setting, c.variant): c.method for c in grid.cells}
     errors: list[str] = []
     records: list[dict] = []
     seen: dict[tuple, int] = {}
@@ -180,7 +181,7 @@ def parse_import(config: dict, csv_path: str | Path, scale: str = "fraction") ->
         for row in reader:
             line = reader.line_num
             try:
-                rec = _import_row(config, row, runs, cell_methods, top, scale)
+                rec = _import_row(grid, row, runs, cell_methods, top, scale)
             except ValueError as exc:
                 errors.append(f"{path}:{line}: {exc}")
                 continue
@@ -199,7 +200,8 @@ def parse_import(config: dict, csv_path: str | Path, scale: str = "fraction") ->
     return records
 
 
-def _import_row(config, row, runs, cell_methods, top, scale) -> dict:
+def _import_row(grid: Grid, row, runs, cell_methods, top, scale) -> dict:
+    config = grid.config
     setting, variant, bench = (row.get(k, "").strip() for k in ("setting", "method", "benchmark"))
     if setting not in config["settings"]:
         raise ValueError(f"unknown setting {setting!r} (known: {', '.join(config['settings'])})")
@@ -207,10 +209,10 @@ def _import_row(config, row, runs, cell_methods, top, scale) -> dict:
         known = sorted(v for s, v in runs if s == setting)
         raise ValueError(f"unknown method {variant!r} for setting {setting!r} (known: {', '.join(known)})")
     domain = config["settings"][setting]["domain"]
-    if bench not in jobs.benchmarks_for(config, domain):
+    if bench not in jobs.benchmarks_for(grid, domain):
         raise ValueError(
             f"unknown benchmark {bench!r} for the {domain} setting {setting!r} "
-            f"(known: {', '.join(jobs.benchmarks_for(config, domain))})"
+            f"(known: {', '.join(jobs.benchmarks_for(grid, domain))})"
         )
     run_text = row.get("run", "").strip()
     if not run_text.isdigit() or int(run_text) < 1:
@@ -328,7 +330,7 @@ class Row:
 class Cache:
     """The records of final checkpoints, indexed for table building."""
 
-    config: dict
+    grid: Grid
     df: pd.DataFrame
     test: str = "welch"
     alpha: float = 0.1
@@ -340,21 +342,20 @@ class Cache:
         d = self.df[self.df.checkpoint == "final"] if len(self.df) else self.df
         return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
 
-    @cached_property
-    def grid(self) -> grid.Grid:
-        """The config's grid, resolved once (the same object every stage of this process reads)."""
-        return grid.Grid.of(self.config)
+    @property
+    def config(self) -> dict:
+        return self.grid.config
 
     @property
     def seeds(self) -> dict[tuple[str, str], list[int]]:
         return self.grid.seeds
 
     @property
-    def cell_list(self) -> list[grid.Cell]:
+    def cell_list(self) -> list[Cell]:
         return self.grid.cells
 
     @property
-    def cells(self) -> dict[str, grid.Cell]:
+    def cells(self) -> dict[str, Cell]:
         """The first cell of each variant: a variant's method and overrides are the same everywhere."""
         return self.grid.variants
 
@@ -399,7 +400,7 @@ class Cache:
         return f"{label} ({', '.join(extras)})" if extras else label
 
     def benchmarks(self, setting: str) -> list[str]:
-        return jobs.benchmarks_for(self.config, self.config["settings"][setting]["domain"])
+        return jobs.benchmarks_for(self.grid, self.config["settings"][setting]["domain"])
 
     def row(self, setting: str, variant: str) -> Row:
         key = (setting, variant)
@@ -426,7 +427,7 @@ class Cache:
 
     @cached_property
     def shared(self) -> dict[tuple[str, str], tuple[str, str]]:
-        return jobs.shared_runs(self.config)
+        return jobs.shared_runs(self.grid)
 
     def shared_note(self, setting: str, variant: str) -> str:
         """Say so when a row reports another cell's runs (the same training spec, trained once)."""

@@ -18,9 +18,10 @@ import re
 import time
 from pathlib import Path
 
-from scout import critical_path, grid, jobs, paths, runs, serving, teacher_server, training_runs
+from scout import critical_path, jobs, paths, runs, serving, teacher_server, training_runs
 from scout.config import results_root
 from scout.freshness import Freshness
+from scout.grid import Grid
 from scout.io import DamagedInput, model_problems
 from scout.results import read_record
 
@@ -92,17 +93,18 @@ def last_step(run_dir: Path, log: Path) -> str:
     return "0"
 
 
-def status(config: dict, workdir: str | Path = ".") -> dict:
+def status(grid: Grid, workdir: str | Path = ".") -> dict:
+    config = grid.config
     work = Path(workdir)
     incomplete, pids = _incomplete(work), snakemake_processes(work)
     running = bool(pids)
     res = results_root(config)
     per_exp: dict[str, dict[str, int]] = {}
     active, stopped, durations, damaged, restorable = [], [], [], [], []
-    plans, shared = grid.run_plans(config), []
-    fresh = Freshness(config, work)
+    plans, shared = grid.plans, []
+    fresh = Freshness(grid, work)
     left = 0  # runs not done
-    for cell in grid.all_cells(config):  # the tuning stage's runs first (experiment "tuning")
+    for cell in grid.runs:  # the tuning stage's runs first (experiment "tuning")
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
             continue
@@ -124,7 +126,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
         elif out in incomplete:
             state = "running" if running else "interrupted"
-            step, total = last_step(work / run, log), training_runs.run_spec(config, cell)["total_steps"]
+            step, total = last_step(work / run, log), training_runs.run_spec(grid, cell)["total_steps"]
             if running:
                 active.append((cell.key, step, total))
             else:
@@ -142,7 +144,7 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         for exp in cell.experiments:
             per_exp.setdefault(exp, dict.fromkeys(STATES, 0))
             per_exp[exp][state] += 1
-    evals_done, evals_stale, evals = _evaluations(config, work, fresh, damaged)
+    evals_done, evals_stale, evals = _evaluations(grid, work, fresh, damaged)
     mean = sum(durations) / len(durations) if durations else None
     remainder = mean * left / max(1, len(active)) if (mean and running) else None
     return {
@@ -161,18 +163,19 @@ def status(config: dict, workdir: str | Path = ".") -> dict:
         "wall": grid_wall_time(work / res, running),
         "critical_path": critical_path.render(work),
         "remaining_s": remainder,
-        "servers": servers(config, work),
+        "servers": servers(grid, work),
     }
 
 
-def _evaluations(config: dict, work: Path, fresh: Freshness, damaged: list[str]) -> tuple[int, int, int]:
+def _evaluations(grid: Grid, work: Path, fresh: Freshness, damaged: list[str]) -> tuple[int, int, int]:
     """Evaluation units done (every benchmark's record whole and fresh), stale, and in all; a
     damaged record is added to ``damaged``."""
-    units = jobs.eval_units(config)
+    config = grid.config
+    units = jobs.eval_units(grid)
     done = stale = 0
     for s, v, seed, ck in units:
         whole = True
-        for b in jobs.benchmarks_for(config, config["settings"][s]["domain"]):
+        for b in jobs.benchmarks_for(grid, config["settings"][s]["domain"]):
             path = Path(paths.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
             if not (work / path).exists():
                 whole = False
@@ -189,15 +192,16 @@ def _evaluations(config: dict, work: Path, fresh: Freshness, damaged: list[str])
     return done, stale, len(units)
 
 
-def servers(config: dict, work: Path) -> list[dict]:
+def servers(grid: Grid, work: Path) -> list[dict]:
     """The teacher servers the workflow starts (``teacher_server: serve``): up (its address answers
     and serves the model) or not, with their URL, the cells holding them now and the cells still
     to train."""
+    config = grid.config
     out = []
     for model in teacher_server.served_by_workflow(config):
         folder = work / teacher_server.server_folder(config, model)
         found = serving.live_server(folder, model)
-        users = jobs.served_outputs(config, model)
+        users = jobs.served_outputs(grid, model)
         holding = serving.read_leases(folder / "leases", time.time())[0]
         out.append({"model": model, "url": found["url"] if found else None, "holding": len(holding),
                     "users": len(users), "to_train": sum(not (work / u).exists() for u in users)})  # fmt: skip

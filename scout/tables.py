@@ -381,7 +381,7 @@ def all_tables(cache: Cache) -> list[dict]:
     tables = main_tables(cache) + per_run_tables(cache)
     tables += [t for t in (prefix0_summary(cache), optr_summary(cache)) if t]
     tables += fsweep_tables(cache)
-    tables += [hyper_table(cache.config), lr_table(cache.config), benchmark_table(cache.config)]
+    tables += [hyper_table(cache.grid), lr_table(cache.grid), benchmark_table(cache.grid)]
     return tables
 
 

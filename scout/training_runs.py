@@ -1,60 +1,50 @@
 """A cell's training run: the spec its job runs (every checkpoint the cells it serves evaluate, a
 continuation's start; under a selection, the whole grid's), whether any grid cell uses a tuning
 run, and the tuning stage's choices a run waits for. How cells share runs is ``scout.grid``'s
-(``run_plans``)."""
+(``Grid.plans``)."""
 
 from __future__ import annotations
 
 from scout import tuning
-from scout.grid import Cell, all_cells, cell_spec, cells, is_search, run_plans, teacher_lora_rank, teacher_lr_param
+from scout.grid import Cell, Grid, is_search, teacher_lora_rank, teacher_lr_param
 from scout.paths import train_dir
 from scout.runs import checkpoint_steps
 
 
-def unselected(config: dict) -> dict:
-    """The whole grid a selection was cut from (``config.select`` keeps its experiments and probes
-    in ``selected_from``), or the config itself where nothing was cut."""
-    whole = config.get("selected_from")
-    if not whole:
-        return config
-    out = {k: v for k, v in config.items() if k not in ("selected_from", "analysis")}
-    return {**out, **whole}
-
-
-def run_spec(config: dict, cell: Cell) -> dict:
-    """The spec a cell's training job runs: ``cell_spec`` plus every checkpoint its run is evaluated
+def run_spec(grid: Grid, cell: Cell) -> dict:
+    """The spec a cell's training job runs: ``Grid.spec`` plus every checkpoint its run is evaluated
     at for the cells it serves (``export_steps``) and, for a continuation, where it starts
     (``continue_from``: the shorter run's folder and last step). A tuning run exports what any grid
     cell it may come to serve needs, so that its spec does not change when the search chooses it.
     Under a selection it is the whole grid's spec of that run: cutting the grid down never makes
     the runs it keeps stale (their exports and probed steps stay those of the whole grid)."""
-    whole = unselected(config)
-    if whole is not config:
-        same = next((c for c in all_cells(whole) if c.key == cell.key and c.overrides == cell.overrides), None)
+    if grid.is_cut:
+        whole = grid.whole
+        same = next((c for c in whole.runs if c.key == cell.key and c.overrides == cell.overrides), None)
         if same is not None:
             return run_spec(whole, same)
-    spec = cell_spec(config, cell)
+    spec = grid.spec(cell)
     total = spec["total_steps"]
     if is_search(cell):
-        spec["export_steps"] = _search_exports(config, cell, total)
+        spec["export_steps"] = _search_exports(grid, cell, total)
         return spec
-    plans = run_plans(config)
+    plans = grid.plans
     steps = set(checkpoint_steps(spec))
     for other, plan in plans.items():
         if cell in (plan.shares, plan.continues):
-            steps |= {s for s in checkpoint_steps(cell_spec(config, other)) if s < total}
+            steps |= {s for s in checkpoint_steps(grid.spec(other)) if s < total}
             if plan.continues == cell:
-                steps |= {s for s in [cell_spec(config, other)["total_steps"]] if s < total}
+                steps |= {s for s in [grid.spec(other)["total_steps"]] if s < total}
     start = plans[cell].continues
     if start is not None:
-        base = cell_spec(config, start)["total_steps"]
-        spec["continue_from"] = {"run": train_dir(config, start.setting, start.variant, start.seed), "step": base}
+        base = grid.spec(start)["total_steps"]
+        spec["continue_from"] = {"run": train_dir(grid.config, start.setting, start.variant, start.seed), "step": base}
         steps = {s for s in steps if s > base}
     spec["export_steps"] = sorted(s for s in steps if 0 < s < total)
     return spec
 
 
-def _search_exports(config: dict, cell: Cell, total: int) -> list[int]:
+def _search_exports(grid: Grid, cell: Cell, total: int) -> list[int]:
     """The steps a tuning run exports: those of every grid cell of its setting and method that could
     share or continue its run (no overrides but its length, evaluation interval and LRs)."""
     free = {"epochs", "eval_every", "student_lr", "teacher_lr"}
@@ -63,31 +53,32 @@ def _search_exports(config: dict, cell: Cell, total: int) -> list[int]:
         return {kv for kv in c.overrides if kv[0] not in free}
 
     steps: set[int] = set()
-    for c in cells(config):
+    for c in grid.cells:
         if (c.setting, c.method) == (cell.setting, cell.method) and fixed(c) == fixed(cell):
-            steps |= set(checkpoint_steps(cell_spec(config, c)))
+            steps |= set(checkpoint_steps(grid.spec(c)))
     return sorted(s for s in steps if 0 < s < total)
 
 
-def choices_needed(config: dict, cell: Cell) -> list[tuple[str, str]]:
+def choices_needed(grid: Grid, cell: Cell) -> list[tuple[str, str]]:
     """The tuning stage's choices (setting, LR) a run's job spec waits for. A search run: the searches
     before its own (the teacher LR's runs train at the chosen student LR). A grid cell: each LR its
     own spec leaves ``tuned`` (GRPO keeps its own LR; only a method that trains a teacher has a
     teacher LR), in every tuned setting, since a run is shared with any cell whose spec equals its
     own; none for a setting no choice can touch (``tuning.independent_settings``)."""
+    config = grid.config
     tuned = tuning.tuned_settings(config)
     if is_search(cell):
         return [(cell.setting, p) for p in tuning.before(tuned[cell.setting], tuning.param_of(cell.variant))]
     if cell.setting in tuning.independent_settings(config):
         return []
-    spec = cell_spec(config, cell)
+    spec = grid.spec(cell)
     teacher = teacher_lr_param(config["settings"][cell.setting], teacher_lora_rank(config, cell))
     own = {"student_lr": spec["lr"], teacher: spec["method_cfg"].get("scout", {}).get("teacher_lr")}
     return [(s, p) for s, params in tuned.items() for p in params if own.get(p) == tuning.TUNED]
 
 
-def serves(config: dict, cell: Cell) -> bool:
+def serves(grid: Grid, cell: Cell) -> bool:
     """Whether a run is any grid cell's: its own, or one a grid cell shares or continues."""
     if not is_search(cell):
         return True
-    return any(cell in (p.shares, p.continues) for p in run_plans(config).values())
+    return any(cell in (p.shares, p.continues) for p in grid.plans.values())

@@ -14,6 +14,7 @@ import copy  # noqa: E402
 
 import pytest  # noqa: E402
 
+from scout.grid import Grid  # noqa: E402
 from scout.toy.world import build_data, build_model, build_tokenizer_files  # noqa: E402
 from tests.support.toy import TINY, mini_config  # noqa: E402
 
@@ -62,7 +63,7 @@ def spec_for(world):
     def make(method: str, **over) -> dict:
         cfg = copy.deepcopy(world["config"])
         cell = grid.Cell("toy-l-s-math", method, method, 1)
-        spec = grid.cell_spec(cfg, cell)
+        spec = Grid.of(cfg).spec(cell)
         spec.update(
             student=world["student"], teacher=world["teacher"], train_data=str(world["data"] / "math-train.jsonl")
         )

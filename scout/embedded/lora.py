@@ -20,7 +20,7 @@ import torch
 
 
 def wrap(model: torch.nn.Module, cfg: dict):
-    """The model with trainable adapters (``cfg``: rank, alpha, target_modules, as ``grid.cell_spec``
+    """The model with trainable adapters (``cfg``: rank, alpha, target_modules, as ``Grid.spec``
     resolves them) and a frozen base;
     at start its outputs are the base's (peft initialises B to zero). Returns peft's PeftModel: its
     ``base_model.model`` is the same Qwen3, adapters inside, for the forward passes."""

@@ -14,6 +14,7 @@ import yaml
 
 from scout import config as C
 from scout import grid, jobs, paths, resources, runs, training_runs
+from scout.grid import Grid
 from tests.support.toy import REPO, dry_run
 
 
@@ -136,7 +137,7 @@ def test_unreadable_and_non_yaml_files_are_reported(tmp_path):
 
 
 def test_paper_grid_cells(paper):
-    cells = grid.cells(paper)
+    cells = Grid.of(paper).cells
     per_exp = Counter(e for c in cells for e in c.experiments)
     assert per_exp == {"main": 72, "prefix0": 9, "optr": 12, "interval": 10, "compute_matched": 2, "lora": 3}
     assert len(cells) == 108
@@ -145,7 +146,7 @@ def test_paper_grid_cells(paper):
 
 
 def grid_variants(cfg: dict) -> set[str]:
-    return {c.variant for c in grid.cells(cfg)}
+    return {c.variant for c in Grid.of(cfg).cells}
 
 
 def runs_diff(a: dict, b: dict) -> list[str]:
@@ -169,8 +170,8 @@ def _chosen(cfg: dict) -> dict:
 def _specs(cfg: dict) -> dict:
     """Every cell's and search run's spec (tuned LRs as :func:`_chosen` gives them)."""
     cfg = _chosen(cfg)
-    cells = [*grid.cells(cfg), *grid.search_cells(cfg)]
-    return {(c.setting, c.variant, c.seed): grid.cell_spec(cfg, c) for c in cells}
+    cells = [*Grid.of(cfg).cells, *Grid.of(cfg).search_cells]
+    return {(c.setting, c.variant, c.seed): Grid.of(cfg).spec(c) for c in cells}
 
 
 @pytest.mark.parametrize(
@@ -201,7 +202,7 @@ def test_each_target_of_its_own_adds_its_cells_and_changes_none(overlay, added):
     # along toy-l-s-math's OPD and SCOUT runs of seeds 1-3 (scout-cm is SCOUT's run, OPD's 3 epochs
     # continue OPD's): make toy-extra trains those six again (the same weights) to export them
     d, o = _chosen(default), _chosen(over)
-    runs = {k: (training_runs.run_spec(d, grid.find_cell(d, *k)), training_runs.run_spec(o, grid.find_cell(o, *k)))
+    runs = {k: (training_runs.run_spec(Grid.of(d), Grid.of(d).find(*k)), training_runs.run_spec(Grid.of(o), Grid.of(o).find(*k)))
             for k in before if k[1] in grid_variants(default)}  # fmt: skip
     moved = {k: runs_diff(a, b) for k, (a, b) in runs.items() if a != b}
     expected = {("toy-l-s-math", v, s): ["export_steps"] for v in ("opd", "scout") for s in (1, 2, 3)}
@@ -213,16 +214,16 @@ def test_each_target_of_its_own_adds_its_cells_and_changes_none(overlay, added):
 
 def test_paper_sweep_scales_teacher_lr(paper):
     lr = {}
-    for c in grid.cells(paper):
+    for c in Grid.of(paper).cells:
         if c.setting == "q8b-q1.7b-math" and c.method == "scout" and c.seed == 1:
-            sc = grid.cell_spec(paper, c)["method_cfg"]["scout"]
+            sc = Grid.of(paper).spec(c)["method_cfg"]["scout"]
             lr[sc["interval"]] = sc["teacher_lr"]
     assert lr == pytest.approx({1: 5e-7, 5: 2.5e-6, 10: 5e-6, 15: 5e-6, 20: 5e-6})
 
 
 def test_paper_specs_carry_the_papers_hyperparameters(paper):
-    by = {(c.setting, c.variant, c.seed): c for c in grid.cells(paper)}
-    opd = grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd", 1)])
+    by = {(c.setting, c.variant, c.seed): c for c in Grid.of(paper).cells}
+    opd = Grid.of(paper).spec(by[("q4b-q1.7b-math", "opd", 1)])
     assert (opd["lr"], opd["batch_size"], opd["n"], opd["clip"], opd["max_response_length"]) == (
         5e-6,
         128,
@@ -231,36 +232,36 @@ def test_paper_specs_carry_the_papers_hyperparameters(paper):
         16384,
     )
     assert opd["total_steps"] == 358  # floor(45883 / 128): verl drops the last partial batch
-    grpo = grid.cell_spec(paper, by[("q8b-q1.7b-math", "grpo", 2)])
+    grpo = Grid.of(paper).spec(by[("q8b-q1.7b-math", "grpo", 2)])
     assert (grpo["lr"], grpo["n"], grpo["kl_beta"], grpo["teacher"]) == (3e-6, 8, 0.001, None)
-    code = grid.cell_spec(paper, by[("q4b-q1.7b-code", "scout", 3)])
+    code = Grid.of(paper).spec(by[("q4b-q1.7b-code", "scout", 3)])
     assert (code["epochs"], code["max_prompt_length"], code["total_steps"]) == (
         3,
         1536,
         3 * 58,
     )  # floor(7436 / 128) per epoch
-    sky = grid.cell_spec(paper, by[("sky7b-ds1.5b-math", "prune_opd", 1)])
+    sky = Grid.of(paper).spec(by[("sky7b-ds1.5b-math", "prune_opd", 1)])
     assert sky["method_cfg"]["prune_opd"]["budget"]["initial"] == 2048
     assert (
-        grid.cell_spec(paper, by[("q8b-q1.7b-math", "scout", 1)])["teacher"]
+        Grid.of(paper).spec(by[("q8b-q1.7b-math", "scout", 1)])["teacher"]
         == "results-paper/teachers/Qwen3-8B-DAPO/model/final"
     )
     assert grid.teacher_prep_spec(paper, "Qwen3-8B-DAPO")["total_steps"] == 3 * 271  # floor(17398 / 64) x 3 epochs
 
 
 def test_compute_matched_checkpoints_every_40_steps(paper):
-    by = {(c.setting, c.variant): c for c in grid.cells(paper)}
-    opd3 = runs.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd-3ep")]))
+    by = {(c.setting, c.variant): c for c in Grid.of(paper).cells}
+    opd3 = runs.checkpoints(Grid.of(paper).spec(by[("q4b-q1.7b-math", "opd-3ep")]))
     assert opd3[:3] == ["step40", "step80", "step120"] and opd3[-1] == "final"
     assert len(opd3) == 1077 // 40 + 1
-    assert runs.checkpoints(grid.cell_spec(paper, by[("q4b-q1.7b-math", "opd")])) == ["final"]
+    assert runs.checkpoints(Grid.of(paper).spec(by[("q4b-q1.7b-math", "opd")])) == ["final"]
 
 
 def test_eval_units_include_base_rows(paper):
-    units = jobs.eval_units(paper)
+    units = jobs.eval_units(Grid.of(paper))
     assert ("q4b-q1.7b-code", "base-teacher", "0", "final") in units
     assert sum(1 for u in units if u[1].startswith("base-")) == 8
-    spec = jobs.eval_spec(paper, "q4b-q1.7b-code", "base-student", "0", "final")
+    spec = jobs.eval_spec(Grid.of(paper), "q4b-q1.7b-code", "base-student", "0", "final")
     assert sorted(spec["benchmarks"]) == ["humaneval_plus", "lcb_v5", "mbpp"]
     assert spec["benchmarks"]["lcb_v5"]["repeats"] == 4 and spec["model"] == "Qwen/Qwen3-1.7B"
 
@@ -273,7 +274,7 @@ def test_conflicting_variant_definitions_are_refused(toy):
         "seeds": [1],
     }
     with pytest.raises(C.ConfigError, match="defined differently"):
-        grid.cells(cfg)
+        _ = Grid.of(cfg).cells
 
 
 def test_dry_run_of_the_paper_grid_lists_every_job(tmp_path):
@@ -340,15 +341,15 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
 def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
     """analysis.checkpoints (step 160 in the paper): the SCOUT runs the probes visit export and
     evaluate that step, verl keeps its checkpoint, and the probes pair teacher and student of it."""
-    scout = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "scout", 2))
+    scout = Grid.of(paper).spec(Grid.of(paper).find("q4b-q1.7b-math", "scout", 2))
     assert scout["probe_steps"] == [160] and runs.checkpoints(scout) == ["step160", "final"]
-    other = grid.cell_spec(paper, grid.find_cell(paper, "q8b-q1.7b-math", "scout", 2))  # not probed
+    other = Grid.of(paper).spec(Grid.of(paper).find("q8b-q1.7b-math", "scout", 2))  # not probed
     assert "probe_steps" not in other and runs.checkpoints(other) == ["final"]
-    probed = jobs.analysis_spec(paper, "q4b-q1.7b-math")["runs"]
+    probed = jobs.analysis_spec(Grid.of(paper), "q4b-q1.7b-math")["runs"]
     assert [(r["seed"], r["checkpoint"]) for r in probed][:2] == [(1, "step160"), (1, "final")]
     assert probed[0]["teacher"].endswith("scout/s1/model/step160-teacher")
     assert probed[0]["generations"].endswith("scout/s1/step160/aime25.generations.jsonl")
-    assert ("q4b-q1.7b-math", "scout", "3", "step160") in jobs.eval_units(paper)
+    assert ("q4b-q1.7b-math", "scout", "3", "step160") in jobs.eval_units(Grid.of(paper))
 
 
 def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
@@ -361,13 +362,13 @@ def test_jobs_read_the_config_in_the_order_the_workflow_did(tmp_path):
     cfg = C.load([REPO / "config" / "config.yaml", REPO / "config" / "toy-extra.yaml"])  # compute_matched
     back = _spec(workflow.spec_file(str(tmp_path), "config", cfg))
     assert list(back["experiments"]) == list(cfg["experiments"])
-    scout_cm = grid.find_cell(cfg, "toy-l-s-math", "scout-cm", 1)
-    assert grid.run_plans(back)[scout_cm].shares == grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
-    assert jobs.eval_records(back) == jobs.eval_records(cfg)
+    scout_cm = Grid.of(cfg).find("toy-l-s-math", "scout-cm", 1)
+    assert Grid.of(back).plans[scout_cm].shares == Grid.of(cfg).find("toy-l-s-math", "scout", 1)
+    assert jobs.eval_records(Grid.of(back)) == jobs.eval_records(Grid.of(cfg))
     # the order is the config's, not the memo's: listing compute_matched first makes it the trainer
     reordered = {**cfg, "experiments": dict(reversed(list(cfg["experiments"].items())))}
-    scout = grid.find_cell(reordered, "toy-l-s-math", "scout", 1)
-    assert grid.run_plans(reordered)[scout].shares.variant == "scout-cm"
+    scout = Grid.of(reordered).find("toy-l-s-math", "scout", 1)
+    assert Grid.of(reordered).plans[scout].shares.variant == "scout-cm"
 
 
 def _rule_counts(stdout: str) -> dict[str, int]:
@@ -385,15 +386,15 @@ def test_select_keeps_the_named_cells_and_nothing_else():
     cfg = toy_config()
     cfg["select"] = {"settings": ["toy-l-s-math"], "methods": ["opd", "scout", "scout-cm"], "seeds": ["1", 3]}
     C.validate(cfg)
-    keys = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
+    keys = sorted((c.setting, c.variant, c.seed) for c in Grid.of(cfg).cells)
     assert keys == [
         ("toy-l-s-math", v, s) for v in ("opd", "scout", "scout-cm") for s in (1, 3)
     ]  # main's (and headline's) opd and scout, compute_matched's scout-cm; every other experiment went
     assert sorted(cfg["experiments"]) == ["compute_matched", "headline", "main"]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
-    assert sorted((c.setting, c.variant, c.seed) for c in grid.cells(C.validate(cfg))) == keys  # as jobs see it
+    assert sorted((c.setting, c.variant, c.seed) for c in Grid.of(C.validate(cfg)).cells) == keys  # as jobs see it
     # the base rows evaluated and reported are the chosen setting's, not every setting's
-    for units in (jobs.eval_units(cfg), jobs.report_units(cfg)):
+    for units in (jobs.eval_units(Grid.of(cfg)), jobs.report_units(Grid.of(cfg))):
         assert {u[0] for u in units} == {"toy-l-s-math"} and ("toy-l-s-math", "base-teacher", "0", "final") in units
 
 
@@ -421,12 +422,12 @@ def test_make_demo_selects_opd_and_scout_with_two_seeds_and_the_probes_of_their_
     make = (REPO / "Makefile").read_text()
     sel = yaml.safe_load(re.search(r"^DEMO := select=(.*)$", make, re.M).group(1))
     cfg = C.validate({**toy_config(), "select": sel})
-    cells = sorted((c.setting, c.variant, c.seed) for c in grid.cells(cfg))
+    cells = sorted((c.setting, c.variant, c.seed) for c in Grid.of(cfg).cells)
     assert cells == [("toy-l-s-math", v, s) for v in ("opd", "scout") for s in (1, 2)]
     assert cfg["analysis"]["settings"] == ["toy-l-s-math"]
-    assert jobs.settings_in_grid(cfg) == ["toy-l-s-math"]  # no toy-medium, no DAPO mirror to prepare
+    assert jobs.settings_in_grid(Grid.of(cfg)) == ["toy-l-s-math"]  # no toy-medium, no DAPO mirror to prepare
     first = re.search(r"--prioritize (\S+)", make).group(1)
-    assert first == f"{jobs.analysis_dir(cfg, 'toy-l-s-math')}/continuation.csv"
+    assert first == f"{jobs.analysis_dir(Grid.of(cfg), 'toy-l-s-math')}/continuation.csv"
 
 
 def test_select_on_the_command_line_runs_a_reduced_paper_experiment(tmp_path):
@@ -555,17 +556,17 @@ def test_adding_an_experiment_retrains_no_run_it_shares():
     from tests.support.toy import toy_config
 
     cfg = toy_config()
-    before = {c.key: training_runs.run_spec(cfg, c) for c in grid.cells(cfg)}
+    before = {c.key: training_runs.run_spec(Grid.of(cfg), c) for c in Grid.of(cfg).cells}
     over = copy.deepcopy(cfg)
     over["experiments"]["clipped"] = {
         "settings": ["toy-l-s-math"],
         "methods": ["opd", {"name": "opd-nokl", "method": "opd", "student_lr": 3e-5}],
         "seeds": [1, 2, 3],
     }
-    after = {c.key: training_runs.run_spec(over, c) for c in grid.cells(over)}
+    after = {c.key: training_runs.run_spec(Grid.of(over), c) for c in Grid.of(over).cells}
     assert {k for k in after if k not in before} == {f"toy-l-s-math/opd-nokl/s{s}" for s in (1, 2, 3)}
     assert {k: v for k, v in after.items() if k in before} == before
-    assert "clipped" in next(c for c in grid.cells(over) if c.key == "toy-l-s-math/opd/s1").experiments
+    assert "clipped" in next(c for c in Grid.of(over).cells if c.key == "toy-l-s-math/opd/s1").experiments
 
 
 @pytest.mark.parametrize(
@@ -588,7 +589,7 @@ def test_a_selection_builds_only_what_it_needs(select, settings, probed):
     from tests.support.toy import toy_config
 
     cfg = C.validate({**toy_config(), "select": select})
-    assert jobs.settings_in_grid(cfg) == settings
+    assert jobs.settings_in_grid(Grid.of(cfg)) == settings
     assert cfg.get("analysis", {}).get("settings", []) == probed
 
 
@@ -612,15 +613,15 @@ def test_a_selection_never_changes_the_spec_of_a_run_it_keeps(world, select):
         )
         whole = C.load(files)
     cut = C.validate({**copy.deepcopy(whole), "select": select})
-    kept = grid.all_cells(cut)
-    assert kept and len(kept) < len(grid.all_cells(whole))
-    full = {c.key: c for c in grid.all_cells(whole)}
+    kept = Grid.of(cut).runs
+    assert kept and len(kept) < len(Grid.of(whole).runs)
+    full = {c.key: c for c in Grid.of(whole).runs}
     for cell in kept:
-        assert training_runs.run_spec(cut, cell) == training_runs.run_spec(whole, full[cell.key]), cell.key
+        assert training_runs.run_spec(Grid.of(cut), cell) == training_runs.run_spec(Grid.of(whole), full[cell.key]), cell.key
     if world == "toy+extra":  # without the whole grid's exports the run would have changed
         bare = {k: v for k, v in cut.items() if k != "selected_from"}
         opd = next(c for c in kept if c.key == "toy-l-s-math/opd/s1")
-        assert training_runs.run_spec(bare, opd)["export_steps"] != training_runs.run_spec(cut, opd)["export_steps"]
+        assert training_runs.run_spec(Grid.of(bare), opd)["export_steps"] != training_runs.run_spec(Grid.of(cut), opd)["export_steps"]
 
 
 def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
@@ -629,8 +630,8 @@ def test_a_teacher_server_is_checked_and_stays_out_of_the_specs(toy):
     served = copy.deepcopy(toy)
     served["settings"]["toy-l-s-math"]["teacher_server"] = {"url": "http://node1:8000", "model": "toy-large"}
     C.validate(served)
-    cell = grid.find_cell(toy, "toy-l-s-math", "opd", 1)
-    assert grid.cell_spec(served, cell) == grid.cell_spec(toy, cell)
+    cell = Grid.of(toy).find("toy-l-s-math", "opd", 1)
+    assert Grid.of(served).spec(cell) == Grid.of(toy).spec(cell)
     served["settings"]["toy-l-s-math"]["teacher_server"] = "serve"  # the workflow starts it
     C.validate(served)
     bad = copy.deepcopy(served)
@@ -656,8 +657,8 @@ def test_a_served_verl_cell_asks_for_its_students_gpus_alone():
     C.validate(served)
     for variant, before, after in [("opd", (2, 8), (1, 8)), ("prune_opd", (1, 8), (1, 4)), ("scout", (3, 8), (3, 8)),
                                    ("relay_opd", (1, 8), (1, 8))]:  # fmt: skip
-        cell = grid.find_cell(paper, "q4b-q1.7b-math", variant, 1)
-        own, via = jobs.train_job_spec(paper, cell), jobs.train_job_spec(served, cell)
+        cell = Grid.of(paper).find("q4b-q1.7b-math", variant, 1)
+        own, via = jobs.train_job_spec(Grid.of(paper), cell), jobs.train_job_spec(Grid.of(served), cell)
         assert (own["resources"]["nodes"], own["resources"]["gpus_per_node"]) == before, variant
         assert (via["resources"]["nodes"], via["resources"]["gpus_per_node"]) == after, variant
         assert runs.weights_spec(own) == runs.weights_spec(via)
@@ -667,8 +668,8 @@ def test_a_served_verl_cell_asks_for_its_students_gpus_alone():
             over = vc.overrides(via, via["resources"], "out")
             assert "distillation.nnodes=0" in over and "+scout.teacher_served=true" in over
             assert "+scout.teacher_served=true" not in vc.overrides(own, own["resources"], "out")
-    other = grid.find_cell(paper, "q8b-q1.7b-math", "opd", 1)  # another setting: not served
-    assert jobs.train_job_spec(served, other)["resources"]["nodes"] == 2
+    other = Grid.of(paper).find("q8b-q1.7b-math", "opd", 1)  # another setting: not served
+    assert jobs.train_job_spec(Grid.of(served), other)["resources"]["nodes"] == 2
 
 
 def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_it(toy):
@@ -681,15 +682,15 @@ def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_
     served["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
     served["settings"]["toy-l-s-code"]["teacher_server"] = "serve"  # the same teacher: one server
     assert teacher_server.served_by_workflow(served) == {"toy-large": ["toy-l-s-math", "toy-l-s-code"]}
-    spec = jobs.teacher_server_spec(served, "toy-large")
-    users = jobs.served_users(served, "toy-large")
+    spec = jobs.teacher_server_spec(Grid.of(served), "toy-large")
+    users = jobs.served_users(Grid.of(served), "toy-large")
     assert {c.method for c in users} == {"opd", "esr", "prune_opd", "optr"}
     assert {c.setting for c in users} == {"toy-l-s-math", "toy-l-s-code"}
-    plans = grid.run_plans(toy)
-    for c in grid.all_cells(toy):  # everyone else keeps a teacher of its own, or shares a user's run
+    plans = Grid.of(toy).plans
+    for c in Grid.of(toy).runs:  # everyone else keeps a teacher of its own, or shares a user's run
         if c.setting in ("toy-l-s-math", "toy-l-s-code") and c not in users:
             assert c.method in ("scout", "relay_opd", "grpo", "opd_teacher_grpo", "optr_scout") or plans[c].shares in users, c
-    outputs = jobs.served_outputs(served, "toy-large")
+    outputs = jobs.served_outputs(Grid.of(served), "toy-large")
     assert outputs == sorted(f"{paths.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
     assert len(outputs) == len(set(outputs))
     # absolute paths: its Slurm job may start in another folder
@@ -723,10 +724,10 @@ def _schema_defaults(node: dict, path: tuple = ()) -> list[tuple[tuple, object]]
 
 
 def _every_spec(cfg: dict) -> dict[str, str]:
-    specs = {f"train {c.key}": jobs.train_job_spec(cfg, c) for c in grid.cells(cfg)}
-    specs |= {f"teacher {m}": jobs.teacher_job_spec(cfg, m) for m in jobs.models_in_grid(cfg) if "prepare" in cfg["models"][m]}
-    for c in grid.cells(cfg):
-        specs[f"eval {c.key}"] = jobs.eval_spec(cfg, c.setting, c.variant, c.seed, "final")
+    specs = {f"train {c.key}": jobs.train_job_spec(Grid.of(cfg), c) for c in Grid.of(cfg).cells}
+    specs |= {f"teacher {m}": jobs.teacher_job_spec(Grid.of(cfg), m) for m in jobs.models_in_grid(Grid.of(cfg)) if "prepare" in cfg["models"][m]}
+    for c in Grid.of(cfg).cells:
+        specs[f"eval {c.key}"] = jobs.eval_spec(Grid.of(cfg), c.setting, c.variant, c.seed, "final")
     return {k: runs.fingerprint(v) for k, v in specs.items()}
 
 
@@ -772,11 +773,11 @@ def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
     k4 = {"name": "scout-k4", "method": "scout", "overrides": {"scout": {"k": 4}}}
     cfg["experiments"]["mine"] = {"settings": ["toy-l-s-math"], "methods": ["opd", k4], "seeds": [1, 2]}
     C.validate(cfg)
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "scout-k4", 1))
+    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout-k4", 1))
     assert spec["method_cfg"]["scout"]["k"] == 4 and base["methods"]["scout"]["k"] != 4
     after = _every_spec(cfg)
     assert {k: v for k, v in after.items() if "scout-k4" not in k} == before  # nothing else retrains
-    k, _ = config_tables._scout_k_and_f(cfg)
+    k, _ = config_tables._scout_k_and_f(Grid.of(cfg))
     assert k.startswith(f"{base['methods']['scout']['k']} (scout; ") and k.endswith("), 4 (scout-k4)")
     for over, message in (
         ({"scout": {"kk": 4}}, "overrides.scout.kk: unknown key; expected one of: answer_marker, interval, k,"),

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import cost, grid, jobs, paths, plan, runs, training_runs
+from scout import cost, jobs, paths, plan, runs, training_runs
 from scout.cli import main
+from scout.grid import Grid
 from tests.support.toy import REPO
 
 PAPER = scout_config.load(REPO / "config" / "paper.yaml")
@@ -104,16 +105,16 @@ def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):
     """On the paper grid, a pilot of q4b's SCOUT makes each of its runs start-up plus its steps at
     the pilot's pace; every other training job stays modelled, and the plan says which is which."""
     cfg = {**PAPER, "results": str(tmp_path / "results")}
-    cell = grid.find_cell(cfg, "q4b-q1.7b-math", "scout", 2)
+    cell = Grid.of(cfg).find("q4b-q1.7b-math", "scout", 2)
     _pilot_folder(cost.pilot_dir(cfg, cell.setting, cell.variant), cell.setting, cell.variant, s=900.0,
                   steps=(100.0, 200.0))  # fmt: skip
-    pilots = cost.read_pilots(cfg)
+    pilots = cost.read_pilots(Grid.of(cfg))
     assert list(pilots) == [("q4b-q1.7b-math", "scout")]
     # verl's trainers' peak over the steps (2 GiB at the second), in GB
     assert pilots[("q4b-q1.7b-math", "scout")].peak_gpu_gb == pytest.approx(2 * 2**30 / 1e9)
-    table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots).set_index("target")
+    table = plan.grid_jobs(Grid.of(cfg), exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots).set_index("target")
     row = table.loc[f"{paths.train_dir(cfg, cell.setting, cell.variant, 2)}/train.json"]
-    total = training_runs.run_spec(cfg, cell)["total_steps"]
+    total = training_runs.run_spec(Grid.of(cfg), cell)["total_steps"]
     assert row["basis"] == "pilot" and row["expected_hours"] * 3600 == pytest.approx(600 + 150 * total)
     assert row["expected_gpu_hours"] == pytest.approx(row["expected_hours"] * row["gpus"])
     others = table[(table["rule"] == "train") & (table["basis"] != "pilot")]
@@ -128,13 +129,13 @@ def test_plan_prints_expected_hours_beside_the_upper_bounds(capsys):
     text = capsys.readouterr().out
     assert "an upper bound" in text and "Expected cost of the jobs still to run" in text
     assert "modelled for H200 141GB" in text
-    expected = plan.grid_jobs(PAPER, exists=lambda _: False, gpu=cost.gpu("h200"))
+    expected = plan.grid_jobs(Grid.of(PAPER), exists=lambda _: False, gpu=cost.gpu("h200"))
     train = expected[expected["rule"] == "train"]
     assert train["basis"].eq("model").all()
     # an estimate under its bound: every modelled job ends within its time limit
     assert (train["expected_hours"] * 60 < train["runtime"]).all()
     # a faster GPU, a smaller figure, the same bound
-    slow = plan.grid_jobs(PAPER, exists=lambda _: False, gpu=cost.gpu("a100-40"))
+    slow = plan.grid_jobs(Grid.of(PAPER), exists=lambda _: False, gpu=cost.gpu("a100-40"))
     assert slow["expected_gpu_hours"].sum() > expected["expected_gpu_hours"].sum()
     assert slow["gpu_hours"].sum() == expected["gpu_hours"].sum()
 
@@ -143,7 +144,7 @@ def test_the_disk_says_which_cells_keep_checkpoints_and_what_exporting_them_save
     """q4b's SCOUT seed 1 also serves scout-cm's compute-matched checkpoints (8, every 40 steps)
     and the analysis' probe at step 160 (one of them): 8 checkpoints kept with their optimizer
     state, or none with keep_checkpoints: exported (the latest and the next, and 9 bf16 exports)."""
-    table = plan.grid_jobs(PAPER, exists=lambda _: False).set_index("target")
+    table = plan.grid_jobs(Grid.of(PAPER), exists=lambda _: False).set_index("target")
     row = table.loc["results-paper/train/q4b-q1.7b-math/scout/s1/train.json"]
     assert row["kept_for"] == ("scout (main: the analysis' probes at step 160); "
                                "scout-cm (compute_matched: 8 every 40 steps)")  # fmt: skip
@@ -153,7 +154,7 @@ def test_the_disk_says_which_cells_keep_checkpoints_and_what_exporting_them_save
     exported = copy.deepcopy(PAPER)
     exported["training"]["keep_checkpoints"] = "exported"
     scout_config.validate(exported)
-    again = plan.grid_jobs(exported, exists=lambda _: False).set_index("target")
+    again = plan.grid_jobs(Grid.of(exported), exists=lambda _: False).set_index("target")
     assert again.loc[row.name, "peak_disk_gb"] == pytest.approx(row["exported_disk_gb"])
 
 
@@ -161,12 +162,12 @@ def test_keep_checkpoints_reaches_the_verl_spec_only_away_from_its_default():
     """The spec's rule: at its default the key is absent (no digest moves); exported is in the spec
     of a verl job, and it does not change the run's weights spec (a finished run stays finished)."""
     cfg = copy.deepcopy(PAPER)
-    cell = grid.find_cell(cfg, "q4b-q1.7b-math", "scout", 1)
-    before = jobs.train_job_spec(cfg, cell)
+    cell = Grid.of(cfg).find("q4b-q1.7b-math", "scout", 1)
+    before = jobs.train_job_spec(Grid.of(cfg), cell)
     cfg["training"]["keep_checkpoints"] = "evaluated"
-    assert jobs.train_job_spec(cfg, cell) == before
+    assert jobs.train_job_spec(Grid.of(cfg), cell) == before
     cfg["training"]["keep_checkpoints"] = "exported"
-    after = jobs.train_job_spec(cfg, cell)
+    after = jobs.train_job_spec(Grid.of(cfg), cell)
     assert after["keep_checkpoints"] == "exported" and "keep_checkpoints" not in before
     assert runs.weights_spec(after) == runs.weights_spec(before)
     from scout.verl import config as vc

@@ -17,6 +17,7 @@ import yaml
 from scout import config as scout_config
 from scout import plan, raycluster, resources
 from scout.cli import main
+from scout.grid import Grid
 from tests.support.toy import REPO, dry_run, toy_config
 
 PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
@@ -120,7 +121,7 @@ def test_plan_counts_jobs_and_hours():
         "train": {"default": {"gpus_per_node": 4, "runtime": 90}, "methods": {"scout": {"nodes": 2}}},
     }
     done = {"results/train/toy-l-s-math/opd/s1/train.json"}
-    jobs = plan.grid_jobs(cfg, exists=done.__contains__)
+    jobs = plan.grid_jobs(Grid.of(cfg), exists=done.__contains__)
     assert len(jobs) == 4 + 4 + 6  # toy: data, tokenizer, 2 models; 4 trainings; 4 + 2 base evaluations
     s = plan.summary(jobs)
     # to run: opd s2 (4 GPUs x 1.5 h), scout s1, s2 (2 nodes x 4 GPUs x 1.5 h), 6 evaluations (2 GPUs x 0.5 h)
@@ -137,13 +138,13 @@ def test_plan_of_a_reduced_experiment_has_only_the_jobs_its_dag_runs():
     toy-medium; the plan counts what snakemake -n schedules, nothing else."""
     sel = {"settings": ["q4b-q1.7b-math"], "methods": ["opd", "scout"], "seeds": [1], "analysis": False}
     cfg = scout_config.validate({**copy.deepcopy(PAPER), "select": sel})
-    jobs = plan.grid_jobs(cfg, exists=lambda _: False)
+    jobs = plan.grid_jobs(Grid.of(cfg), exists=lambda _: False)
     assert sorted(jobs["rule"]) == ["evaluate"] * 4 + ["train"] * 2
     assert jobs["gpu_hours"].sum() == pytest.approx(2 * 8 * 48 + 3 * 8 * 48 + 4 * 8 * 12)
     toy = scout_config.validate({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd"]}})
     pretrained = {
         Path(t).parent.name
-        for t in plan.grid_jobs(toy, exists=lambda _: False).query("rule == 'toy_pretrain'")["target"]
+        for t in plan.grid_jobs(Grid.of(toy), exists=lambda _: False).query("rule == 'toy_pretrain'")["target"]
     }
     assert pretrained == {"toy-large", "toy-small"}
 
@@ -168,7 +169,7 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
     # peak disk: a probed q4b SCOUT run keeps step 160 (student 1.72B + teacher 4.02B at 12 B/param)
     # and holds the latest and the next checkpoint, plus two bf16 exports of the student
     assert "Peak disk per training run" in text
-    jobs = plan.grid_jobs(PAPER, exists=lambda _: False).set_index("target")
+    jobs = plan.grid_jobs(Grid.of(PAPER), exists=lambda _: False).set_index("target")
     scout_q4b = jobs.loc["results-paper/train/q4b-q1.7b-math/scout/s2/train.json", "peak_disk_gb"]
     assert scout_q4b == pytest.approx(3 * (1.72 + 4.02) * 12 + 2 * 1.72 * 2)
     opd = jobs.loc["results-paper/train/q4b-q1.7b-math/opd/s1/train.json", "peak_disk_gb"]
@@ -281,7 +282,7 @@ def test_ray_run_needs_a_driver(capsys):
 
 
 def test_plan_of_a_finished_grid_says_nothing_to_run():
-    jobs = plan.grid_jobs(toy_config(), exists=lambda _: True)
+    jobs = plan.grid_jobs(Grid.of(toy_config()), exists=lambda _: True)
     assert (
         plan.render(jobs)
         == f"Nothing to run: all {len(jobs)} jobs of the grid have their outputs, made with the config's specs."

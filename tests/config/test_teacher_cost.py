@@ -9,6 +9,7 @@ import yaml
 from scout import plan
 from scout import teacher_cost as tc
 from scout.config import validate
+from scout.grid import Grid
 from tests.support.toy import REPO
 
 QWEN3_4B = {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
@@ -68,16 +69,16 @@ def test_where_opd_runs_on_one_node_the_search_starts_there():
 
 def test_scout_plan_costs_the_paper_grids_teachers():
     cfg = validate(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()))
-    table = plan.teacher_options(cfg)
+    table = plan.teacher_options(Grid.of(cfg))
     q8 = table[table.setting == "q8b-q1.7b-math"].set_index("option")
     assert q8.loc["OPD", "gpus"] == 16 and q8.loc["OPD", "gpu_hours"] == 16 * 2880 / 60
     assert q8.loc["full teacher, own pool (configured)", "nodes"] == 4  # the paper's placement
     assert q8.loc["full teacher, own pool", "nodes"] == 4 and q8.loc["full teacher, shared", "nodes"] == 3
     assert q8.loc["LoRA r16 teacher, shared", "nodes"] == 2 and q8.loc["LoRA r16 teacher, shared", "fits"] == "yes"
-    text = plan.render_teacher_options(cfg)
+    text = plan.render_teacher_options(Grid.of(cfg))
     assert text.startswith("SCOUT's teacher: GPUs per training job") and "sky7b-ds1.5b-math" in text
     toy = validate(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    assert plan.render_teacher_options(toy) == ""  # the toy world gives no sizes
+    assert plan.render_teacher_options(Grid.of(toy)) == ""  # the toy world gives no sizes
 
 
 def test_a_served_teachers_throughput_by_hand():
@@ -93,12 +94,12 @@ def test_scout_plan_costs_a_server_per_teacher_against_an_engine_per_job():
     """The paper grid's frozen-teacher jobs (OPD, ESR, Prune-OPD, OPTR and their variants): 2-node
     jobs give their teacher's node back, 1-node jobs half their GPUs; each teacher gets one node."""
     paper = validate(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()))
-    table = plan.teacher_servers(paper).set_index("teacher")
+    table = plan.teacher_servers(Grid.of(paper)).set_index("teacher")
     assert list(table.index) == ["Qwen3-4B-Instruct-2507", "Qwen3-8B-DAPO", "Skywork-OR1-Math-7B"]
     assert table["jobs"].to_dict() == {"Qwen3-4B-Instruct-2507": 25, "Qwen3-8B-DAPO": 9, "Skywork-OR1-Math-7B": 9}
     q8 = table.loc["Qwen3-8B-DAPO"]  # opd and esr on 2 nodes, prune_opd on 1; 3 seeds, 48 h each
     assert q8["gpu_hours_own_engines"] == 3 * 48 * (16 + 16 + 8)
     assert q8["gpu_hours_one_server"] == 3 * 48 * (8 + 8 + 4) + 8 * 48  # the students, and one server node
     assert (table["waves"] == 1).all() and (table["students_per_server"] >= table["jobs"]).all()
-    text = plan.render_teacher_servers(paper)
+    text = plan.render_teacher_servers(Grid.of(paper))
     assert "29,568 GPU-hours with an engine each, 16,512 with one server per teacher (13,056 fewer" in text

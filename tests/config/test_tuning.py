@@ -15,6 +15,7 @@ import yaml
 from scout import config as scout_config
 from scout import grid, jobs, training_runs, tuning
 from scout.evaluate import check_disjoint
+from scout.grid import Grid
 from scout.toy.world import build_data
 from tests.support.toy import dry_run, mini_config
 
@@ -91,16 +92,16 @@ def test_tuned_learning_rates_come_from_the_written_choices(tmp_path):
         1.5e-4,
     )
     assert tuning.lr(done, "toy-l-s-code", "student_lr") == 1.5e-4  # a number is itself
-    scout = grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "scout", 1))
+    scout = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout", 1))
     assert scout["lr"] == 3e-4 and scout["method_cfg"]["scout"]["teacher_lr"] == 1.5e-4
-    dense = grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "scout-f1", 2))  # f = 1 of the main f = 2
+    dense = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout-f1", 2))  # f = 1 of the main f = 2
     assert dense["method_cfg"]["scout"]["teacher_lr"] == pytest.approx(1.5e-4 / 2)
-    assert grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "grpo", 1))["lr"] == cfg["training"]["grpo"]["lr"]
+    assert Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "grpo", 1))["lr"] == cfg["training"]["grpo"]["lr"]
 
 
 def test_a_training_job_whose_learning_rate_is_still_being_tuned_is_refused_by_name(tmp_path):
     cfg = _tuned(tmp_path)
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", "scout", 1))
+    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout", 1))
     assert spec["lr"] == tuning.TUNED
     path = tmp_path / "scout.json"
     path.write_text(json.dumps(spec))
@@ -116,7 +117,7 @@ def test_a_run_waits_for_the_choices_its_own_spec_reads(tmp_path):
     student, teacher = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lr")
 
     def needed(setting, variant, seed):
-        return training_runs.choices_needed(cfg, grid.find_cell(cfg, setting, variant, seed))
+        return training_runs.choices_needed(Grid.of(cfg), Grid.of(cfg).find(setting, variant, seed))
 
     assert needed("toy-l-s-math", "opd-lr1.5e-4", 1) == []  # the first search
     assert needed("toy-l-s-math", "scout-tlr1.5e-4", 1) == [student]  # trains at the chosen student LR
@@ -130,36 +131,36 @@ def test_a_run_waits_for_the_choices_its_own_spec_reads(tmp_path):
 
 def test_the_chosen_search_runs_are_the_grids_and_are_never_trained_twice(tmp_path):
     cfg = _tuned(tmp_path)
-    search = grid.search_cells(cfg)
+    search = Grid.of(cfg).search_cells
     assert [c.variant for c in search] == ["opd-lr1.5e-4", "opd-lr3e-4", "scout-tlr1.5e-4", "scout-tlr3e-4"]
-    before = {c: training_runs.run_spec(cfg, c) for c in search[:2]}  # the student LR's runs need no choice
+    before = {c: training_runs.run_spec(Grid.of(cfg), c) for c in search[:2]}  # the student LR's runs need no choice
     _choose(cfg, "student_lr", 3e-4)
     _choose(cfg, "teacher_lr", 1.5e-4)
     done = tuning.resolve(cfg)
     # a search run's spec (exports included) is the same before and after the choice: no rerun
-    assert all(training_runs.run_spec(done, c) == spec for c, spec in before.items())
+    assert all(training_runs.run_spec(Grid.of(done), c) == spec for c, spec in before.items())
     assert before[search[1]]["export_steps"] == [2]  # what opd-2ep, continuing it once chosen, evaluates
-    plans = grid.run_plans(done)
-    opd, scout = (grid.find_cell(done, "toy-l-s-math", v, 1) for v in ("opd", "scout"))
+    plans = Grid.of(done).plans
+    opd, scout = (Grid.of(done).find("toy-l-s-math", v, 1) for v in ("opd", "scout"))
     assert plans[opd].shares == search[1] and plans[scout].shares == search[2]
-    assert plans[grid.find_cell(done, "toy-l-s-math", "opd-2ep", 1)].continues == search[1]
-    assert jobs.run_dir(done, "toy-l-s-math", "scout", 1).endswith("train/toy-l-s-math/scout-tlr1.5e-4/s1")
-    assert jobs.record_source(done, "toy-l-s-math", "opd", 1, "final") == ("toy-l-s-math", "opd-lr3e-4", "1", "final")
+    assert plans[Grid.of(done).find("toy-l-s-math", "opd-2ep", 1)].continues == search[1]
+    assert jobs.run_dir(Grid.of(done), "toy-l-s-math", "scout", 1).endswith("train/toy-l-s-math/scout-tlr1.5e-4/s1")
+    assert jobs.record_source(Grid.of(done), "toy-l-s-math", "opd", 1, "final") == ("toy-l-s-math", "opd-lr3e-4", "1", "final")
     # the chosen runs are evaluated on the test benchmarks; the others on the validation set only
     evaluated = {
-        (v, ck) for s, v, seed, ck in jobs.eval_units(done) if s == "toy-l-s-math" and v in {c.variant for c in search}
+        (v, ck) for s, v, seed, ck in jobs.eval_units(Grid.of(done)) if s == "toy-l-s-math" and v in {c.variant for c in search}
     }
     assert evaluated == {("opd-lr3e-4", "step2"), ("opd-lr3e-4", "final"), ("scout-tlr1.5e-4", "step2"),
                          ("scout-tlr1.5e-4", "final")}  # fmt: skip
-    assert not any(v in {c.variant for c in search} for _, v, _, _ in jobs.report_units(done))
+    assert not any(v in {c.variant for c in search} for _, v, _, _ in jobs.report_units(Grid.of(done)))
 
 
 def test_the_teachers_search_trains_at_the_chosen_student_lr(tmp_path):
     cfg = _tuned(tmp_path)
-    cell = grid.find_cell(cfg, "toy-l-s-math", "scout-tlr3e-4", 1)
-    assert grid.cell_spec(tuning.resolve(cfg), cell)["lr"] == tuning.TUNED  # not specifiable before the choice
+    cell = Grid.of(cfg).find("toy-l-s-math", "scout-tlr3e-4", 1)
+    assert Grid.of(tuning.resolve(cfg)).spec(cell)["lr"] == tuning.TUNED  # not specifiable before the choice
     _choose(cfg, "student_lr", 1.5e-4)
-    spec = grid.cell_spec(tuning.resolve(cfg), cell)
+    spec = Grid.of(tuning.resolve(cfg)).spec(cell)
     assert spec["lr"] == 1.5e-4 and spec["method_cfg"]["scout"]["teacher_lr"] == 3e-4
 
 
@@ -235,25 +236,25 @@ def test_a_lora_teachers_lr_is_searched_at_its_rank_and_its_chosen_run_is_the_gr
     cfg["experiments"]["lora"]["methods"] = [{"name": "scout-lora", "method": "scout", "teacher_lora_rank": 4}]
     cfg = scout_config.validate(cfg)
     assert tuning.tuned_settings(cfg)["toy-l-s-math"] == ["student_lr", "teacher_lr", "teacher_lora_lr"]
-    lora = [c for c in grid.search_cells(cfg) if tuning.param_of(c.variant) == "teacher_lora_lr"]
+    lora = [c for c in Grid.of(cfg).search_cells if tuning.param_of(c.variant) == "teacher_lora_lr"]
     assert [(c.variant, c.method, c.overrides) for c in lora] == [
         ("scout-lora-tlr1e-3", "scout", (("teacher_lora_rank", 4), ("teacher_lr", 1e-3))),
         ("scout-lora-tlr3e-3", "scout", (("teacher_lora_rank", 4), ("teacher_lr", 3e-3))),
     ]
     student, lora_lr = ("toy-l-s-math", "student_lr"), ("toy-l-s-math", "teacher_lora_lr")
-    assert training_runs.choices_needed(cfg, lora[0]) == [student]  # not the full teacher's choice
-    cell = grid.find_cell(cfg, "toy-l-s-math", "scout-lora", 1)
-    assert training_runs.choices_needed(cfg, cell) == [student, lora_lr]
+    assert training_runs.choices_needed(Grid.of(cfg), lora[0]) == [student]  # not the full teacher's choice
+    cell = Grid.of(cfg).find("toy-l-s-math", "scout-lora", 1)
+    assert training_runs.choices_needed(Grid.of(cfg), cell) == [student, lora_lr]
     _choose(cfg, "student_lr", 3e-4)
     _choose(cfg, "teacher_lr", 1.5e-4)
     _choose(cfg, "teacher_lora_lr", 3e-3)
     done = tuning.resolve(cfg, strict=True)
-    spec = grid.cell_spec(done, cell)
+    spec = Grid.of(done).spec(cell)
     assert spec["lr"] == 3e-4 and spec["method_cfg"]["scout"]["teacher_lr"] == 3e-3
     assert spec["method_cfg"]["scout"]["teacher_lora"]["rank"] == 4
-    full = grid.cell_spec(done, grid.find_cell(done, "toy-l-s-math", "scout", 1))
+    full = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout", 1))
     assert full["method_cfg"]["scout"]["teacher_lr"] == 1.5e-4 and "teacher_lora" not in full["method_cfg"]["scout"]
-    assert grid.run_plans(done)[cell].shares == lora[1]
+    assert Grid.of(done).plans[cell].shares == lora[1]
 
 
 def test_the_lora_search_runs_only_where_a_lora_teacher_trains_and_at_one_rank():
@@ -266,4 +267,4 @@ def test_the_lora_search_runs_only_where_a_lora_teacher_trains_and_at_one_rank()
     assert tuning.tuned_settings(without)["toy-l-s-math"] == ["student_lr", "teacher_lr"]
     cfg["experiments"]["lora"]["methods"].append({"name": "scout-lora16", "method": "scout", "teacher_lora_rank": 16})
     with pytest.raises(scout_config.ConfigError, match=r"LoRA teachers have ranks \[4, 16\]"):
-        grid.search_cells(cfg)
+        _ = Grid.of(cfg).search_cells

@@ -15,6 +15,7 @@ from scout.cli import main
 from scout.embedded import lm
 from scout.evaluate import evaluate, make_record, regrade
 from scout.generation import make_generator, vllm_requests
+from scout.grid import Grid
 
 
 def test_record_by_hand():
@@ -176,11 +177,11 @@ def test_vllm_engine_needs_the_gpu_extra():
 
 def test_paper_eval_spec_uses_vllm_and_non_thinking_qwen3():
     cfg = scout_config.load("config/paper.yaml")
-    spec = jobs.eval_spec(cfg, "q4b-q1.7b-math", "scout", 1, "final")
+    spec = jobs.eval_spec(Grid.of(cfg), "q4b-q1.7b-math", "scout", 1, "final")
     assert spec["engine"] == "vllm" and spec["chat"] == {"enable_thinking": False}
     assert spec["sampling"] == {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 16384}
-    assert jobs.eval_spec(cfg, "sky7b-ds1.5b-math", "opd", 1, "final")["chat"] == {}
-    assert jobs.eval_spec(cfg, "q4b-q1.7b-math", "base-teacher", 0, "final")["chat"] == {}
+    assert jobs.eval_spec(Grid.of(cfg), "sky7b-ds1.5b-math", "opd", 1, "final")["chat"] == {}
+    assert jobs.eval_spec(Grid.of(cfg), "q4b-q1.7b-math", "base-teacher", 0, "final")["chat"] == {}
 
 
 def test_scout_grade_regrades_saved_generations(world, tmp_path, capsys):

@@ -17,6 +17,7 @@ from scout import config as scout_config
 from scout import grid, jobs, paths
 from scout.catalogue import DataError
 from scout.cli import main
+from scout.grid import Grid
 from scout.prepare import load_rows, prepare
 from scout.toy.world import build_tokenizer_files
 
@@ -185,7 +186,7 @@ def mirror(tmp_path_factory) -> Path:
 def paper_spec(mirror: Path, name: str) -> dict:
     cfg = scout_config.load(PAPER)
     cfg["data"] = {"source": "mirror", "mirror": str(mirror)}
-    return jobs.data_spec(scout_config.validate(cfg), name)
+    return jobs.data_spec(Grid.of(scout_config.validate(cfg)), name)
 
 
 @pytest.mark.parametrize(
@@ -274,7 +275,7 @@ def test_a_preparation_refusing_more_than_its_share_fails_unless_allowed(tmp_pat
 def test_max_refused_is_a_config_key_reaching_preparation():
     cfg = scout_config.load(PAPER)
     cfg["data"] = {"max_refused": 0.1}
-    assert jobs.data_spec(scout_config.validate(cfg), "humaneval_plus")["max_refused"] == 0.1
+    assert jobs.data_spec(Grid.of(scout_config.validate(cfg)), "humaneval_plus")["max_refused"] == 0.1
     cfg["data"] = {"max_refused": 2}
     with pytest.raises(Exception, match="max_refused"):
         scout_config.validate(cfg)
@@ -364,14 +365,14 @@ def test_training_sets(tmp_path):
     cfg["data"] = {"source": "mirror", "mirror": str(tmp_path / "m")}
     build_tokenizer_files(tmp_path / "tok")  # stands in for the students' tokenizers (no hub here)
     views = [{"tokenizer": str(tmp_path / "tok"), "chat": {}, "max_prompt_length": n} for n in (1024, 8)]
-    spec = jobs.data_spec(cfg, "openr1-math-46k") | {"rows": 12, "views": views}
+    spec = jobs.data_spec(Grid.of(cfg), "openr1-math-46k") | {"rows": 12, "views": views}
     prepare(spec, tmp_path / "o.jsonl", log=lambda _: None)
     rows = load_rows(tmp_path / "o.jsonl")
     assert rows[3]["prompt"][0] == system and rows[3]["answer"] == "3"
     # what verl will load of it per view: every prompt fits in 1024 tokens, none in 8
     meta = json.loads((tmp_path / "o.meta.json").read_text())
     assert meta == {"rows": 12, "kept": {grid.view_key(views[0]): 12, grid.view_key(views[1]): 0}}
-    spec = jobs.data_spec(cfg, "dapo-math-17k") | {"rows": 5, "views": views}  # deduplicated on the problem text
+    spec = jobs.data_spec(Grid.of(cfg), "dapo-math-17k") | {"rows": 5, "views": views}  # deduplicated on the problem text
     prepare(spec, tmp_path / "d.jsonl", log=lambda _: None)
     rows = load_rows(tmp_path / "d.jsonl")
     assert [r["answer"] for r in rows] == ["0", "1", "2", "3", "4"]
@@ -393,12 +394,12 @@ def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
     test_file.parent.mkdir(parents=True)
     test_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": [{"role": "user", "content": f"Q{i}"}],
                                              "answer": str(i), "domain": "math"}) + "\n" for i in range(6)))  # fmt: skip
-    spec = {k: v for k, v in jobs.data_spec(cfg, "openr1-math-46k").items() if k != "views"}
-    assert spec["tests"] == [paths.data_path(cfg, b) for b in jobs.benchmarks_for(cfg, "math")]
+    spec = {k: v for k, v in jobs.data_spec(Grid.of(cfg), "openr1-math-46k").items() if k != "views"}
+    assert spec["tests"] == [paths.data_path(cfg, b) for b in jobs.benchmarks_for(Grid.of(cfg), "math")]
     spec["tests"] = [str(test_file)]
     said = []
     assert prepare(spec, tmp_path / "train.jsonl", log=said.append) == 9
-    held_spec = jobs.data_spec(cfg, "openr1-math-46k.holdout") | {"tests": [str(test_file)]}
+    held_spec = jobs.data_spec(Grid.of(cfg), "openr1-math-46k.holdout") | {"tests": [str(test_file)]}
     assert held_spec["part"] == "holdout" and "views" not in held_spec
     assert prepare(held_spec, tmp_path / "val.jsonl", log=lambda _: None) == 3
     train, held = load_rows(tmp_path / "train.jsonl"), load_rows(tmp_path / "val.jsonl")
@@ -416,7 +417,7 @@ def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
         "student_lr": [1e-6, 3e-6],
         "validation": {"math": {"data": "openr1-math-46k.holdout", "repeats": 4}},
     }
-    assert jobs.validation_data(scout_config.validate(cfg), "math") == ("openr1-math-46k.holdout", 3, 4)
+    assert jobs.validation_data(Grid.of(scout_config.validate(cfg)), "math") == ("openr1-math-46k.holdout", 3, 4)
     cfg["tuning"]["validation"]["math"]["data"] = "math500"
     with pytest.raises(scout_config.ConfigError, match="unknown validation set 'math500'"):
         grid.check(scout_config.validate(cfg))

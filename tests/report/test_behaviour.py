@@ -12,6 +12,7 @@ import torch
 
 from scout import behaviour, claims, results
 from scout.generation import TransformersGenerator
+from scout.grid import Grid
 from scout.verdicts import HOLDS, UNMEASURED
 from tests.support.toy import toy_config
 
@@ -89,7 +90,7 @@ def test_the_reflection_claim_by_hand(tmp_path):
         for seed in (1, 2):
             rows += [("scout", seed, q, "right", 0.3), ("scout", seed, q, "wrong", 0.7)]
     _reflection_csv(cfg, s, rows)
-    cache = results.Cache(cfg, results.load(cfg))
+    cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     found = claims.all_claims(cache, Path(cfg["results"]) / "analysis", 0.1)
     (c,) = [c for c in found if c.id == "teacher_reflects_where_wrong" and c.setting == s]
     assert c.effect == pytest.approx(20.0) and c.se == pytest.approx(0.0, abs=1e-9) and c.verdict == HOLDS

@@ -20,6 +20,7 @@ from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
 from scout import claims, jobs, paths, results, stats, verdicts
+from scout.grid import Grid
 from scout.verdicts import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.support.toy import REPO, toy_config
 
@@ -261,12 +262,12 @@ def cfg(tmp_path):
 
 
 def _cache(cfg):
-    return results.Cache(cfg, results.load(cfg))
+    return results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
 
 
 def _runs(cfg, setting, variant, means):
     for seed, mean in enumerate(means, start=1):
-        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(Grid.of(cfg), cfg["settings"][setting]["domain"]):
             _record(cfg, setting, variant, seed, b, mean)
 
 
@@ -337,7 +338,7 @@ def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
     cfg["experiments"]["main"]["seeds"] = [1, 2, 3, 4]
     _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
     for seed in (3, 4):  # seeds 3 and 4 of SCOUT: only seed 3 pairs
-        for b in jobs.benchmarks_for(cfg, "math"):
+        for b in jobs.benchmarks_for(Grid.of(cfg), "math"):
             _record(cfg, s, "scout", seed, b, 0.60 + 0.03 * (seed - 3))
     c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
     assert c.test == verdicts.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"
@@ -482,7 +483,7 @@ def test_the_paper_per_run_numbers_give_the_papers_verdict(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     cfg["results"] = str(tmp_path / "results")
     results.write_imported(
-        cfg, results.parse_import(cfg, REPO / "tests" / "data" / "paper_q4b_math_runs.csv", scale="percent")
+        cfg, results.parse_import(Grid.of(cfg), REPO / "tests" / "data" / "paper_q4b_math_runs.csv", scale="percent")
     )
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     s = "q4b-q1.7b-math"

@@ -15,6 +15,7 @@ import yaml
 from scout import analysis, config_tables, jobs, paths, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
+from scout.grid import Grid
 from scout.report import ReportError, build
 from tests.support.records import fake_records, toy, write_analysis
 from tests.support.toy import REPO, tex_available
@@ -45,10 +46,10 @@ def imported_files(cfg: dict) -> list[Path]:
 
 def test_import_round_trip(tmp_path):
     cfg = toy(tmp_path)
-    recs = results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD))
+    recs = results.parse_import(Grid.of(cfg), write_csv(tmp_path / "x.csv", GOOD))
     written = results.write_imported(cfg, recs)
     assert len(written) == 5 and all(p.exists() for p in written)
-    df = results.load(cfg).set_index(["variant", "seed", "benchmark"])
+    df = results.load(Grid.of(cfg)).set_index(["variant", "seed", "benchmark"])
     assert df.loc[("scout", 1, "tm-easy"), "mean"] == pytest.approx(0.61)
     assert df.loc[("scout-f3", 3, "tm-hard"), "method"] == "scout"  # run 3 -> the variant's third seed
     assert df.loc[("base-student", 0, "tm-long"), "sem"] == pytest.approx(0.03)  # base rows: seed 0
@@ -63,8 +64,8 @@ def test_import_percent_scale(tmp_path):
     with pytest.raises(
         results.ImportRefused, match=r"p.csv:2: mean 51.5 is outside \[0, 1\] \(percentages\? use --scale percent\)"
     ):
-        results.parse_import(cfg, csv)
-    (rec,) = results.parse_import(cfg, csv, scale="percent")
+        results.parse_import(Grid.of(cfg), csv)
+    (rec,) = results.parse_import(Grid.of(cfg), csv, scale="percent")
     assert rec["mean"] == pytest.approx(0.515) and rec["sem"] == pytest.approx(0.009)
 
 
@@ -87,7 +88,7 @@ def test_import_refuses_bad_rows_and_writes_nothing(tmp_path, row, reason):
     cfg = toy(tmp_path)
     csv = write_csv(tmp_path / "bad.csv", GOOD + [row])
     with pytest.raises(results.ImportRefused) as err:
-        results.parse_import(cfg, csv)
+        results.parse_import(Grid.of(cfg), csv)
     msg = str(err.value)
     assert msg.startswith("nothing imported")
     assert re.search(reason, msg), msg
@@ -111,14 +112,14 @@ def test_import_cli_names_file_line_and_leaves_nothing(tmp_path, capsys):
         scout_main(["import-results", str(good), "--configfile", str(cfg_file)])
     changed = write_csv(tmp_path / "good.csv", [GOOD[0].replace("0.50", "0.55")])
     assert scout_main(["import-results", str(changed), "--configfile", str(cfg_file), "--replace"]) == 0
-    df = results.load(toy(tmp_path))
+    df = results.load(Grid.of(toy(tmp_path)))
     own = df[df.shared_with.isna()]  # the rest: cells that report these runs too (scout-cm s1 is scout s1)
     assert len(own) == 5 and own[(own.variant == "opd") & (own.seed == 1)]["mean"].item() == pytest.approx(0.55)
 
 
 def test_write_imported_rolls_back_on_failure(tmp_path, monkeypatch):
     cfg = toy(tmp_path)
-    recs = results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD))
+    recs = results.parse_import(Grid.of(cfg), write_csv(tmp_path / "x.csv", GOOD))
     real = results.os.replace
     calls = {"n": 0}
 
@@ -136,9 +137,9 @@ def test_write_imported_rolls_back_on_failure(tmp_path, monkeypatch):
 
 def test_own_evaluation_wins_over_import(tmp_path):
     cfg = toy(tmp_path)
-    results.write_imported(cfg, results.parse_import(cfg, write_csv(tmp_path / "x.csv", GOOD[:1])))
+    results.write_imported(cfg, results.parse_import(Grid.of(cfg), write_csv(tmp_path / "x.csv", GOOD[:1])))
     fake_records(cfg, skip=lambda u: u[:3] != ("toy-l-s-math", "opd", "1"))
-    df = results.load(cfg)
+    df = results.load(Grid.of(cfg))
     row = df[(df.variant == "opd") & (df.seed == 1) & (df.benchmark == "tm-easy") & (df.checkpoint == "final")]
     assert len(row) == 1 and row.source.item() == "eval"
 
@@ -149,7 +150,7 @@ def test_unreadable_record_is_named(tmp_path):
     bad.parent.mkdir(parents=True)
     bad.write_text('{"setting": "toy-l-s-math"}')
     with pytest.raises(ValueError, match=r"tm-easy.json: not an evaluation record \(missing variant"):
-        results.load(cfg)
+        results.load(Grid.of(cfg))
 
 
 def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
@@ -198,7 +199,7 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     # SCOUT lost its third run on toy-l-s-math; OPD lost tm-hard of its second run
     fake_records(cfg, skip=lambda u: u[:3] == ("toy-l-s-math", "scout", "3"))
     (Path(paths.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
-    cache = results.Cache(cfg, results.load(cfg))
+    cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)
     n = len(cache.row("toy-l-s-math", "scout").seeds)  # the headline experiment's seeds
@@ -221,7 +222,7 @@ def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
     cfg = toy(tmp_path)
     # SCOUT, the best method in these records, has 1 of its runs on toy-l-s-math
     fake_records(cfg, skip=lambda u: u[:2] == ("toy-l-s-math", "scout") and u[2] != "1")
-    cache = results.Cache(cfg, results.load(cfg))
+    cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)
     (scout,) = [line for line in text.splitlines() if "SCOUT" in line]
@@ -234,7 +235,7 @@ def test_a_mean_over_fewer_runs_is_never_marked_best(tmp_path):
 def test_empty_cache_renders_dashes(tmp_path):
     cfg = toy(tmp_path)
     manifest = build(cfg, pdf=False, log=lambda m: None)
-    assert manifest["records"] == 0 and len(manifest["missing"]) == len(jobs.report_units(cfg))
+    assert manifest["records"] == 0 and len(manifest["missing"]) == len(jobs.report_units(Grid.of(cfg)))
     text = (Path(cfg["results"]) / "report" / "tables" / "main_toy-l-s-math.tex").read_text()
     assert "--" in text and r"\res{" not in text and r"\val{" not in text
     assert any("skipped" in n for n in manifest["skipped"])
@@ -242,11 +243,11 @@ def test_empty_cache_renders_dashes(tmp_path):
 
 def test_config_tables(tmp_path):
     cfg = toy(tmp_path)
-    hyper = tables.render(config_tables.hyper_table(cfg))
+    hyper = tables.render(config_tables.hyper_table(Grid.of(cfg)))
     assert "Max Response Length & 128" in hyper and "Steps per Epoch & 64" in hyper
-    lr = tables.render(config_tables.lr_table(cfg))
+    lr = tables.render(config_tables.lr_table(Grid.of(cfg)))
     assert r"toy-medium-grpo & toy-small & Math & $1.5{\times}10^{-4}$ & $2.5{\times}10^{-4}$" in lr
-    bench = tables.render(config_tables.benchmark_table(cfg))
+    bench = tables.render(config_tables.benchmark_table(Grid.of(cfg)))
     assert r"\# Questions & 256 & 256 & 256 & 256 & 256" in bench
     assert r"\# Repeats & 16 & 16 & 16 & 10 & 10" in bench
 
@@ -423,11 +424,11 @@ def test_a_settings_own_interval_reaches_the_sweep_and_the_caption(tmp_path):
     SCOUT's interval shows its own f in the f-sweep table and in the hyperparameters' caption."""
     cfg = toy(tmp_path)
     cfg["settings"]["toy-mg-s-math"]["overrides"] = {"scout": {"interval": 5}}
-    cache = results.Cache(cfg, results.load(cfg))
+    cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     sweep = dict((v, f) for f, v in cache.interval_variants("toy-mg-s-math"))
     assert sweep == {"scout-f1": 1, "scout-f3": 3, "scout-f4": 4, "scout": 5}
     assert dict((v, f) for f, v in cache.interval_variants("toy-l-s-math"))["scout"] == 2
-    caption = config_tables.hyper_table(cfg)["caption"]
+    caption = config_tables.hyper_table(Grid.of(cfg))["caption"]
     # each f with the variants that run it, and the setting where a variant's f differs by setting
     assert "every f = 2 (scout, toy-l-s-math; scout, toy-l-s-code; " in caption
     assert ", 5 (scout, toy-mg-s-math), 1 (scout-f1), 3 (scout-f3), 4 (scout-f4) steps" in caption

@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from scout import config as scout_config
 from scout import results, stats
+from scout.grid import Grid
 from tests.support.toy import REPO
 
 DATA = REPO / "tests" / "data"
@@ -100,13 +101,13 @@ def test_best_two_ranks_printed_values_with_ties():
 def paper_cache(tmp_path_factory):
     cfg = scout_config.load(REPO / "config" / "paper.yaml")
     cfg["results"] = str(tmp_path_factory.mktemp("paper"))
-    results.write_imported(cfg, results.parse_import(cfg, DATA / "paper_q4b_math_runs.csv", scale="percent"))
+    results.write_imported(cfg, results.parse_import(Grid.of(cfg), DATA / "paper_q4b_math_runs.csv", scale="percent"))
     printed = pd.read_csv(DATA / "paper_q4b_math_printed.csv")
-    return cfg, results.load(cfg), printed.set_index(["method", "benchmark", "statistic"])["value"]
+    return cfg, results.load(Grid.of(cfg)), printed.set_index(["method", "benchmark", "statistic"])["value"]
 
 
 def _cache(cfg, df, test):
-    return results.Cache(cfg, df, test=test)
+    return results.Cache(Grid.of(cfg), df, test=test)
 
 
 def test_paper_mean_and_sd_rows(paper_cache):

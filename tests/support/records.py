@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout import behaviour, jobs, paths
+from scout.grid import Grid
 from tests.support.toy import toy_config
 
 
@@ -22,13 +23,13 @@ def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
     """An evaluation record for every unit of the grid (SCOUT a little better than the rest)."""
     rng = random.Random(seed)
     n = 0
-    for unit in jobs.eval_units(cfg):
+    for unit in jobs.eval_units(Grid.of(cfg)):
         if skip(unit):
             continue
         setting, variant, s, ckpt = unit
         out = Path(paths.eval_dir(cfg, *unit))
         out.mkdir(parents=True, exist_ok=True)
-        for b in jobs.benchmarks_for(cfg, cfg["settings"][setting]["domain"]):
+        for b in jobs.benchmarks_for(Grid.of(cfg), cfg["settings"][setting]["domain"]):
             mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
             rec = {"setting": setting, "variant": variant, "method": variant, "seed": int(s), "checkpoint": ckpt}
             rec |= {"benchmark": b, "mean": mean, "sem": 0.01, "repeats": cfg["benchmarks"][b]["repeats"]}

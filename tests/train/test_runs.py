@@ -143,7 +143,7 @@ def _metrics(out, after: int = 0) -> list[dict]:
 @pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].length_free))
 def test_a_longer_run_continues_a_shorter_one_exactly(method, spec_for, tmp_path):
     """Two epochs that continue a one-epoch run end with the weights of two epochs from scratch
-    (what lets grid.run_plans skip the first epoch of opd-3ep)."""
+    (what lets Grid.plans skip the first epoch of opd-3ep)."""
     short = spec_for(method, epochs=1, total_steps=2, steps_per_epoch=2, save_every=1)
     long = spec_for(method, epochs=2, total_steps=4, steps_per_epoch=2, save_every=1)
     for spec in (short, long):

@@ -22,6 +22,7 @@ from scout import serving
 from scout import teacher_server as ts
 from scout.embedded import lm
 from scout.embedded.trainer import Trainer
+from scout.grid import Grid
 from scout.toy.world import build_model
 from tests.support.engines import vllm_or_skip
 from tests.support.toy import TINY
@@ -148,14 +149,14 @@ def test_verls_own_teacher_manager_scores_through_the_server(served):
     from verl.experimental.teacher_loop.teacher_manager import AsyncTeacherLLMServerManager
     from verl.utils.config import omega_conf_to_dataclass
 
-    from scout import grid, resources
+    from scout import resources
     from scout.verl import config as vc
     from scout.verl.teacher_client import ServedTeacherClient
     from tests.support.toy import REPO
 
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    cell = grid.find_cell(paper, "q4b-q1.7b-math", "opd", 1)
-    cfg = vc.build(grid.cell_spec(paper, cell), resources.job_resources(paper, "train", cell.setting, "opd", "opd"), "out")
+    cell = Grid.of(paper).find("q4b-q1.7b-math", "opd", 1)
+    cfg = vc.build(Grid.of(paper).spec(cell), resources.job_resources(paper, "train", cell.setting, "opd", "opd"), "out")
     keys = list(omega_conf_to_dataclass(cfg.distillation).teacher_models)  # verl's routing keys
     manager = AsyncTeacherLLMServerManager(cfg, {k: ServedTeacherClient(served["url"], served["model"]) for k in keys})
     seq = [5, 17, 23, 40, 41, 12, 8, 9, 30]

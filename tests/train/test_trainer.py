@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from scout import algorithms as alg
 from scout.embedded import lm, sampling
 from scout.embedded.trainer import Trainer
+from scout.grid import Grid
 from scout.methods import METHODS
 from tests.support.toy import params_vector
 from tests.support.trainer import Alternating, metrics_without_time
@@ -304,7 +305,7 @@ def test_the_config_places_the_toy_jobs_not_the_presence_of_a_gpu(spec_for, tmp_
     the spec only away from the CPU, so that no spec made before the key changes."""
     import copy
 
-    from scout import grid, jobs
+    from scout import jobs
     from scout.embedded import lm
     from scout.embedded.backend import EMBEDDED
     from scout.generation import make_generator
@@ -317,14 +318,14 @@ def test_the_config_places_the_toy_jobs_not_the_presence_of_a_gpu(spec_for, tmp_
     assert make_generator(spec["student"]).device == torch.device("cpu")
     assert lm.pick_device("auto") == torch.device("cuda")  # what auto would take there
     cfg = toy_config()
-    cell = grid.find_cell(cfg, "toy-l-s-math", "scout", 1)
-    before = (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final"))
+    cell = Grid.of(cfg).find("toy-l-s-math", "scout", 1)
+    before = (jobs.train_job_spec(Grid.of(cfg), cell), jobs.eval_spec(Grid.of(cfg), "toy-l-s-math", "scout", 1, "final"))
     assert "device" not in cfg and all("device" not in s for s in before)  # the CPU, by default
     for device in ("cuda", "auto"):
         other = copy.deepcopy(cfg) | {"device": device}
         other["evaluation"]["device"] = device
-        after = (jobs.train_job_spec(other, cell), jobs.eval_spec(other, "toy-l-s-math", "scout", 1, "final"))
+        after = (jobs.train_job_spec(Grid.of(other), cell), jobs.eval_spec(Grid.of(other), "toy-l-s-math", "scout", 1, "final"))
         assert [s.get("device") for s in after] == [device, device]
         assert {k: v for k, v in after[0].items() if k != "device"} == before[0]
     cfg["device"] = cfg["evaluation"]["device"] = "cpu"  # written at their default: the same specs
-    assert (jobs.train_job_spec(cfg, cell), jobs.eval_spec(cfg, "toy-l-s-math", "scout", 1, "final")) == before
+    assert (jobs.train_job_spec(Grid.of(cfg), cell), jobs.eval_spec(Grid.of(cfg), "toy-l-s-math", "scout", 1, "final")) == before

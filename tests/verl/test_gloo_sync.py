@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,13 +31,13 @@ def weights() -> dict[str, torch.Tensor]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store() -> str:
+    """A file for a process's own default group to meet in: no port another test could take between
+    choosing it and binding it (a free port's race failed the suite once, EADDRINUSE)."""
+    return f"file://{Path(tempfile.mkdtemp(prefix='gloo-sync-')) / 'store'}"
 
 
-def worker(role: str, index: int, port: int, inbox, others, results, checked: bool = False) -> None:
+def worker(role: str, index: int, store: str, inbox, others, results, checked: bool = False) -> None:
     import torch.distributed as dist
 
     from scout.verl.gloo_sync import GlooCheckpointEngine
@@ -46,7 +47,7 @@ def worker(role: str, index: int, port: int, inbox, others, results, checked: bo
 
         GlooCheckpointEngine = checksummed(GlooCheckpointEngine)  # noqa: N806
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
     is_master = role == "actor" and index == 0
     engine = GlooCheckpointEngine(bucket_size=BUCKET, is_master=is_master)
     for round_ in range(2):
@@ -81,7 +82,7 @@ def _sync(checked: bool = False) -> list:
     inboxes = [ctx.Queue() for _ in roles]
     procs = [
         ctx.Process(
-            target=worker, args=(role, i, _free_port(), inboxes[n], inboxes[1:] if n == 0 else [], results, checked)
+            target=worker, args=(role, i, _store(), inboxes[n], inboxes[1:] if n == 0 else [], results, checked)
         )
         for n, (role, i) in enumerate(roles)
     ]

@@ -11,6 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from scout import grid, paths, resources
+from scout.grid import Grid
 from scout.placement import PlacementError, placement
 from scout.verl import parts as vp
 from scout.verl.env import method_section
@@ -23,8 +24,8 @@ PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
 
 
 def build(setting: str, variant: str, seed: int = 1, **spec_over):
-    cell = grid.find_cell(PAPER, setting, variant, seed)
-    spec = {**grid.cell_spec(PAPER, cell), **spec_over}
+    cell = Grid.of(PAPER).find(setting, variant, seed)
+    spec = {**Grid.of(PAPER).spec(cell), **spec_over}
     res = resources.job_resources(PAPER, "train", setting, cell.method, variant)
     return vc.build(spec, res, paths.train_dir(PAPER, setting, variant, seed))
 
@@ -32,14 +33,14 @@ def build(setting: str, variant: str, seed: int = 1, **spec_over):
 def test_every_cell_and_the_teacher_preparation_compose_and_validate():
     """Every (setting, variant) of the paper grid, one seed each (seeds change only the seed and the
     folders), and every seed of SCOUT on the 4B math setting."""
-    cells = grid.cells(PAPER)
+    cells = Grid.of(PAPER).cells
     assert len(cells) == 108
     firsts = {(c.setting, c.variant): c for c in reversed(cells)}
     chosen = list(firsts.values()) + [c for c in cells if (c.setting, c.variant) == ("q4b-q1.7b-math", "scout")]
     assert len(firsts) == 38
     for c in chosen:
         res = resources.job_resources(PAPER, "train", c.setting, c.method, c.variant)
-        cfg = vc.build(grid.cell_spec(PAPER, c), res, paths.train_dir(PAPER, c.setting, c.variant, c.seed))
+        cfg = vc.build(Grid.of(PAPER).spec(c), res, paths.train_dir(PAPER, c.setting, c.variant, c.seed))
         assert cfg.data.seed == c.seed and cfg.scout.method == c.method
     prep = grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")
     cfg = vc.build(prep, resources.job_resources(PAPER, "prepare_teacher"), "results/teachers/Qwen3-8B-DAPO")
@@ -130,7 +131,7 @@ def test_optr_outlier_kl_is_refused_before_a_gpu_job_starts():
 
 def test_override_values_survive_hydra_quoting():
     over = vc.overrides(
-        {**grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-math", "opd", 1)), "student": "/m/a b,c=d"},
+        {**Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-math", "opd", 1)), "student": "/m/a b,c=d"},
         {"nodes": 2, "gpus_per_node": 8},
         "out",
     )
@@ -210,7 +211,7 @@ def _teacher_inference(cfg):
 
 
 SCOUT_FAMILY = sorted(
-    {(c.setting, c.variant) for c in grid.cells(PAPER) if c.method in ("scout", "opd_teacher_grpo", "optr_scout")}
+    {(c.setting, c.variant) for c in Grid.of(PAPER).cells if c.method in ("scout", "opd_teacher_grpo", "optr_scout")}
 )
 
 

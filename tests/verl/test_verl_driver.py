@@ -18,13 +18,14 @@ import torch
 import yaml
 
 from scout import algorithms as alg
-from scout import grid, resources, runs
+from scout import resources, runs
 from tests.support.toy import REPO
 
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 
+from scout.grid import Grid
 from scout.verl import checkpoints as ck  # noqa: E402
 from scout.verl import driver  # noqa: E402
 from scout.verl import teacher_phase as tp  # noqa: E402
@@ -34,8 +35,8 @@ PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
 
 
 def paper_spec(setting, variant, train_data, seed=1):
-    cell = grid.find_cell(PAPER, setting, variant, seed)
-    spec = grid.cell_spec(PAPER, cell)
+    cell = Grid.of(PAPER).find(setting, variant, seed)
+    spec = Grid.of(PAPER).spec(cell)
     spec["resources"] = resources.job_resources(PAPER, "train", setting, cell.method, variant)
     spec["train_data"] = str(train_data)
     return spec
@@ -212,9 +213,9 @@ def test_checkpoints_exported_when_saved_leave_only_their_exports(world, tmp_pat
 def scout_cfg(variant="scout", setting="q8b-q1.7b-math"):
     from scout.verl import config as vc
 
-    cell = grid.find_cell(PAPER, setting, variant, 1)
+    cell = Grid.of(PAPER).find(setting, variant, 1)
     return vc.build(
-        grid.cell_spec(PAPER, cell), resources.job_resources(PAPER, "train", setting, cell.method, variant), "out"
+        Grid.of(PAPER).spec(cell), resources.job_resources(PAPER, "train", setting, cell.method, variant), "out"
     )
 
 

@@ -27,6 +27,7 @@ from verl import DataProto  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from scout.grading.code import calls_from_asserts
+from scout.grid import Grid
 from scout.verl import config as vc  # noqa: E402
 from scout.verl import data as vdata  # noqa: E402
 from scout.verl import teacher_phase as tp  # noqa: E402
@@ -49,8 +50,8 @@ def tok(world):
 
 
 def paper_cfg(variant: str, setting: str = "q4b-q1.7b-math", **spec_over):
-    cell = grid.find_cell(PAPER, setting, variant, 1)
-    spec = {**grid.cell_spec(PAPER, cell), **spec_over}
+    cell = Grid.of(PAPER).find(setting, variant, 1)
+    spec = {**Grid.of(PAPER).spec(cell), **spec_over}
     cfg = vc.build(spec, resources.job_resources(PAPER, "train", setting, cell.method, variant), "out")
     return cfg
 
@@ -112,7 +113,7 @@ def test_the_student_is_trained_without_thinking_as_it_is_evaluated(world, tmp_p
     msgs = [{"role": "user", "content": MATH["prompt"]}]
     trained = tok.decode(preflight.rendered_prompt(paper_cfg(variant), tok, msgs))
     evaluated = tok.decode(
-        lm.prompt_ids(tok, msgs, jobs.eval_spec(PAPER, "q4b-q1.7b-math", variant, 1, "final")["chat"])
+        lm.prompt_ids(tok, msgs, jobs.eval_spec(Grid.of(PAPER), "q4b-q1.7b-math", variant, 1, "final")["chat"])
     )
     assert trained == evaluated and trained.endswith("The answer is\n(Wait)\n\n")
     sky = tok.decode(preflight.rendered_prompt(paper_cfg(variant, setting="sky7b-ds1.5b-math"), tok, msgs))
@@ -896,8 +897,8 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     from tests.support.toy import toy_config
 
     config = toy_config() | yaml.safe_load((REPO / "config" / "verl-cpu.yaml").read_text())
-    cell = grid.find_cell(config, "toy-l-s-math", "scout-lora", 1)
-    spec = {**training_runs.run_spec(config, cell), "resources": resources.job_resources(config, "train", cell.setting,
+    cell = Grid.of(config).find("toy-l-s-math", "scout-lora", 1)
+    spec = {**training_runs.run_spec(Grid.of(config), cell), "resources": resources.job_resources(config, "train", cell.setting,
                                                                                   cell.method, cell.variant)}  # fmt: skip
     composed = vc.build(spec, spec["resources"], "/tmp/x")
     assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(LORA_TARGETS)}
@@ -907,8 +908,8 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     peft = lora_sync.peft_config(t.model)
     assert peft == {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
                     "target_modules": list(LORA_TARGETS), "bias": "none"}  # fmt: skip
-    full = grid.find_cell(config, "toy-l-s-math", "scout", 1)
-    spec = {**training_runs.run_spec(config, full), "resources": spec["resources"]}
+    full = Grid.of(config).find("toy-l-s-math", "scout", 1)
+    spec = {**training_runs.run_spec(Grid.of(config), full), "resources": spec["resources"]}
     composed = vc.build(spec, spec["resources"], "/tmp/x")
     assert teacher_lora(composed) is None and teacher_worker_config(composed).model.lora_rank == 0
     assert lora_sync.peft_config(teacher_worker_config(composed).model) is None
@@ -974,20 +975,20 @@ def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok)
     paper["results"] = str(tmp_path / "results")
     paper["datasets"]["openr1-math-46k"]["rows"] = len(rows)
     paper["training"].update(batch_size=batch, mini_batch_size=batch)
-    student_view = jobs.data_spec(paper, "openr1-math-46k")["views"][0]
+    student_view = jobs.data_spec(Grid.of(paper), "openr1-math-46k")["views"][0]
     meta = Path(paths.meta_path(paper, "openr1-math-46k"))
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))
-    spec = grid.cell_spec(paper, grid.find_cell(paper, "q4b-q1.7b-math", "opd", 1))
+    spec = Grid.of(paper).spec(Grid.of(paper).find("q4b-q1.7b-math", "opd", 1))
     assert spec["steps_per_epoch"] == len(loader) == kept // batch and spec["total_steps"] == len(loader)
 
 
 def test_paper_step_counts_follow_verls_floor():
     """Before the data is prepared the grid plans from the configured rows, with verl's floor:
     45,883 rows of 128 run 358 steps per epoch (not 359: the last partial batch is dropped)."""
-    opd = grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-math", "opd", 1))
+    opd = Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-math", "opd", 1))
     assert (opd["steps_per_epoch"], opd["total_steps"]) == (45883 // 128, 358)
-    code = grid.cell_spec(PAPER, grid.find_cell(PAPER, "q4b-q1.7b-code", "opd", 1))
+    code = Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-code", "opd", 1))
     assert code["total_steps"] == 3 * (7436 // 128)
     assert grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")["total_steps"] == 3 * (17398 // 64)
 

@@ -8,7 +8,8 @@ import copy
 import pytest
 import yaml
 
-from scout import grid, paths
+from scout import paths
+from scout.grid import Grid
 from scout.toy.world import build_model
 from tests.support.toy import REPO, TINY
 
@@ -31,13 +32,13 @@ def verl_toy(world):
 
 
 def cells(cfg, *variants):
-    return [grid.find_cell(cfg, "toy-l-s-math", v, 1) for v in variants]
+    return [Grid.of(cfg).find("toy-l-s-math", v, 1) for v in variants]
 
 
 def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     said = []
-    rows = preflight.run(
-        verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout", "prune_opd", "relay_opd")
+    rows = preflight.run(Grid.of(
+        verl_toy), log=said.append, cells=cells(verl_toy, "opd", "scout", "prune_opd", "relay_opd")
     ).cells
     assert [r.problems for r in rows] == [[], [], [], []]
     scout = rows[1].checks
@@ -50,7 +51,7 @@ def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     table = preflight.table(rows)
     assert "toy-l-s-math/scout/s1" in table and "FAIL" not in table
     # the teacher-student pair: toy-large scores toy-small's prompts, read from the training data
-    (pair,) = preflight.run(verl_toy, log=said.append, cells=cells(verl_toy, "opd", "scout")).pairs
+    (pair,) = preflight.run(Grid.of(verl_toy), log=said.append, cells=cells(verl_toy, "opd", "scout")).pairs
     assert pair.name == "toy-l-s-math: toy-large scores toy-small" and pair.verdict == "passes"
     assert pair.checks["decoding"] == "4 rendered prompts decode to the same text"
     assert pair.checks["template"] == "the same rendering of 4 prompts"
@@ -60,12 +61,12 @@ def test_refusals_name_the_cell_and_the_reason(verl_toy, tmp_path):
     cfg = copy.deepcopy(verl_toy)
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-6  # no room for even the weights
     cfg["training"]["steps"] = 10**6  # more steps than verl's dataloader has batches
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd")).cells[0]
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "opd")).cells[0]
     assert any(p.startswith("student rollout KV: KV") for p in row.problems)
     assert any(p.startswith("steps: verl's dataloader runs") and "the plan has 1000000" in p for p in row.problems)
     cfg = copy.deepcopy(verl_toy)
     cfg["results"] = str(tmp_path / "elsewhere")  # nothing prepared there
-    found = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "opd"))
+    found = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "opd"))
     assert any("is not prepared" in p for p in found.cells[0].problems)
     # models that cannot be read (not downloaded, no hub): FAIL rows, not a traceback
     (pair,) = found.pairs
@@ -105,14 +106,14 @@ def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
     """SCOUT's teacher trainer on its pool (a quarter of the 4-GPU node): a full teacher's state and
     a LoRA one's, each with a micro-batch's activations, against the GPU; too small a GPU fails."""
     cfg = _with_lora(verl_toy)
-    full, lora = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout", "scout-lora")).cells
+    full, lora = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout", "scout-lora")).cells
     assert full.checks["teacher trainer"].startswith("full teacher on its own 1 GPUs: state")
     assert lora.checks["teacher trainer"].startswith("LoRA r4 teacher on its own 1 GPUs: state")
     assert "teacher host memory" not in full.checks  # its own pool: nothing waits in host memory
     state = {r: float(r_.checks["teacher trainer"].split("state ")[1].split(" ")[0]) for r, r_ in (("f", full), ("l", lora))}
     assert state["l"] < state["f"]
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-9
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert any(p.startswith("teacher trainer: LoRA r4 teacher") for p in row.problems)
 
 
@@ -135,13 +136,13 @@ def test_a_shared_teacher_trainer_is_checked_on_the_engines_gpus_and_in_host_mem
     against the node's memory; too little host memory fails, naming the check."""
     cfg = _with_lora(verl_toy)
     cfg["resources"]["train"] = {"methods": {"scout-lora": {"teacher_trainer": "shared"}}}
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert row.problems == []
     assert row.checks["teacher trainer"].startswith("LoRA r4 teacher on the engine's 2 GPUs: state")
     assert row.checks["teacher host memory"].startswith("LoRA r4 teacher state")
     assert row.checks["weight sync"] == "gloo -> gloo"
     cfg["resources"]["train"]["methods"]["scout-lora"]["mem_mb"] = 1e-6
-    row = preflight.run(cfg, log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert [p.split(":")[0] for p in row.problems] == ["teacher host memory"]
 
 

@@ -58,12 +58,13 @@ def run(copy: Path, *cmd: str) -> subprocess.CompletedProcess:
 SPECS = """
 import json, sys, yaml
 from scout import grid
+from scout.grid import Grid
 cfg = yaml.safe_load(open("config/config.yaml"))
 cfg["training"].update(steps=3, batch_size=4, max_response_length=16)
 cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)  # numbers, not the tuning stage's
 paths = json.loads(sys.argv[1])
 for v in ("opd", "opd_clip"):
-    spec = grid.cell_spec(cfg, grid.find_cell(cfg, "toy-l-s-math", v, 1))
+    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", v, 1))
     json.dump({**spec, **paths}, open(f"{v}.json", "w"))
 """
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from scout import grid, jobs, tuning
+from scout import jobs, tuning
+from scout.grid import Grid
 from tests.support.toy import REPO, mini_config
 
 
@@ -21,7 +22,7 @@ def scout(*args, cwd=None) -> subprocess.CompletedProcess:
 
 def eval_spec(world, tmp_path, **over) -> Path:
     cfg = world["config"]
-    spec = jobs.eval_spec(cfg, "toy-l-s-math", "base-student", 0, "final")
+    spec = jobs.eval_spec(Grid.of(cfg), "toy-l-s-math", "base-student", 0, "final")
     spec["model"] = world["student"]
     spec |= over
     path = tmp_path / "spec.json"
@@ -65,8 +66,8 @@ def test_a_failed_job_shows_why_under_snakemake_with_a_short_command(tmp_path):
     the remake command, and the job's command line is one short line (the config travels as a file)."""
     cfg = mini_config("results", tuned=True)
     (tmp_path / "mini.yaml").write_text(yaml.safe_dump(cfg))
-    search = [c for c in grid.search_cells(cfg) if tuning.param_of(c.variant) == "student_lr"]
-    records = [jobs.validation_record(cfg, c) for c in search]
+    search = [c for c in Grid.of(cfg).search_cells if tuning.param_of(c.variant) == "student_lr"]
+    records = [jobs.validation_record(Grid.of(cfg), c) for c in search]
     for path in records:
         p = tmp_path / path
         p.parent.mkdir(parents=True, exist_ok=True)

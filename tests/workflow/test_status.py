@@ -10,7 +10,8 @@ import sys
 import time
 from contextlib import contextmanager
 
-from scout import grid, paths, status
+from scout import paths, status
+from scout.grid import Grid
 from tests.support.files import safetensors
 from tests.support.toy import toy_config
 
@@ -54,16 +55,16 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     log.parent.mkdir(parents=True)
     log.write_text("step 3/50\nTraceback (most recent call last):\n  ...\nValueError: boom\n")
     with a_snakemake_in(tmp_path, tmp_path) as pid:
-        st = status.status(cfg, tmp_path)
+        st = status.status(Grid.of(cfg), tmp_path)
     assert st["snakemake_pids"] == [pid] and not st["stale_lock"]
     main = st["experiments"]["main"]
-    plans = grid.run_plans(cfg)
-    n = sum(1 for c in grid.cells(cfg) if "main" in c.experiments and plans[c].shares is None)
+    plans = Grid.of(cfg).plans
+    n = sum(1 for c in Grid.of(cfg).cells if "main" in c.experiments and plans[c].shares is None)
     assert (main["done"], main["running"], main["failed"], main["pending"]) == (1, 1, 1, n - 3)
     assert len(st["shared"]) == 6  # toy-mg-s-math's GRPO runs are toy-l-s-math's; scout-cm's are scout's
     assert st["running_trainings"] == [(running, "17", cfg["training"]["steps"])] and st["snakemake_running"]
     # every run not done, counted once though main and headline both name toy-l-s-math's OPD and SCOUT
-    runs = sum(1 for c in grid.all_cells(cfg) if plans[c].shares is None)
+    runs = sum(1 for c in Grid.of(cfg).runs if plans[c].shares is None)
     assert st["remaining_s"] == 30.0 * (runs - 1)
     text = status.render(st)
     total = cfg["training"]["steps"]
@@ -72,7 +73,7 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     # Snakemake killed: its marker and its lock left behind, no process. Interrupted, not running,
     # with the step it resumes from, and the lock named with the command that clears it
     (d / "checkpoints" / "step_16").mkdir(parents=True)
-    st = status.status(cfg, tmp_path)
+    st = status.status(Grid.of(cfg), tmp_path)
     assert st["experiments"]["main"]["interrupted"] == 1 and st["running_trainings"] == []
     assert st["interrupted_trainings"] == [(running, "17", total, 16)] and st["stale_lock"]
     text = status.render(st)
@@ -81,12 +82,12 @@ def test_cells_by_state_and_the_running_step(tmp_path):
     assert "running:" not in text and "snakemake is running" not in text and "of training left" not in text
     # a snakemake of another folder is not this one's
     with a_snakemake_in(tmp_path / "elsewhere", tmp_path):
-        assert status.status(cfg, tmp_path)["stale_lock"]
+        assert status.status(Grid.of(cfg), tmp_path)["stale_lock"]
 
 
 def test_damaged_files_and_the_grid_wall_time(tmp_path):
     cfg = toy_config()
-    st = status.status(cfg, tmp_path)
+    st = status.status(Grid.of(cfg), tmp_path)
     assert st["wall"] is None and "cannot be told" in status.render(st)
     d = tmp_path / paths.train_dir(cfg, "toy-l-s-math", "opd", 1)
     d.mkdir(parents=True)
@@ -103,7 +104,7 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
     for name, seconds, end in (("a.tsv", 50.0, 1_000_000_100), ("b.tsv", 10.0, 1_000_000_200)):
         (bench / name).write_text(f"s\th:m:s\n{seconds}\t0:00:50\n")
         os.utime(bench / name, (end, end))
-    st = status.status(cfg, tmp_path)
+    st = status.status(Grid.of(cfg), tmp_path)
     assert st["experiments"]["main"]["damaged"] == 1
     assert st["evaluations"][0] == 0
     assert [line.split(":")[0] for line in st["damaged"]] == [
@@ -127,7 +128,7 @@ def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
     import shutil
 
     shutil.rmtree(runs["scout"] / "model")  # missing
-    st = status.status(cfg, tmp_path)
+    st = status.status(Grid.of(cfg), tmp_path)
     assert st["experiments"]["main"]["damaged"] == 2 and st["experiments"]["main"]["done"] >= 1
     opd = f"{paths.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
     want = f"{opd}: truncated ({weights.stat().st_size:,} of {weights.stat().st_size + 3:,} bytes); remake it: "
@@ -161,12 +162,12 @@ def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
     log = tmp_path / "results" / "logs" / "train" / "toy-l-s-math" / "opd" / "s2.log"
     log.parent.mkdir(parents=True)
     log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
-    st = status.status(cfg, tmp_path)
+    st = status.status(Grid.of(cfg), tmp_path)
     assert st["restorable"] == [(run, f"{run}.superseded-20261127T010000")]
     assert f"restorable: {run} has no train.json" in status.render(st) and f"`scout restore {run}`" in status.render(st)
     # a rerun of another spec: its finished predecessor would be stale, and is not offered
     (tmp_path / run / "run.json").write_text(json.dumps({**owner, "fingerprint": "f2", "complete": False}))
-    assert status.status(cfg, tmp_path)["restorable"] == []
+    assert status.status(Grid.of(cfg), tmp_path)["restorable"] == []
 
 
 def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
@@ -179,9 +180,9 @@ def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
 
     cfg = toy_config()
     cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
-    users = jobs.served_outputs(cfg, "toy-large")
+    users = jobs.served_outputs(Grid.of(cfg), "toy-large")
     finished_run(tmp_path / users[0].removesuffix("/train.json"))
-    text = status.render(status.status(cfg, tmp_path))
+    text = status.render(status.status(Grid.of(cfg), tmp_path))
     assert f"teacher server toy-large: not up; {len(users) - 1} of its {len(users)} cells still to train" in text
     folder = tmp_path / teacher_server.server_folder(cfg, "toy-large")
     folder.mkdir(parents=True)
@@ -204,11 +205,11 @@ def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
     lease = serving.Lease(folder / "leases", users[1])
     lease.path.parent.mkdir(parents=True)
     lease._write(released=False)
-    text = status.render(status.status(cfg, tmp_path))
+    text = status.render(status.status(Grid.of(cfg), tmp_path))
     assert f"teacher server toy-large: up at {url}, 1 cells holding it;" in text
     server.shutdown()
     server.server_close()
-    text = status.render(status.status(cfg, tmp_path))
+    text = status.render(status.status(Grid.of(cfg), tmp_path))
     assert "teacher server toy-large: not up;" in text  # its address is still there, and not trusted
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from scout.grid import Grid
 from scout.methods import METHODS
 from scout.reproducibility import fingerprint
 from tests.support.toy import REPO, mini_config, tex_available
@@ -253,14 +254,14 @@ def test_the_pilot_measures_every_training_shape_and_leaves_the_grid_finished(fi
     out = snakemake(finished_grid, "pilot", "--config", f"select={sel}")
     monkeypatch.chdir(finished_grid)
     cfg = scout_config.load("mini.yaml", select=sel)
-    shapes = cost.pilot_cells(cfg)
+    shapes = cost.pilot_cells(Grid.of(cfg))
     assert job_counts(out).get("pilot_train") == len(shapes) == 2
-    pilots = cost.read_pilots(cfg)
+    pilots = cost.read_pilots(Grid.of(cfg))
     assert set(pilots) == {(c.setting, c.variant) for c in shapes}
     for c in shapes:
         p = pilots[(c.setting, c.variant)]
-        assert p.steps == cost.pilot_steps(training_runs.run_spec(cfg, c)) and p.step_seconds > 0 and p.max_rss_mb > 0
-    table = plan.grid_jobs(cfg, exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots)
+        assert p.steps == cost.pilot_steps(training_runs.run_spec(Grid.of(cfg), c)) and p.step_seconds > 0 and p.max_rss_mb > 0
+    table = plan.grid_jobs(Grid.of(cfg), exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots)
     train = table[(table["rule"] == "train") & (table["experiment"] != "tuning")]  # the search's LRs: no shape
     assert train["basis"].eq("pilot").all() and (train["expected_hours"] > 0).all()
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout

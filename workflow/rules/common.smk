@@ -31,6 +31,18 @@ if _twice:
     )
 scout_config.validate(config)
 grid.check(config)  # what only the resolved cells show (intervals a run never reaches, validation sets)
+# The grid, resolved once (scout.grid.Grid): every input function below reads the same cells
+GRID = grid.Grid.of(config)
+CELLS = GRID.cells
+RUNS = GRID.runs  # the grid's cells and the tuning stage's runs
+
+
+def grid_now(cfg=None):
+    """The grid of the config (or of ``cfg``, the config with tuning choices) as the prepared data
+    stand now: a spec's steps per epoch read the training sets' metadata, which this run may have
+    just written (``Grid.of`` hands out a new grid then, and the same one otherwise)."""
+    return grid.Grid.of(config if cfg is None else cfg)
+
 
 RES = config.get("results", "results")
 # Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
@@ -41,8 +53,8 @@ scout_tracking.export(config.get("tracking", {}))
 # (serve) is launched by its cells' await_teacher jobs and lives while this run needs it
 # (scout.serving): the run's id names its heartbeat, and what runs that are gone left behind (an
 # await flag would let a cell skip waiting for its server) is cleared before anything is planned.
-SERVED = {m: jobs.teacher_server_spec(config, m) for m in scout_teacher_server.served_by_workflow(config)}
-SERVED_CELLS = {(c.setting, c.variant, str(c.seed)): m for m in SERVED for c in jobs.served_users(config, m)}
+SERVED = {m: jobs.teacher_server_spec(GRID, m) for m in scout_teacher_server.served_by_workflow(config)}
+SERVED_CELLS = {(c.setting, c.variant, str(c.seed)): m for m in SERVED for c in jobs.served_users(GRID, m)}
 scout_teacher_server.export(config, SERVED)
 if workflow.is_main_process:  # a run of its own; its jobs (which read this file again) inherit it
     os.environ[scout_serving.RUN_ENV] = uuid.uuid4().hex[:12]
@@ -51,10 +63,6 @@ if workflow.is_main_process:  # a run of its own; its jobs (which read this file
 RUN = os.environ.get(scout_serving.RUN_ENV, "")
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
-# The grid, resolved once (scout.grid.Grid): every input function below reads the same cells and specs
-GRID = grid.Grid.of(config)
-CELLS = GRID.cells
-RUNS = GRID.runs  # the grid's cells and the tuning stage's runs
 TUNED = scout_tuning.tuned_settings(config)  # setting -> LRs the tuning stage chooses
 # A training or evaluation target outside the configured grid, named with the configs that define it
 # (the command line's paths: Snakemake has not parsed its targets when this file is read)
@@ -121,7 +129,7 @@ def _job_resources(family, wc):
     if family != "train":
         return scout_resources.job_resources(config, family)
     method = METHOD_OF[(wc.setting, wc.variant, wc.seed)]
-    return jobs.train_resources(config, wc.setting, method, wc.variant)  # a served verl cell: its student's pool
+    return jobs.train_resources(grid_now(), wc.setting, method, wc.variant)  # a served verl cell: its student's pool
 
 
 def cluster_resources(family):
@@ -168,13 +176,14 @@ def _run_choices(wc):
     (no tuned setting, or a base model's row)."""
     if not TUNED or wc.variant in grid.BASE_VARIANTS:
         return None
-    return training_runs.choices_needed(config, GRID.find(wc.setting, wc.variant, wc.seed))
+    return training_runs.choices_needed(grid_now(), GRID.find(wc.setting, wc.variant, wc.seed))
 
 
-def config_for(wc):
-    """The config a job of run (wc.setting, wc.variant, wc.seed) is specified with."""
+def grid_for(wc):
+    """The grid a job of run (wc.setting, wc.variant, wc.seed) is specified with: the config's, or
+    the config's with the tuning choices its spec needs."""
     choices = _run_choices(wc)
-    return config if choices is None else resolved(choices)
+    return grid_now(None if choices is None else resolved(choices))
 
 
 def train_priority(wc):
@@ -199,30 +208,30 @@ def _search_runs(setting, param):
 
 
 def validate_spec(wc):
-    spec = jobs.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    spec = jobs.validation_spec(grid_for(wc), wc.setting, wc.variant, wc.seed)
     return job_spec(f"tuning/{wc.setting}/{wc.variant}/s{wc.seed}", spec)
 
 
 def validate_inputs(wc):
-    spec = jobs.validation_spec(config_for(wc), wc.setting, wc.variant, wc.seed)
+    spec = jobs.validation_spec(grid_for(wc), wc.setting, wc.variant, wc.seed)
     files = [b["path"] for b in spec["benchmarks"].values()] + list(spec["disjoint_from"].values())
     return files + [f"{paths.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def choice_inputs(wc):
-    return [jobs.validation_record(config, c) for c in _search_runs(wc.setting, wc.param)]
+    return [jobs.validation_record(grid_now(), c) for c in _search_runs(wc.setting, wc.param)]
 
 
 def choice_spec(wc):
     runs = _search_runs(wc.setting, wc.param)
     s = config["settings"][wc.setting]
-    name, rows, repeats = jobs.validation_data(config, s["domain"])
+    name, rows, repeats = jobs.validation_data(grid_now(), s["domain"])
     points = {}
     for c in runs:
         lr = dict(c.overrides)[scout_tuning.OVERRIDE[wc.param]]
         p = points.setdefault(lr, {"lr": lr, "variant": c.variant, "seeds": [], "records": []})
         p["seeds"].append(c.seed)
-        p["records"].append(jobs.validation_record(config, c))
+        p["records"].append(jobs.validation_record(grid_now(), c))
     before = scout_tuning.before(TUNED[wc.setting], wc.param)  # chosen before this search, which trained at them
     spec = {
         "setting": wc.setting,
@@ -240,26 +249,26 @@ def choice_spec(wc):
 
 
 def dataset_spec(wc):
-    return job_spec(f"data/{wc.dataset}", jobs.data_spec(config, wc.dataset))
+    return job_spec(f"data/{wc.dataset}", jobs.data_spec(grid_now(), wc.dataset))
 
 
 def holdout_inputs(wc):
     """A dataset with a validation slice reads its domain's test benchmarks (the slice skips their prompts)."""
-    return jobs.data_spec(config, wc.dataset).get("tests", [])
+    return jobs.data_spec(grid_now(), wc.dataset).get("tests", [])
 
 
 # -- training -----------------------------------------------------------------------------------
 
 
 def train_spec(wc):
-    cfg = config_for(wc)
-    cell = jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)
-    return job_spec(f"train/{cell.key}", jobs.train_job_spec(cfg, cell))
+    g = grid_for(wc)
+    cell = jobs.trained_cell(g, wc.setting, wc.variant, wc.seed)
+    return job_spec(f"train/{cell.key}", jobs.train_job_spec(g, cell))
 
 
 def cell_inputs(wc):
-    cfg = config_for(wc)
-    return jobs.train_inputs(cfg, jobs.trained_cell(cfg, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
+    g = grid_for(wc)
+    return jobs.train_inputs(g, jobs.trained_cell(g, wc.setting, wc.variant, wc.seed)) + run_choices(wc)
 
 
 def await_flag(wc):
@@ -275,7 +284,7 @@ def train_inputs(wc):
 
 # -- the calibration pilot (scout.cost): a few steps of each distinct training shape --------------
 
-PILOTS = {(c.setting, c.variant): c for c in scout_cost.pilot_cells(config)}
+PILOTS = {(c.setting, c.variant): c for c in scout_cost.pilot_cells(GRID)}
 
 
 def pilot_files():
@@ -292,12 +301,12 @@ def pilot_inputs(wc):
     """The cell's models and data (no LR choice: a pilot's pace does not depend on it; no shorter
     run: a pilot starts from step 0), and a served teacher's gate."""
     cell = PILOTS[(wc.setting, wc.variant)]
-    return jobs.train_inputs(config, cell, continuation=False) + await_flag(pilot_cell(wc))
+    return jobs.train_inputs(grid_now(), cell, continuation=False) + await_flag(pilot_cell(wc))
 
 
 def pilot_spec(wc):
     cell = PILOTS[(wc.setting, wc.variant)]
-    return job_spec(f"pilot/{wc.setting}/{wc.variant}", scout_cost.pilot_spec(jobs.train_job_spec(config, cell)))
+    return job_spec(f"pilot/{wc.setting}/{wc.variant}", scout_cost.pilot_spec(jobs.train_job_spec(grid_now(), cell)))
 
 
 def serving_start():
@@ -334,9 +343,9 @@ def serving_end():
 
 def training_data():
     """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
-    names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(config)}
+    names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(grid_now())}
     models = config["models"]
-    names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(config) if "prepare" in models[m]}
+    names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(grid_now()) if "prepare" in models[m]}
     return sorted(paths.data_path(config, n) for n in names)
 
 
@@ -345,7 +354,7 @@ def preflight_files():
 
 
 def teacher_spec(wc):
-    return job_spec(f"teachers/{wc.model}", jobs.teacher_job_spec(config, wc.model))
+    return job_spec(f"teachers/{wc.model}", jobs.teacher_job_spec(grid_now(), wc.model))
 
 
 def teacher_inputs(wc):
@@ -357,14 +366,14 @@ def teacher_inputs(wc):
 
 
 def eval_spec(wc):
-    spec = jobs.eval_spec(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
+    spec = jobs.eval_spec(grid_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     return job_spec(f"eval/{wc.setting}/{wc.variant}/s{wc.seed}/{wc.ckpt}", spec)
 
 
 def eval_inputs(wc):
-    jobs.check_evaluated(config_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
+    jobs.check_evaluated(grid_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
-    data = [paths.data_path(config, b) for b in jobs.benchmarks_for(config, s["domain"])]
+    data = [paths.data_path(config, b) for b in jobs.benchmarks_for(GRID, s["domain"])]
     if wc.variant == "base-student":
         return data + paths.model_inputs(config, s["student"])
     if wc.variant == "base-teacher":
@@ -374,12 +383,12 @@ def eval_inputs(wc):
 
 def eval_outputs(domain):
     return [
-        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in jobs.benchmarks_for(config, domain)
+        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in jobs.benchmarks_for(GRID, domain)
     ]
 
 
 def eval_records(wc=None):
-    return jobs.eval_records(resolved() if TUNED else config)
+    return jobs.eval_records(grid_now(resolved() if TUNED else None))
 
 
 # The whole grid's report and summaries, or a selection's beside them (scout.report.report_dir)
@@ -394,16 +403,16 @@ def summary_files():
 # -- analysis and report ------------------------------------------------------------------------
 
 
-def _config_of_setting(setting):
-    return resolved() if TUNED and setting not in INDEPENDENT else config
+def _grid_of_setting(setting):
+    return grid_now(resolved() if TUNED and setting not in INDEPENDENT else None)
 
 
 def analysis_spec(wc):
-    return job_spec(f"analysis/{wc.setting}", jobs.analysis_spec(_config_of_setting(wc.setting), wc.setting))
+    return job_spec(f"analysis/{wc.setting}", jobs.analysis_spec(_grid_of_setting(wc.setting), wc.setting))
 
 
 def analysis_inputs(wc):
-    return jobs.analysis_inputs(_config_of_setting(wc.setting), wc.setting)
+    return jobs.analysis_inputs(_grid_of_setting(wc.setting), wc.setting)
 
 
 def independent_targets():
@@ -411,17 +420,17 @@ def independent_targets():
     the searches run (the report, which needs every choice, waits for them)."""
     if not TUNED:
         return []
-    units = [u for u in jobs.eval_units(config) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
+    units = [u for u in jobs.eval_units(grid_now()) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
     out = []
     for setting, variant, seed, ckpt in units:
         folder = paths.eval_dir(config, setting, variant, seed, ckpt)
-        out += [f"{folder}/{b}.json" for b in jobs.benchmarks_for(config, config["settings"][setting]["domain"])]
+        out += [f"{folder}/{b}.json" for b in jobs.benchmarks_for(GRID, config["settings"][setting]["domain"])]
     probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
-    return out + [f"{jobs.analysis_dir(config, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
+    return out + [f"{jobs.analysis_dir(GRID, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
 
 
 def toy_pretrain_spec(wc):
-    return job_spec(f"toy/pretrain-{wc.model}", jobs.toy_pretrain_spec(config, wc.model))
+    return job_spec(f"toy/pretrain-{wc.model}", jobs.toy_pretrain_spec(GRID, wc.model))
 
 
 def config_spec():
@@ -442,7 +451,7 @@ def report_inputs(wc):
 
 def analysis_files():
     settings = config.get("analysis", {}).get("settings", [])
-    return [f"{jobs.analysis_dir(config, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
+    return [f"{jobs.analysis_dir(GRID, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
 
 
 # -- report -------------------------------------------------------------------------------------
