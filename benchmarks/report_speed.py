@@ -31,7 +31,7 @@ def make_cache(cfg: dict, work: Path) -> tuple[Path, int]:
     g = grid.Grid.of(cfg)
     runs = g.seeds
     for setting, variant, seed, ckpt in jobs.eval_units(g):
-        for b in jobs.benchmarks_for(g, cfg["settings"][setting]["domain"]):
+        for b in g.benchmarks_for(g.settings[setting].domain):
             mean, sem = min(1, max(0, rng.gauss(0.5, 0.05))), 0.01
             if ckpt == "final":
                 run = runs[(setting, variant)].index(int(seed)) + 1

@@ -3,7 +3,7 @@ learning rates (tuned ones as the tuning stage chose them) and the benchmarks.""
 
 from __future__ import annotations
 
-from scout import jobs, schema, tuning
+from scout import schema, tuning
 from scout.grid import Grid
 from scout.methods import METHODS
 from scout.render import lr_entry
@@ -131,7 +131,7 @@ def lr_table(grid: Grid) -> dict:
 def benchmark_table(grid: Grid) -> dict:
     config = grid.config
     domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
-    cols = [(d, b) for d in domains for b in jobs.benchmarks_for(grid, d)]
+    cols = [(d, b) for d in domains for b in grid.benchmarks_for(d)]
     return {
         "name": "benchmarks",
         "template": "benchmarks",

@@ -241,15 +241,15 @@ def expected_seconds(grid: Grid, rule: str, unit, resources: dict, g: GPU,
         pilot = pilots.get((unit.setting, unit.variant))
         if pilot is not None:
             return pilot.seconds(steps), "pilot"
-        s = config["settings"][unit.setting]
-        student, teacher = model_params(config, s["student"]), model_params(config, s["teacher"])
+        s = grid.settings[unit.setting]
+        student, teacher = model_params(config, s.student), model_params(config, s.teacher)
         if not gpus or student is None or teacher is None:
             return None, ""
         return modelled_train_seconds(spec, student * 1e9, teacher * 1e9, gpus, g), "model"
     if rule == "evaluate":
         setting, variant, seed, ckpt = unit
-        s = config["settings"][setting]
-        evaluated = model_params(config, s["teacher"] if variant == "base-teacher" else s["student"])
+        s = grid.settings[setting]
+        evaluated = model_params(config, s.teacher if variant == "base-teacher" else s.student)
         if not gpus or evaluated is None:
             return None, ""
         return modelled_eval_seconds(jobs.eval_spec(grid, setting, variant, seed, ckpt), evaluated * 1e9, gpus, g), "model"

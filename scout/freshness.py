@@ -97,8 +97,9 @@ class Freshness:
                 out[cell] = None
                 continue
             why = _changed(info.get("spec"), jobs.train_job_spec(self.grid, cell))
-            s = self.config["settings"][cell.setting]
-            why += [f"its {role} model {s[role]} is stale" for role in ("student", "teacher") if self.model(s[role])]
+            s = self.grid.settings[cell.setting]
+            why += [f"its {role} model {m} is stale" for role, m in (("student", s.student), ("teacher", s.teacher))
+                    if self.model(m)]  # fmt: skip
             start = plans[cell].continues
             if start is not None and out.get(start):
                 why.append(f"the run it continues ({start.key}) is stale")
@@ -120,15 +121,15 @@ class Freshness:
         spec = jobs.eval_spec(self.grid, setting, variant, seed, ckpt)
         want = spec_digest(spec)
         why: list[str] = []
-        for b in jobs.benchmarks_for(self.grid, self.config["settings"][setting]["domain"]):
+        for b in self.grid.benchmarks_for(self.grid.settings[setting].domain):
             rec = _json(self._path(f"{paths.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
             if rec is None:
                 continue
             if rec.get("spec_digest", want) != want:  # records from before digests were kept count as fresh
                 why.append("its evaluation spec changed (benchmarks, repeats or sampling)")
             if variant in BASE_VARIANTS:
-                role = "teacher" if variant == "base-teacher" else "student"
-                model = self.config["settings"][setting][role]
+                s = self.grid.settings[setting]
+                model = s.teacher if variant == "base-teacher" else s.student
                 if self.model(model):
                     why.append(f"its model {model} is stale")
                 continue
@@ -158,7 +159,7 @@ class Freshness:
             cell = probed.get(run)
             if cell is not None and self.training(cell):
                 why.append(f"its probed run {cell.key} is stale")
-        teacher = self.config["settings"][setting]["teacher"]
+        teacher = self.grid.settings[setting].teacher
         if self.model(teacher):
             why.append(f"its teacher {teacher} is stale")
         return why or None
@@ -182,7 +183,7 @@ class Freshness:
         for unit in jobs.eval_units(self.grid):
             why = self.evaluation(unit)
             if why:
-                first = jobs.benchmarks_for(self.grid, cfg["settings"][unit[0]]["domain"])[0]
+                first = self.grid.benchmarks_for(self.grid.settings[unit[0]].domain)[0]
                 out.append(Stale("evaluation", "/".join(unit), f"{paths.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
         for s in cfg.get("analysis", {}).get("settings", []):
             why = self.analysis(s)

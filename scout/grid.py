@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import backends, schema, tuning
+from scout import backends, entries, schema, tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
@@ -376,6 +376,18 @@ class Grid:
             while len(cls._MEMO) > 16:
                 cls._MEMO.popitem(last=False)
         return grid
+
+    @cached_property
+    def settings(self) -> dict[str, entries.Setting]:
+        return entries.settings(self.config)
+
+    @cached_property
+    def benchmarks(self) -> dict[str, entries.Benchmark]:
+        return entries.benchmarks(self.config)
+
+    def benchmarks_for(self, domain: str) -> list[str]:
+        """The benchmarks a setting of ``domain`` is evaluated on, in config order."""
+        return [b.name for b in self.benchmarks.values() if b.domain == domain]
 
     @property
     def is_cut(self) -> bool:

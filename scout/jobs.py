@@ -31,7 +31,7 @@ def data_spec(grid: Grid, name: str) -> dict:
     spec = {"name": base, **entry, **grid.config.get("data", {})}
     if entry.get("holdout"):
         spec["part"] = part
-        spec["tests"] = [data_path(grid.config, b) for b in benchmarks_for(grid, entry["domain"])]
+        spec["tests"] = [data_path(grid.config, b) for b in grid.benchmarks_for(entry["domain"])]
     if part == "holdout":
         return spec
     if name in grid.config.get("datasets", {}):
@@ -43,9 +43,9 @@ def data_spec(grid: Grid, name: str) -> dict:
 
 def _training_views(grid: Grid, data: str) -> list[dict]:
     out = []
-    for s in grid.config["settings"].values():
-        if s["train_data"] == data:
-            out.append(data_view(grid.config, s["student"], s.get("max_prompt_length", grid.config["training"]["max_prompt_length"])))
+    for s in grid.settings.values():
+        if s.train_data == data:
+            out.append(data_view(grid.config, s.student, s.max_prompt_length or grid.config["training"]["max_prompt_length"]))
     for spec in grid.config["models"].values():
         if spec.get("prepare", {}).get("data") == data:
             out.append(data_view(grid.config, spec["prepare"]["base"], grid.config["training"]["max_prompt_length"]))
@@ -55,7 +55,7 @@ def _training_views(grid: Grid, data: str) -> list[dict]:
 def train_resources(grid: Grid, setting: str, method: str, variant: str) -> dict:
     """What a training job asks for: its configured resources, as its backend places them (a verl
     cell scoring against a teacher server asks for its student's pool alone)."""
-    served = bool(grid.config["settings"][setting].get("teacher_server")) and METHODS[method].scores_with_frozen_teacher
+    served = bool(grid.settings[setting].teacher_server) and METHODS[method].scores_with_frozen_teacher
     res = job_resources(grid.config, "train", setting, method, variant)
     return backends.of(grid.config).train_resources(method, res, served)
 
@@ -151,8 +151,8 @@ def trained_cell(grid: Grid, setting: str, variant: str, seed: str | int) -> Cel
 
 def train_inputs(grid: Grid, cell: Cell, continuation: bool = True) -> list[str]:
     """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
-    s = grid.config["settings"][cell.setting]
-    out = [data_path(grid.config, s["train_data"]), *model_inputs(grid.config, s["student"]), *model_inputs(grid.config, s["teacher"])]
+    s = grid.settings[cell.setting]
+    out = [data_path(grid.config, s.train_data), *model_inputs(grid.config, s.student), *model_inputs(grid.config, s.teacher)]
     start = grid.plans[cell].continues if continuation else None
     if start is not None:
         out.append(f"{train_dir(grid.config, start.setting, start.variant, start.seed)}/train.json")
@@ -179,15 +179,12 @@ def shared_runs(grid: Grid) -> dict[tuple[str, str], tuple[str, str]]:
     return {k: next(iter(v)) for k, v in out.items() if len(v) == 1 and None not in v}
 
 
-def benchmarks_for(grid: Grid, domain: str) -> list[str]:
-    return [b for b, spec in grid.config["benchmarks"].items() if spec["domain"] == domain]
-
 
 def _base_units(grid: Grid) -> list[tuple[str, str, str, str]]:
     """The untrained student and teacher of each setting the grid trains (a reduced experiment,
     ``select``, evaluates and reports its own settings only)."""
     used = {c.setting for c in grid.cells}
-    return [(setting, v, "0", "final") for setting in grid.config["settings"] if setting in used for v in BASE_VARIANTS]
+    return [(setting, v, "0", "final") for setting in grid.settings if setting in used for v in BASE_VARIANTS]
 
 
 def report_units(grid: Grid) -> list[tuple[str, str, str, str]]:
@@ -203,14 +200,14 @@ def settings_in_grid(grid: Grid) -> list[str]:
     """The settings a job of the grid touches: those its cells train and those its teacher probes
     visit (a reduced experiment, ``select``, builds the models and data of these only)."""
     used = {c.setting for c in grid.cells} | set(grid.config.get("analysis", {}).get("settings", []))
-    return [s for s in grid.config["settings"] if s in used]
+    return [s for s in grid.settings if s in used]
 
 
 def models_in_grid(grid: Grid) -> list[str]:
     """The models the grid's jobs load: teacher and student of each setting it touches, and the base
     each prepared teacher starts from (what pretraining, teacher preparation and data serve)."""
-    settings = [grid.config["settings"][s] for s in settings_in_grid(grid)]
-    used = {s[role] for s in settings for role in ("teacher", "student")}
+    settings = [grid.settings[s] for s in settings_in_grid(grid)]
+    used = {m for s in settings for m in (s.teacher, s.student)}
     used |= {grid.config["models"][m]["prepare"]["base"] for m in used if "prepare" in grid.config["models"][m]}
     return sorted(used)
 
@@ -231,8 +228,8 @@ def eval_records(grid: Grid) -> list[str]:
     """Every evaluation record the grid writes (one per unit and benchmark of its domain)."""
     out = []
     for setting, variant, seed, ckpt in eval_units(grid):
-        domain = grid.config["settings"][setting]["domain"]
-        out += [f"{eval_dir(grid.config, setting, variant, seed, ckpt)}/{b}.json" for b in benchmarks_for(grid, domain)]
+        domain = grid.settings[setting].domain
+        out += [f"{eval_dir(grid.config, setting, variant, seed, ckpt)}/{b}.json" for b in grid.benchmarks_for(domain)]
     return out
 
 
@@ -247,8 +244,8 @@ def engine_device(grid: Grid) -> dict:
 
 def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
     """Everything an evaluation job needs: model, benchmarks with their files and sampling."""
-    s = grid.config["settings"][setting]
-    evaluated = s["teacher"] if variant == "base-teacher" else s["student"]
+    s = grid.settings[setting]
+    evaluated = s.teacher if variant == "base-teacher" else s.student
     run_dir, step = None, None
     if variant in BASE_VARIANTS:
         model = model_path(grid.config, evaluated)
@@ -268,10 +265,10 @@ def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str
         "seed": int(seed),
         "checkpoint": ckpt,
         "model": model,
-        "domain": s["domain"],
+        "domain": s.domain,
         "benchmarks": {
             b: {**grid.config["benchmarks"][b], "path": data_path(grid.config, b), "repeats": _repeats(grid, b, ckpt)}
-            for b in benchmarks_for(grid, s["domain"])
+            for b in grid.benchmarks_for(s.domain)
         },
         "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
         "engine": schema.setting(grid.config, "evaluation.engine"),
@@ -292,18 +289,18 @@ def validation_data(grid: Grid, domain: str) -> tuple[str, int, int]:
 
 def validation_record(grid: Grid, cell: Cell) -> str:
     """The record of a tuning run's validation (the workflow's ``validate`` output)."""
-    name, _, _ = validation_data(grid, grid.config["settings"][cell.setting]["domain"])
+    name, _, _ = validation_data(grid, grid.settings[cell.setting].domain)
     return f"{tuning.validation_dir(grid.config, cell.setting, cell.variant, cell.seed)}/validation/{name}.json"
 
 
 def validation_spec(grid: Grid, setting: str, variant: str, seed: str | int) -> dict:
     """A tuning run's evaluation on its domain's validation set: the final checkpoint, the test
     benchmarks' files named so that the job refuses a validation prompt that is also a test one."""
-    s = grid.config["settings"][setting]
-    name, rows, repeats = validation_data(grid, s["domain"])
+    s = grid.settings[setting]
+    name, rows, repeats = validation_data(grid, s.domain)
     spec = eval_spec(grid, setting, variant, seed, "final")
     spec["disjoint_from"] = {b: v["path"] for b, v in spec["benchmarks"].items()}
-    spec["benchmarks"] = {name: {"domain": s["domain"], "rows": rows, "repeats": repeats,
+    spec["benchmarks"] = {name: {"domain": s.domain, "rows": rows, "repeats": repeats,
                                  "path": data_path(grid.config, name)}}  # fmt: skip
     spec["run_dir"] = None  # the run's tracking logs its test evaluations only
     return spec
@@ -312,7 +309,7 @@ def validation_spec(grid: Grid, setting: str, variant: str, seed: str | int) -> 
 def _repeats(grid: Grid, benchmark: str, ckpt: str) -> int:
     """Samples per question: the benchmark's ``repeats`` at final checkpoints, whose precision the
     tables and claims rest on; ``evaluation.intermediate_repeats`` (fewer) at the curves' points."""
-    full = grid.config["benchmarks"][benchmark]["repeats"]
+    full = grid.benchmarks[benchmark].repeats
     if ckpt == "final":
         return full
     return min(full, grid.config["evaluation"].get("intermediate_repeats", full))
@@ -328,7 +325,7 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
     trained teacher on the initial and the final student's responses."""
     a = grid.config["analysis"]
     bench = a["benchmark"]
-    teacher = grid.config["settings"][setting]["teacher"]
+    teacher = grid.settings[setting].teacher
     return {
         "setting": setting,
         "teacher": model_path(grid.config, teacher),
@@ -354,7 +351,7 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
         ],
         "ratios": a["ratios"],
         "split": schema.setting(grid.config, "methods.scout.split"),  # prefixes cut as SCOUT cuts them
-        "answer_marker": grid.config["methods"]["scout"].get("answer_marker", {}).get(grid.config["settings"][setting]["domain"]),
+        "answer_marker": grid.config["methods"]["scout"].get("answer_marker", {}).get(grid.settings[setting].domain),
         "k": a["k"],
         "responses": a.get("responses"),
         "questions": a.get("questions"),
@@ -401,7 +398,7 @@ def _probed_checkpoints(grid: Grid, setting: str, seed: int) -> list[str]:
 
 def analysis_inputs(grid: Grid, setting: str) -> list[str]:
     bench = grid.config["analysis"]["benchmark"]
-    out = [data_path(grid.config, bench)] + model_inputs(grid.config, grid.config["settings"][setting]["teacher"])
+    out = [data_path(grid.config, bench)] + model_inputs(grid.config, grid.settings[setting].teacher)
     out += [f"{eval_dir(grid.config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for variant, _ in compared_teachers(grid, setting):
         out += [f"{run_dir(grid, setting, variant, seed)}/train.json" for seed in probed_seeds(grid, setting, variant)]

@@ -36,9 +36,9 @@ def peak_disk_gb(grid: Grid, cell: Cell, keep: str | None = None) -> float | Non
     and the student's bf16 exports of every evaluated checkpoint. None where a model's size is not
     in the config."""
     config = grid.config
-    setting = config["settings"][cell.setting]
-    student = cost.model_params(config, setting["student"])
-    teacher = cost.model_params(config, setting["teacher"]) if METHODS[cell.method].trains_teacher else 0.0
+    setting = grid.settings[cell.setting]
+    student = cost.model_params(config, setting.student)
+    teacher = cost.model_params(config, setting.teacher) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
     evaluated = len(runs.checkpoint_steps(training_runs.run_spec(grid, cell)))
@@ -109,7 +109,7 @@ def _rows(grid: Grid) -> list[dict]:
         if is_search(c):
             add("tuning", "validate", jobs.validation_record(grid, c), job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in jobs.eval_units(grid):
-        first = jobs.benchmarks_for(grid, config["settings"][setting]["domain"])[0]
+        first = grid.benchmarks_for(grid.settings[setting].domain)[0]
         target = f"{paths.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
@@ -304,14 +304,14 @@ def teacher_options(grid: Grid) -> pd.DataFrame:
     rows = []
     scout_settings = dict.fromkeys(c.setting for c in grid.cells if METHODS[c.method].trains_teacher)
     for setting in scout_settings:
-        teacher = config["settings"][setting]["teacher"]
+        teacher = grid.settings[setting].teacher
         params, arch = cost.model_params(config, teacher), cost.model_arch(config, teacher)
         opd = job_resources(config, "train", setting, "opd", "opd")
         sc = job_resources(config, "train", setting, "scout", "scout")
         if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
             continue
-        s, tr = config["settings"][setting], config["training"]
-        tokens = s.get("max_prompt_length", tr["max_prompt_length"]) + tr["max_response_length"]
+        tr = config["training"]
+        tokens = (grid.settings[setting].max_prompt_length or tr["max_prompt_length"]) + tr["max_response_length"]
         gpus = opd["nodes"] * opd["gpus_per_node"]
         rows.append({"setting": setting, "option": "OPD", "nodes": opd["nodes"], "gpus": gpus,
                      "gpu_hours": tc.gpu_hours(gpus, opd["runtime"])})  # fmt: skip
@@ -354,7 +354,7 @@ def teacher_servers(grid: Grid) -> pd.DataFrame:
     by_teacher: dict[str, list] = {}
     for c in grid.cells:
         if METHODS[c.method].scores_with_frozen_teacher and plans[c].shares is None:
-            by_teacher.setdefault(config["settings"][c.setting]["teacher"], []).append(c)
+            by_teacher.setdefault(grid.settings[c.setting].teacher, []).append(c)
     rows = []
     for teacher, cells in by_teacher.items():
         params = cost.model_params(config, teacher)

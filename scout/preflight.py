@@ -18,20 +18,20 @@ def _base_path(config: dict, model_id: str) -> str:
 
 def cell_check(grid: Grid, cell: Cell) -> CellCheck:
     config, spec = grid.config, grid.spec(cell)
-    setting = config["settings"][cell.setting]
-    teacher = setting.get("teacher") if METHODS[cell.method].needs_teacher else None
-    models = [setting["student"]] + ([teacher] if teacher else [])
+    setting = grid.settings[cell.setting]
+    teacher = setting.teacher if METHODS[cell.method].needs_teacher else None
+    models = [setting.student] + ([teacher] if teacher else [])
     return CellCheck(
         key=cell.key,
         spec=spec,
         resources=jobs.train_resources(grid, cell.setting, cell.method, cell.variant),
         out_dir=paths.train_dir(config, cell.setting, cell.variant, cell.seed),
-        student=setting["student"],
+        student=setting.student,
         teacher=teacher,
         arch={m: _base_path(config, m) for m in models},
-        train_data=setting["train_data"],
-        data_path=paths.data_path(config, setting["train_data"]),
-        view=data_view(config, setting["student"], spec["max_prompt_length"]),
+        train_data=setting.train_data,
+        data_path=paths.data_path(config, setting.train_data),
+        view=data_view(config, setting.student, spec["max_prompt_length"]),
     )
 
 
@@ -41,12 +41,12 @@ def pair_checks(grid: Grid, cells: list[Cell] | None = None) -> list[PairCheck]:
     settings = dict.fromkeys(c.setting for c in (cells or grid.cells) if METHODS[c.method].needs_teacher)
     out = []
     for name in settings:
-        s = config["settings"][name]
+        s = grid.settings[name]
         out.append(PairCheck(
-            name=f"{name}: {s['teacher']} scores {s['student']}",
-            tokenizers=(_base_path(config, s["student"]), _base_path(config, s["teacher"])),
-            chats=(chat_options(config, s["student"]), chat_options(config, s["teacher"])),
-            data_path=paths.data_path(config, s["train_data"]),
+            name=f"{name}: {s.teacher} scores {s.student}",
+            tokenizers=(_base_path(config, s.student), _base_path(config, s.teacher)),
+            chats=(chat_options(config, s.student), chat_options(config, s.teacher)),
+            data_path=paths.data_path(config, s.train_data),
         ))  # fmt: skip
     return out
 

@@ -78,7 +78,7 @@ def missing_evaluations(grid: Grid, df) -> list[str]:
         have = set(zip(df.setting, df.variant, df.seed.astype(str), df.checkpoint, df.benchmark, strict=True))
     out = []
     for setting, variant, seed, ckpt in jobs.report_units(grid):
-        benches = jobs.benchmarks_for(grid, grid.config["settings"][setting]["domain"])
+        benches = grid.benchmarks_for(grid.settings[setting].domain)
         gone = [b for b in benches if (setting, variant, str(seed), ckpt, b) not in have]
         if gone:
             what = "all benchmarks" if len(gone) == len(benches) else ", ".join(gone)

@@ -252,7 +252,7 @@ def toy_files(config: dict) -> list[str]:
                 out.append(f"{run}/final/model.safetensors")
                 if method == "scout":
                     out.append(f"{run}/final-teacher/model.safetensors")
-        bench = jobs.benchmarks_for(grid, config["settings"][setting]["domain"])[0]
+        bench = grid.benchmarks_for(grid.settings[setting].domain)[0]
         out.append(f"eval/{setting}/base-student/s0/final/{bench}.generations.jsonl")
     return out
 

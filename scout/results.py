@@ -201,18 +201,17 @@ def parse_import(grid: Grid, csv_path: str | Path, scale: str = "fraction") -> l
 
 
 def _import_row(grid: Grid, row, runs, cell_methods, top, scale) -> dict:
-    config = grid.config
     setting, variant, bench = (row.get(k, "").strip() for k in ("setting", "method", "benchmark"))
-    if setting not in config["settings"]:
-        raise ValueError(f"unknown setting {setting!r} (known: {', '.join(config['settings'])})")
+    if setting not in grid.settings:
+        raise ValueError(f"unknown setting {setting!r} (known: {', '.join(grid.settings)})")
     if (setting, variant) not in runs:
         known = sorted(v for s, v in runs if s == setting)
         raise ValueError(f"unknown method {variant!r} for setting {setting!r} (known: {', '.join(known)})")
-    domain = config["settings"][setting]["domain"]
-    if bench not in jobs.benchmarks_for(grid, domain):
+    domain = grid.settings[setting].domain
+    if bench not in grid.benchmarks_for(domain):
         raise ValueError(
             f"unknown benchmark {bench!r} for the {domain} setting {setting!r} "
-            f"(known: {', '.join(jobs.benchmarks_for(grid, domain))})"
+            f"(known: {', '.join(grid.benchmarks_for(domain))})"
         )
     run_text = row.get("run", "").strip()
     if not run_text.isdigit() or int(run_text) < 1:
@@ -226,7 +225,7 @@ def _import_row(grid: Grid, row, runs, cell_methods, top, scale) -> dict:
         raise ValueError(f"mean {mean} is outside [0, {top:g}]{hint}")
     if not 0.0 <= sem <= top:
         raise ValueError(f"sem {sem} is outside [0, {top:g}]")
-    b = config["benchmarks"][bench]
+    b = grid.benchmarks[bench]
     return {
         "setting": setting,
         "variant": variant,
@@ -236,8 +235,8 @@ def _import_row(grid: Grid, row, runs, cell_methods, top, scale) -> dict:
         "benchmark": bench,
         "mean": mean / top,
         "sem": sem / top,
-        "repeats": b["repeats"],
-        "rows": b["rows"],
+        "repeats": b.repeats,
+        "rows": b.rows,
         "source": "imported",
     }
 
@@ -400,7 +399,7 @@ class Cache:
         return f"{label} ({', '.join(extras)})" if extras else label
 
     def benchmarks(self, setting: str) -> list[str]:
-        return jobs.benchmarks_for(self.grid, self.config["settings"][setting]["domain"])
+        return self.grid.benchmarks_for(self.grid.settings[setting].domain)
 
     def row(self, setting: str, variant: str) -> Row:
         key = (setting, variant)
@@ -415,7 +414,7 @@ class Cache:
                     if len(self.final) and k in self.final.index:
                         rec = self.final.loc[k]
                         y.loc[s, b], e.loc[s, b] = float(rec["mean"]), float(rec["sem"])
-            reps = {b: self.config["benchmarks"][b]["repeats"] for b in benches}
+            reps = {b: self.grid.benchmarks[b].repeats for b in benches}
             self._rows[key] = Row(setting, variant, seeds, y, e, reps)
         return self._rows[key]
 

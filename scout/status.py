@@ -175,7 +175,7 @@ def _evaluations(grid: Grid, work: Path, fresh: Freshness, damaged: list[str]) -
     done = stale = 0
     for s, v, seed, ck in units:
         whole = True
-        for b in jobs.benchmarks_for(grid, config["settings"][s]["domain"]):
+        for b in grid.benchmarks_for(grid.settings[s].domain):
             path = Path(paths.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
             if not (work / path).exists():
                 whole = False

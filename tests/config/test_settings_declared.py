@@ -5,6 +5,7 @@ and default. Code reads defaults from there (``scout.schema``), and the key refe
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import jsonschema
@@ -141,3 +142,33 @@ def test_a_setting_the_docs_name_is_one_the_schema_accepts():
     cfg["training"]["share_runs"] = False
     C.validate(cfg)
     assert Path(REPO / "docs" / "reference.md").read_text().count("training.share_runs: false")
+
+
+@pytest.mark.parametrize("section, kind", [("settings", "Setting"), ("benchmarks", "Benchmark")])
+def test_a_typed_entry_holds_exactly_the_keys_the_schema_declares(section, kind):
+    """``scout.entries``' records and the schema's entries cannot drift: a key added to one alone fails."""
+    from scout import entries
+
+    declared = set(schema.node((section, "*"))["properties"])
+    assert entries.declared_keys(getattr(entries, kind)) == declared
+
+
+def test_a_typed_entry_reads_the_schema_default_and_leaves_the_rest_unset():
+    from scout import entries
+    from scout.grid import Grid
+    from tests.support.toy import toy_config
+
+    cfg = toy_config()
+    cfg["settings"]["toy-l-s-math"].pop("epochs", None)
+    cfg["settings"]["toy-l-s-math"]["max_prompt_length"] = 40
+    grid = Grid.of(cfg)
+    s = grid.settings["toy-l-s-math"]
+    assert isinstance(s, entries.Setting) and s.name == "toy-l-s-math"
+    assert (s.teacher, s.student, s.domain) == ("toy-large", "toy-small", "math")
+    assert s.epochs == 1 == schema.default("settings.*.epochs")  # unwritten: the schema's default
+    assert s.max_prompt_length == 40 and s.caveat is None  # written; unwritten without a default
+    b = grid.benchmarks["tc-hard"]
+    assert (b.domain, b.rows, b.repeats, b.label) == ("code", 256, 10, None)
+    assert grid.benchmarks_for("code") == ["tc-easy", "tc-hard"]  # config order
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.domain = "code"

@@ -395,7 +395,7 @@ def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
     test_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": [{"role": "user", "content": f"Q{i}"}],
                                              "answer": str(i), "domain": "math"}) + "\n" for i in range(6)))  # fmt: skip
     spec = {k: v for k, v in jobs.data_spec(Grid.of(cfg), "openr1-math-46k").items() if k != "views"}
-    assert spec["tests"] == [paths.data_path(cfg, b) for b in jobs.benchmarks_for(Grid.of(cfg), "math")]
+    assert spec["tests"] == [paths.data_path(cfg, b) for b in Grid.of(cfg).benchmarks_for("math")]
     spec["tests"] = [str(test_file)]
     said = []
     assert prepare(spec, tmp_path / "train.jsonl", log=said.append) == 9

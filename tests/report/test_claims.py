@@ -19,7 +19,7 @@ import yaml
 from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
-from scout import claims, jobs, paths, results, stats, verdicts
+from scout import claims, paths, results, stats, verdicts
 from scout.grid import Grid
 from scout.verdicts import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.support.toy import REPO, toy_config
@@ -267,7 +267,7 @@ def _cache(cfg):
 
 def _runs(cfg, setting, variant, means):
     for seed, mean in enumerate(means, start=1):
-        for b in jobs.benchmarks_for(Grid.of(cfg), cfg["settings"][setting]["domain"]):
+        for b in Grid.of(cfg).benchmarks_for(cfg["settings"][setting]["domain"]):
             _record(cfg, setting, variant, seed, b, mean)
 
 
@@ -338,7 +338,7 @@ def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
     cfg["experiments"]["main"]["seeds"] = [1, 2, 3, 4]
     _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
     for seed in (3, 4):  # seeds 3 and 4 of SCOUT: only seed 3 pairs
-        for b in jobs.benchmarks_for(Grid.of(cfg), "math"):
+        for b in Grid.of(cfg).benchmarks_for("math"):
             _record(cfg, s, "scout", seed, b, 0.60 + 0.03 * (seed - 3))
     c = _one(claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1), "scout_beats_opd", s)
     assert c.test == verdicts.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"

@@ -32,7 +32,7 @@ def _evaluate(work, cfg, variant, seed=1):
     trained = json.loads((work / paths.train_dir(cfg, S, variant, seed) / "train.json").read_text())["spec"]
     d = work / paths.eval_dir(cfg, S, variant, seed, "final")
     d.mkdir(parents=True, exist_ok=True)
-    for b in jobs.benchmarks_for(Grid.of(cfg), "math"):
+    for b in Grid.of(cfg).benchmarks_for("math"):
         rec = {"setting": S, "variant": variant, "method": variant, "seed": seed, "checkpoint": "final",
                "benchmark": b, "mean": 0.5, "sem": 0.01, "spec_digest": spec_digest(spec),
                "trained": spec_digest(trained)}  # fmt: skip

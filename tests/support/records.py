@@ -29,7 +29,7 @@ def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
         setting, variant, s, ckpt = unit
         out = Path(paths.eval_dir(cfg, *unit))
         out.mkdir(parents=True, exist_ok=True)
-        for b in jobs.benchmarks_for(Grid.of(cfg), cfg["settings"][setting]["domain"]):
+        for b in Grid.of(cfg).benchmarks_for(cfg["settings"][setting]["domain"]):
             mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
             rec = {"setting": setting, "variant": variant, "method": variant, "seed": int(s), "checkpoint": ckpt}
             rec |= {"benchmark": b, "mean": mean, "sem": 0.01, "repeats": cfg["benchmarks"][b]["repeats"]}

@@ -373,7 +373,7 @@ def eval_spec(wc):
 def eval_inputs(wc):
     jobs.check_evaluated(grid_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
     s = config["settings"][wc.setting]
-    data = [paths.data_path(config, b) for b in jobs.benchmarks_for(GRID, s["domain"])]
+    data = [paths.data_path(config, b) for b in GRID.benchmarks_for(s["domain"])]
     if wc.variant == "base-student":
         return data + paths.model_inputs(config, s["student"])
     if wc.variant == "base-teacher":
@@ -383,7 +383,7 @@ def eval_inputs(wc):
 
 def eval_outputs(domain):
     return [
-        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in jobs.benchmarks_for(GRID, domain)
+        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in GRID.benchmarks_for(domain)
     ]
 
 
@@ -424,7 +424,7 @@ def independent_targets():
     out = []
     for setting, variant, seed, ckpt in units:
         folder = paths.eval_dir(config, setting, variant, seed, ckpt)
-        out += [f"{folder}/{b}.json" for b in jobs.benchmarks_for(GRID, config["settings"][setting]["domain"])]
+        out += [f"{folder}/{b}.json" for b in GRID.benchmarks_for(GRID.settings[setting].domain)]
     probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
     return out + [f"{jobs.analysis_dir(GRID, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
 
