@@ -31,7 +31,8 @@ def style(i: int) -> dict:
 
 def save(fig, out_dir: Path, name: str, caption: str, legend_outside: bool = True) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / f"{name}.pdf", bbox_inches="tight")
+    # no creation date in the PDF: a report rendered again from the same cache is the same bytes
+    fig.savefig(out_dir / f"{name}.pdf", bbox_inches="tight", metadata={"CreationDate": None})
     fig.savefig(out_dir / f"{name}.png", dpi=150, bbox_inches="tight")
     plt.close(fig)
     return {"name": name, "pdf": f"{name}.pdf", "png": f"{name}.png", "caption": caption}

@@ -432,3 +432,20 @@ def test_a_settings_own_interval_reaches_the_sweep_and_the_caption(tmp_path):
     # each f with the variants that run it, and the setting where a variant's f differs by setting
     assert "every f = 2 (scout, toy-l-s-math; scout, toy-l-s-code; " in caption
     assert ", 5 (scout, toy-mg-s-math), 1 (scout-f1), 3 (scout-f3), 4 (scout-f4) steps" in caption
+
+
+def test_a_figure_saved_again_is_the_same_bytes(tmp_path, monkeypatch):
+    """A report rendered again from the same cache changes no file: its PDFs carry no creation date."""
+    import time
+
+    from scout.plotting import plt, save
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)  # matplotlib's own way to fix the date
+    made = []
+    for run in ("a", "b"):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1, 2], [0.1, 0.4, 0.3])
+        save(fig, tmp_path / run, "curve", "a curve")
+        made.append((tmp_path / run / "curve.pdf").read_bytes())
+        time.sleep(1.1)  # a date written to the second would differ
+    assert made[0] == made[1] and b"CreationDate" not in made[0]
