@@ -382,9 +382,7 @@ def eval_inputs(wc):
 
 
 def eval_outputs(domain):
-    return [
-        f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in GRID.benchmarks_for(domain)
-    ]
+    return [f"{RES}/eval/{{setting}}/{{variant}}/s{{seed}}/{{ckpt}}/{b}.json" for b in GRID.benchmarks_for(domain)]
 
 
 def eval_records(wc=None):
