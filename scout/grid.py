@@ -405,6 +405,15 @@ class Grid:
         checkpoints its own cells are evaluated at, not every one the whole grid's runs export)."""
         return Grid.of({k: v for k, v in self.config.items() if k != "selected_from"}) if self.is_cut else self
 
+    def in_whole(self, cell: Cell) -> Cell | None:
+        """The whole grid's cell that is this one (the same key and overrides; the first one, as
+        ``find``), or None: under a selection a kept run is the whole grid's run."""
+        return self.whole._by_identity.get((cell.key, cell.overrides))
+
+    @cached_property
+    def _by_identity(self) -> dict[tuple[str, tuple], Cell]:
+        return {(c.key, c.overrides): c for c in reversed(self.runs)}  # the first one wins
+
     @cached_property
     def cells(self) -> list[Cell]:
         return _expand_cells(self.config)

@@ -52,7 +52,7 @@ def evaluated_for(grid: Grid, cell: Cell) -> str:
     """Why a run holds intermediate checkpoints: each cell of the whole grid that evaluates them (a
     selection keeps the whole grid's runs), with its experiment and cadence; empty where none."""
     whole = grid.whole
-    own = next((c for c in whole.runs if c.key == cell.key and c.overrides == cell.overrides), cell)
+    own = grid.in_whole(cell) or cell
     users = [own] + [o for o, p in whole.plans.items() if own in (p.shares, p.continues)]
     out = []
     for u in users:

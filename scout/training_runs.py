@@ -18,11 +18,9 @@ def run_spec(grid: Grid, cell: Cell) -> dict:
     cell it may come to serve needs, so that its spec does not change when the search chooses it.
     Under a selection it is the whole grid's spec of that run: cutting the grid down never makes
     the runs it keeps stale (their exports and probed steps stay those of the whole grid)."""
-    if grid.is_cut:
-        whole = grid.whole
-        same = next((c for c in whole.runs if c.key == cell.key and c.overrides == cell.overrides), None)
-        if same is not None:
-            return run_spec(whole, same)
+    same = grid.in_whole(cell) if grid.is_cut else None
+    if same is not None:
+        return run_spec(grid.whole, same)
     spec = grid.spec(cell)
     total = spec["total_steps"]
     if is_search(cell):
