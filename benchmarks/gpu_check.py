@@ -110,7 +110,7 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     """A toy world small enough for verl on 2 cores: 1-2 operation tasks, a 1-layer student and a
     2-layer teacher, briefly pretrained so that rewards and advantages are not all zero. With
     ``toy_grid``, that finished grid's data, tokenizer and models are used instead."""
-    from scout import paths
+    from scout.paths import Paths
     from scout.toy.world import build_data, build_tokenizer_files
 
     cfg = world_config(root, device)
@@ -134,7 +134,7 @@ def build_world(root: Path, device: str, toy_grid: Path | None = None, log=print
     for name, (layers, _, _) in SIZES.items():
         spec = {"arch": cfg["models"][name]["toy"], "tokenizer": str(toy / "tokenizer"),
                 "data": [str(toy / "data" / "math-train.jsonl")], "seed": layers}  # fmt: skip
-        cmd = [sys.executable, "-m", "scout.cli", "toy-pretrain", "--spec", json.dumps(spec), "--out", paths.model_path(cfg, name)]
+        cmd = [sys.executable, "-m", "scout.cli", "toy-pretrain", "--spec", json.dumps(spec), "--out", Paths.of(cfg).model(name)]
         jobs.append((name, subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     for name, job in jobs:
         out = job.communicate()[0]
@@ -247,13 +247,13 @@ def openai_server(model: str | Path, log: Path, name: str, device: str = "cpu", 
 def served_run(world: dict, variant: str, out: Path, timeout: float = 900, env: dict | None = None):
     """Train a served-teacher cell against the toy teacher behind vLLM's server, up for this run
     alone; the returned process carries the server's answered ``requests``."""
-    from scout import paths
     from scout import teacher_server as ts
+    from scout.paths import Paths
     from scout.serve import requests_answered
 
     cfg = world["config"]
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = paths.model_path(cfg, "toy-large")
+    model = Paths.of(cfg).model("toy-large")
     with openai_server(model, out.parent / f"{out.name}.server.log", "toy-large", cfg["device"], env=env) as url:
         served_env = {**(env or {}), ts.ENV: json.dumps({SETTING: {"url": url, "model": "toy-large"}})}
         done = train(world["root"], served_spec(cfg, variant), out, timeout=timeout, env=served_env)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from scout import grid, jobs, paths
+from scout import grid, jobs
+from scout.paths import Paths
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +38,7 @@ def make_cache(cfg: dict, work: Path) -> tuple[Path, int]:
                 run = runs[(setting, variant)].index(int(seed)) + 1
                 rows.append(f"{setting},{variant},{run},{b},{mean:.4f},{sem}")
             else:
-                out = Path(paths.eval_dir(cfg, setting, variant, seed, ckpt))
+                out = Path(Paths.of(cfg).eval_dir(setting, variant, seed, ckpt))
                 out.mkdir(parents=True, exist_ok=True)
                 rec = {"setting": setting, "variant": variant, "seed": int(seed), "checkpoint": ckpt, "benchmark": b}
                 (out / f"{b}.json").write_text(json.dumps({**rec, "mean": mean, "sem": sem}))

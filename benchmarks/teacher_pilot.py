@@ -79,9 +79,10 @@ def own_accuracy(tr, teacher, rows, k, sampling, seed) -> float:
 
 
 def main() -> None:
-    from scout import config, grid, paths, tuning
+    from scout import config, grid, tuning
     from scout.embedded import sampling
     from scout.embedded.trainer import Trainer
+    from scout.paths import Paths
     from scout.prepare import load_rows
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configfile", default=str(REPO / "config" / "config.yaml"))
@@ -107,8 +108,8 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         tr = Trainer(spec, tmp, device="cpu")
-        held = [r for b in args.prefixes.split(",") for r in load_rows(paths.data_path(cfg, b))]
-        own_rows = [r for b in args.own.split(",") for r in load_rows(paths.data_path(cfg, b))]
+        held = [r for b in args.prefixes.split(",") for r in load_rows(Paths.of(cfg).data(b))]
+        own_rows = [r for b in args.own.split(",") for r in load_rows(Paths.of(cfg).data(b))]
         ratios = [float(r) for r in args.ratios.split(",")]
         g = torch.Generator().manual_seed(12345)
         held_prompts = [tr.prompt_ids(r) for r in held for _ in range(2)]

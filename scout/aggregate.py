@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from scout.behaviour import behaviour_table
-from scout.paths import eval_dir
+from scout.paths import Paths
 from scout.stats import avg_sem
 
 RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark", "mean", "sem", "repeats", "rows"]
@@ -40,7 +40,7 @@ def per_method(runs: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def generations_of(config: dict, record: dict) -> Path | None:
+def generations_of(at: Paths, record: dict) -> Path | None:
     """The generations file of a record's evaluation (``{benchmark}.generations.jsonl``): that of the
     run it shares where it is another run's; None for an imported record (it has none)."""
     if record.get("source") == "imported":
@@ -49,10 +49,10 @@ def generations_of(config: dict, record: dict) -> Path | None:
     if isinstance(record.get("shared_with"), str):
         setting, variant, seed, ckpt = record["shared_with"].split("/")
         unit = (setting, variant, seed.removeprefix("s"), ckpt)
-    return Path(eval_dir(config, *unit)) / f"{record['benchmark']}.generations.jsonl"
+    return Path(at.eval_dir(*unit)) / f"{record['benchmark']}.generations.jsonl"
 
 
-def summarize(config: dict, records: pd.DataFrame, out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(at: Paths, records: pd.DataFrame, out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write runs.csv, methods.csv and behaviour.csv for ``records`` (``results.load``'s frame, the
     units the report shows) into ``out_dir``; returns the per-run and per-method tables."""
     out = Path(out_dir)
@@ -60,7 +60,7 @@ def summarize(config: dict, records: pd.DataFrame, out_dir: str | Path) -> tuple
     columns = RUN_COLUMNS + [c for c in SOURCE_COLUMNS if c in records]
     records = records.reindex(columns=columns)
     rows = records.to_dict("records")
-    gens = [generations_of(config, r) for r in rows]
+    gens = [generations_of(at, r) for r in rows]
     kept = [(r, g) for r, g in zip(rows, gens, strict=True) if g is not None]
     behaviour = behaviour_table([r for r, _ in kept], [g for _, g in kept]).assign(checkpoint="final")
     runs = per_run(records)

@@ -218,16 +218,13 @@ def cmd_import_results(args) -> int:
     from scout import results
 
     g = _grid(args)
-    cfg = g.config
     try:
         records = results.parse_import(g, args.csv, scale=args.scale)
-        paths = results.write_imported(cfg, records, replace=args.replace)
+        written = results.write_imported(g.paths, records, replace=args.replace)
     except results.ImportRefused as exc:
         raise SystemExit(f"scout import-results: {exc}") from exc
     cells = {(r["setting"], r["variant"], r["seed"]) for r in records}
-    _log(
-        f"imported {len(paths)} records ({len(cells)} runs) from {args.csv} into {results.results_dir(cfg) / 'imported'}"
-    )
+    _log(f"imported {len(written)} records ({len(cells)} runs) from {args.csv} into {g.paths.imported_dir()}")
     return 0
 
 

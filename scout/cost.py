@@ -24,7 +24,6 @@ from pathlib import Path
 import pandas as pd
 
 from scout import backends, jobs, training_runs
-from scout.config import results_root
 from scout.grid import Grid, is_search
 from scout.methods import METHODS
 
@@ -209,16 +208,12 @@ def pilot_cells(grid: Grid) -> list:
     return list(shapes.values())
 
 
-def pilot_dir(config: dict, setting: str, variant: str) -> Path:
-    return Path(results_root(config)) / "pilot" / setting / variant
-
-
 def read_pilots(grid: Grid) -> dict[tuple[str, str], Pilot]:
     """The pilots that have run for this grid's shapes, by (setting, variant)."""
     backend = backends.of(grid.config)
     out = {}
     for c in pilot_cells(grid):
-        p = read_pilot(pilot_dir(grid.config, c.setting, c.variant), c.setting, c.variant, backend)
+        p = read_pilot(grid.paths.pilot_dir(c.setting, c.variant), c.setting, c.variant, backend)
         if p is not None:
             out[(c.setting, c.variant)] = p
     return out

@@ -20,7 +20,7 @@ import pandas as pd
 from scout import jobs, tuning
 from scout.plotting import band, legend, plt, save, style
 from scout.probe_figures import behaviour_figures, continuation_figures, entropy_figures, reflection_figures
-from scout.results import AVG, Cache, summary_dir
+from scout.results import AVG, Cache
 
 # ------------------------------------------------------------------------------------------------
 # From the records
@@ -261,7 +261,7 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
             figs.append(fig)
         else:
             notices.append(f"figure learning-rate sensitivity ({setting}) skipped: its searches have not chosen")
-    behaviour = summary_dir(cfg) / "behaviour.csv"
+    behaviour = cache.grid.paths.summary_dir() / "behaviour.csv"
     if behaviour.exists():
         figs += behaviour_figures(behaviour, cache, out_dir)
     else:

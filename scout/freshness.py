@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import jobs, paths
-from scout.config import results_root
+from scout import jobs
 from scout.grid import BASE_VARIANTS, Cell, Grid
 from scout.runs import differences
 from scout.workflow import spec_digest
@@ -55,7 +54,7 @@ class Freshness:
     to compare), else why it is stale."""
 
     def __init__(self, grid: Grid, workdir: str | Path = "."):
-        self.grid, self.config, self.work = grid, grid.config, Path(workdir)
+        self.grid, self.at, self.work = grid, grid.paths, Path(workdir)
         self._models: dict[str, list[str] | None] = {}
 
     def _path(self, rel: str) -> Path:
@@ -67,14 +66,14 @@ class Freshness:
         """A toy model (its pretraining spec) or a prepared teacher (its training spec)."""
         if model_id in self._models:
             return self._models[model_id]
-        spec = self.config["models"][model_id]
+        spec = self.at.models[model_id]
         why = None
         if "toy" in spec:
-            info = _json(self._path(f"{paths.model_path(self.config, model_id)}/pretrain.json"))
+            info = _json(self._path(f"{self.at.model(model_id)}/pretrain.json"))
             if info is not None:
                 why = _changed(info.get("spec"), jobs.toy_pretrain_spec(self.grid, model_id)) or None
         elif "prepare" in spec:
-            info = _json(self._path(f"{results_root(self.config)}/teachers/{model_id}/train.json"))
+            info = _json(self._path(f"{self.at.teacher_dir(model_id)}/train.json"))
             if info is not None:
                 why = _changed(info.get("spec"), jobs.teacher_job_spec(self.grid, model_id)) or None
                 base = self.model(spec["prepare"]["base"])
@@ -108,7 +107,7 @@ class Freshness:
 
     def trained(self, cell: Cell) -> dict | None:
         """The cell's ``train.json`` (None when it has not finished or cannot be read)."""
-        return _json(self._path(f"{paths.train_dir(self.config, cell.setting, cell.variant, cell.seed)}/train.json"))
+        return _json(self._path(f"{self.at.train_dir(cell.setting, cell.variant, cell.seed)}/train.json"))
 
     def training(self, cell: Cell) -> list[str] | None:
         return self._trainings.get(cell)
@@ -122,7 +121,7 @@ class Freshness:
         want = spec_digest(spec)
         why: list[str] = []
         for b in self.grid.benchmarks_for(self.grid.settings[setting].domain):
-            rec = _json(self._path(f"{paths.eval_dir(self.config, setting, variant, seed, ckpt)}/{b}.json"))
+            rec = _json(self._path(f"{self.at.eval_dir(setting, variant, seed, ckpt)}/{b}.json"))
             if rec is None:
                 continue
             if rec.get("spec_digest", want) != want:  # records from before digests were kept count as fresh
@@ -154,7 +153,7 @@ class Freshness:
             info = _json(self._path(f"{run}/train.json")) or {}
             if "spec" in info and spec_digest(info["spec"]) != digest:
                 why.append(f"{run} was trained again after it was probed")
-        probed = {paths.train_dir(self.config, c.setting, c.variant, c.seed): c for c in self._trainings}
+        probed = {self.at.train_dir(c.setting, c.variant, c.seed): c for c in self._trainings}
         for run in done.get("trained", {}):
             cell = probed.get(run)
             if cell is not None and self.training(cell):
@@ -168,24 +167,22 @@ class Freshness:
 
     def stale(self) -> list[Stale]:
         """Every stale result of the grid, upstream first."""
-        cfg, res = self.config, results_root(self.config)
-        out = []
-        for m in cfg["models"]:
+        at, out = self.at, []
+        for m in at.models:
             why = self.model(m)
             if why:
-                target = (f"{paths.model_path(cfg, m)}/model.safetensors" if "toy" in cfg["models"][m]
-                          else f"{res}/teachers/{m}/train.json")  # fmt: skip
+                target = f"{at.model(m)}/model.safetensors" if "toy" in at.models[m] else f"{at.teacher_dir(m)}/train.json"
                 out.append(Stale("model", m, target, tuple(why)))
         for cell, why in self._trainings.items():
             if why:
-                target = f"{paths.train_dir(cfg, cell.setting, cell.variant, cell.seed)}/train.json"
+                target = f"{at.train_dir(cell.setting, cell.variant, cell.seed)}/train.json"
                 out.append(Stale("training", cell.key, target, tuple(why)))
         for unit in jobs.eval_units(self.grid):
             why = self.evaluation(unit)
             if why:
                 first = self.grid.benchmarks_for(self.grid.settings[unit[0]].domain)[0]
-                out.append(Stale("evaluation", "/".join(unit), f"{paths.eval_dir(cfg, *unit)}/{first}.json", tuple(why)))
-        for s in cfg.get("analysis", {}).get("settings", []):
+                out.append(Stale("evaluation", "/".join(unit), f"{at.eval_dir(*unit)}/{first}.json", tuple(why)))
+        for s in self.grid.config.get("analysis", {}).get("settings", []):
             why = self.analysis(s)
             if why:
                 out.append(Stale("analysis", s, f"{jobs.analysis_dir(self.grid, s)}/continuation.csv", tuple(why)))

@@ -23,7 +23,7 @@ from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
 from scout.methods import METHODS
-from scout.paths import data_path, meta_path, model_path
+from scout.paths import Paths
 from scout.prompts import view_key
 from scout.runs import NOT_WEIGHTS
 
@@ -49,14 +49,14 @@ class Cell:
 
 
 def data_view(config: dict, model_id: str, max_prompt_length: int) -> dict:
-    return {"tokenizer": model_path(config, model_id), "chat": chat_options(config, model_id),
+    return {"tokenizer": Paths.of(config).model(model_id), "chat": chat_options(config, model_id),
             "max_prompt_length": max_prompt_length}  # fmt: skip
 
 
 def kept_rows(config: dict, data: str, view: dict) -> tuple[int, str]:
     """Rows of a training set verl will load through ``view``: from the prepared data's metadata
     (its overlong-prompt filter applied), else the configured row count (before preparation)."""
-    path = Path(meta_path(config, data))
+    path = Path(Paths.of(config).meta(data))
     if path.exists():
         kept = json.loads(path.read_text()).get("kept", {})
         if view_key(view) in kept:
@@ -167,6 +167,7 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
         config, setting["train_data"], tr["batch_size"], data_view(config, setting["student"], prompt_limit)
     )
     grpo = method.student_loss == "grpo"
+    at = Paths.of(config)
     spec = {
         **_base_spec(config),
         "kind": "train",
@@ -175,9 +176,9 @@ def _resolve_spec(config: dict, cell: Cell) -> dict:
         "method": cell.method,
         "seed": cell.seed,
         "domain": setting["domain"],
-        "student": model_path(config, setting["student"]),
-        "teacher": model_path(config, setting["teacher"]) if method.needs_teacher else None,
-        "train_data": data_path(config, setting["train_data"]),
+        "student": at.model(setting["student"]),
+        "teacher": at.model(setting["teacher"]) if method.needs_teacher else None,
+        "train_data": at.data(setting["train_data"]),
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "total_steps": epochs * steps_per_epoch,
@@ -234,6 +235,7 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
     tr = config["training"]
     view = data_view(config, prep["base"], tr["max_prompt_length"])
     steps = prep.get("steps") or _steps_per_epoch({**config, "training": {}}, prep["data"], prep["batch"], view)
+    at = Paths.of(config)
     return {
         **_base_spec(config),
         "kind": "teacher_prep",
@@ -242,9 +244,9 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
         "method": "grpo",
         "seed": 1,
         "domain": (config.get("datasets", {}).get(prep["data"]) or config["toy"]["splits"][prep["data"]])["domain"],
-        "student": model_path(config, prep["base"]),
+        "student": at.model(prep["base"]),
         "teacher": None,
-        "train_data": data_path(config, prep["data"]),
+        "train_data": at.data(prep["data"]),
         "epochs": prep["epochs"],
         "steps_per_epoch": steps,
         "total_steps": prep["epochs"] * steps,
@@ -378,6 +380,10 @@ class Grid:
         return grid
 
     @cached_property
+    def paths(self) -> Paths:
+        return Paths.of(self.config)
+
+    @cached_property
     def settings(self) -> dict[str, entries.Setting]:
         return entries.settings(self.config)
 
@@ -481,7 +487,7 @@ def _metadata_state(config: dict) -> tuple:
     out = []
     for name in sorted({s["train_data"] for s in config.get("settings", {}).values()}):
         try:
-            out.append(Path(meta_path(config, name)).stat().st_mtime_ns)
+            out.append(Path(Paths.of(config).meta(name)).stat().st_mtime_ns)
         except (OSError, KeyError):
             out.append(None)
     return tuple(out)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scout import backends, schema, teacher_server, tuning
-from scout.config import HOLDOUT, ConfigError, results_root, validation_sets
+from scout import backends, schema, serving, teacher_server, tuning
+from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import BASE_VARIANTS, CONTROL, Cell, Grid, chat_options, data_view, teacher_prep_spec, view_key
 from scout.methods import METHODS
-from scout.paths import data_path, eval_dir, model_inputs, model_path, train_dir
 from scout.resources import job_resources
 from scout.runs import checkpoint_steps, checkpoints
 from scout.training_runs import run_spec, serves
@@ -31,7 +30,7 @@ def data_spec(grid: Grid, name: str) -> dict:
     spec = {"name": base, **entry, **grid.config.get("data", {})}
     if entry.get("holdout"):
         spec["part"] = part
-        spec["tests"] = [data_path(grid.config, b) for b in grid.benchmarks_for(entry["domain"])]
+        spec["tests"] = [grid.paths.data(b) for b in grid.benchmarks_for(entry["domain"])]
     if part == "holdout":
         return spec
     if name in grid.config.get("datasets", {}):
@@ -81,7 +80,7 @@ def served_users(grid: Grid, model_id: str) -> list[Cell]:
 
 def served_outputs(grid: Grid, model_id: str) -> list[str]:
     """The ``train.json`` of each run a workflow-started server serves: when all exist, it is not needed."""
-    return sorted(f"{train_dir(grid.config, c.setting, c.variant, c.seed)}/train.json" for c in served_users(grid, model_id))
+    return sorted(f"{grid.paths.train_dir(c.setting, c.variant, c.seed)}/train.json" for c in served_users(grid, model_id))
 
 
 def teacher_server_spec(grid: Grid, model_id: str) -> dict:
@@ -91,31 +90,31 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
     users = served_users(grid, model_id)
     specs = [grid.spec(c) for c in users]
     lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
-    serving = grid.config.get("teacher_serving", {})
+    options = grid.config.get("teacher_serving", {})
     r = job_resources(grid.config, "teacher_server")
     topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
-    results = str(Path(results_root(grid.config)).resolve())
+    results = str(Path(grid.paths.root).resolve())
     return {
         "model": model_id,
-        "path": model_path(grid.config, model_id) if "hub" in grid.config["models"][model_id]
-        else str(Path(model_path(grid.config, model_id)).resolve()),  # a Slurm job may start elsewhere
+        "path": grid.paths.model(model_id) if "hub" in grid.config["models"][model_id]
+        else str(Path(grid.paths.model(model_id)).resolve()),  # a Slurm job may start elsewhere
         "results": results,
-        "folder": str(teacher_server.server_folder({"results": results}, model_id)),
+        "folder": str(serving.folder(results, model_id)),
         "max_model_len": max(lengths, default=1) + 1,
         "max_logprobs": max([20, *topk]),
         "gpus": r["nodes"] * r["gpus_per_node"],
         "resources": {k: r[k] for k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb", "runtime")},
-        **{k: serving[k] for k in ("idle_minutes", "start_minutes", "args", "engine", "sbatch") if k in serving},
+        **{k: options[k] for k in ("idle_minutes", "start_minutes", "args", "engine", "sbatch") if k in options},
     }
 
 
 def toy_pretrain_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a toy model's pretraining job."""
-    res = results_root(grid.config)
+    res = grid.paths.root
     return {
         "arch": grid.config["models"][model_id]["toy"],
         "tokenizer": f"{res}/toy/tokenizer",
-        "data": [data_path(grid.config, s) for s in grid.config["toy"]["pretrain_mix"]],
+        "data": [grid.paths.data(s) for s in grid.config["toy"]["pretrain_mix"]],
         "seed": grid.config["toy"]["seed"],
     }
 
@@ -152,10 +151,10 @@ def trained_cell(grid: Grid, setting: str, variant: str, seed: str | int) -> Cel
 def train_inputs(grid: Grid, cell: Cell, continuation: bool = True) -> list[str]:
     """What a training job reads: its data, its models, and the shorter run a continuation starts from."""
     s = grid.settings[cell.setting]
-    out = [data_path(grid.config, s.train_data), *model_inputs(grid.config, s.student), *model_inputs(grid.config, s.teacher)]
+    out = [grid.paths.data(s.train_data), *grid.paths.model_inputs(s.student), *grid.paths.model_inputs(s.teacher)]
     start = grid.plans[cell].continues if continuation else None
     if start is not None:
-        out.append(f"{train_dir(grid.config, start.setting, start.variant, start.seed)}/train.json")
+        out.append(f"{grid.paths.train_dir(start.setting, start.variant, start.seed)}/train.json")
     return out
 
 
@@ -229,7 +228,7 @@ def eval_records(grid: Grid) -> list[str]:
     out = []
     for setting, variant, seed, ckpt in eval_units(grid):
         domain = grid.settings[setting].domain
-        out += [f"{eval_dir(grid.config, setting, variant, seed, ckpt)}/{b}.json" for b in grid.benchmarks_for(domain)]
+        out += [f"{grid.paths.eval_dir(setting, variant, seed, ckpt)}/{b}.json" for b in grid.benchmarks_for(domain)]
     return out
 
 
@@ -248,9 +247,9 @@ def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str
     evaluated = s.teacher if variant == "base-teacher" else s.student
     run_dir, step = None, None
     if variant in BASE_VARIANTS:
-        model = model_path(grid.config, evaluated)
+        model = grid.paths.model(evaluated)
     else:
-        run_dir = train_dir(grid.config, setting, variant, seed)
+        run_dir = grid.paths.train_dir(setting, variant, seed)
         model = f"{run_dir}/model/{ckpt}"
         cell = grid.find(setting, variant, int(seed))
         step = int(ckpt[4:]) if ckpt.startswith("step") else grid.spec(cell)["total_steps"]
@@ -267,7 +266,7 @@ def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str
         "model": model,
         "domain": s.domain,
         "benchmarks": {
-            b: {**grid.config["benchmarks"][b], "path": data_path(grid.config, b), "repeats": _repeats(grid, b, ckpt)}
+            b: {**grid.config["benchmarks"][b], "path": grid.paths.data(b), "repeats": _repeats(grid, b, ckpt)}
             for b in grid.benchmarks_for(s.domain)
         },
         "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
@@ -301,7 +300,7 @@ def validation_spec(grid: Grid, setting: str, variant: str, seed: str | int) -> 
     spec = eval_spec(grid, setting, variant, seed, "final")
     spec["disjoint_from"] = {b: v["path"] for b, v in spec["benchmarks"].items()}
     spec["benchmarks"] = {name: {"domain": s.domain, "rows": rows, "repeats": repeats,
-                                 "path": data_path(grid.config, name)}}  # fmt: skip
+                                 "path": grid.paths.data(name)}}  # fmt: skip
     spec["run_dir"] = None  # the run's tracking logs its test evaluations only
     return spec
 
@@ -316,7 +315,7 @@ def _repeats(grid: Grid, benchmark: str, ckpt: str) -> int:
 
 
 def analysis_dir(grid: Grid, setting: str) -> str:
-    return f"{results_root(grid.config)}/analysis/{setting}"
+    return f"{grid.paths.root}/analysis/{setting}"
 
 
 def analysis_spec(grid: Grid, setting: str) -> dict:
@@ -328,10 +327,10 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
     teacher = grid.settings[setting].teacher
     return {
         "setting": setting,
-        "teacher": model_path(grid.config, teacher),
-        "benchmark_path": data_path(grid.config, bench),
-        "student_generations": f"{eval_dir(grid.config, setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
-        "teacher_generations": f"{eval_dir(grid.config, setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher": grid.paths.model(teacher),
+        "benchmark_path": grid.paths.data(bench),
+        "student_generations": f"{grid.paths.eval_dir(setting, 'base-student', 0, 'final')}/{bench}.generations.jsonl",
+        "teacher_generations": f"{grid.paths.eval_dir(setting, 'base-teacher', 0, 'final')}/{bench}.generations.jsonl",
         "runs": [
             {
                 "seed": seed,
@@ -398,8 +397,8 @@ def _probed_checkpoints(grid: Grid, setting: str, seed: int) -> list[str]:
 
 def analysis_inputs(grid: Grid, setting: str) -> list[str]:
     bench = grid.config["analysis"]["benchmark"]
-    out = [data_path(grid.config, bench)] + model_inputs(grid.config, grid.settings[setting].teacher)
-    out += [f"{eval_dir(grid.config, setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
+    out = [grid.paths.data(bench)] + grid.paths.model_inputs(grid.settings[setting].teacher)
+    out += [f"{grid.paths.eval_dir(setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for variant, _ in compared_teachers(grid, setting):
         out += [f"{run_dir(grid, setting, variant, seed)}/train.json" for seed in probed_seeds(grid, setting, variant)]
     for seed in probed_seeds(grid, setting, "scout"):
@@ -420,9 +419,9 @@ def run_owner(grid: Grid, setting: str, variant: str, seed: int | str) -> Cell:
 def run_dir(grid: Grid, setting: str, variant: str, seed: int | str) -> str:
     """The folder of the run a cell's training is (``run_owner``'s)."""
     owner = run_owner(grid, setting, variant, seed)
-    return train_dir(grid.config, owner.setting, owner.variant, owner.seed)
+    return grid.paths.train_dir(owner.setting, owner.variant, owner.seed)
 
 
 def source_dir(grid: Grid, setting: str, variant: str, seed: int | str, ckpt: str) -> str:
     """The evaluation folder whose records stand for a unit's (``record_source``)."""
-    return eval_dir(grid.config, *record_source(grid, setting, variant, seed, ckpt))
+    return grid.paths.eval_dir(*record_source(grid, setting, variant, seed, ckpt))

@@ -10,9 +10,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import cost, jobs, paths, runs, schema, teacher_server, training_runs
+from scout import cost, jobs, runs, schema, teacher_server, training_runs
 from scout import teacher_cost as tc
-from scout.config import results_root
 from scout.grid import Cell, Grid, is_search
 from scout.methods import LORA_TARGETS, METHODS
 from scout.resources import job_resources
@@ -75,7 +74,8 @@ def _rows(grid: Grid) -> list[dict]:
     """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
     preparation, aggregation, report) request no cluster time and are left out."""
     config = grid.config
-    res = results_root(config)
+    at = grid.paths
+    res = at.root
     rows = []
 
     def add(experiment, rule, target, r, disk=None, users=None, unit=None):
@@ -90,11 +90,11 @@ def _rows(grid: Grid) -> list[dict]:
         add("toy world", "toy_data", f"{res}/toy/data", toy)
         add("toy world", "toy_tokenizer", f"{res}/toy/tokenizer/tokenizer.json", toy)
         for m in sorted(m for m in used if "toy" in models[m]):
-            add("toy world", "toy_pretrain", f"{res}/toy/models/{m}/model.safetensors", toy)
+            add("toy world", "toy_pretrain", f"{at.model(m)}/model.safetensors", toy)
     for m in prepared:
-        add("teachers", "prepare_teacher", f"{res}/teachers/{m}/train.json", job_resources(config, "prepare_teacher"))
+        add("teachers", "prepare_teacher", f"{at.teacher_dir(m)}/train.json", job_resources(config, "prepare_teacher"))
     for m in teacher_server.served_by_workflow(config):  # launched by its cells, up while they train
-        add("teachers", "serve_teacher", str(teacher_server.server_folder(config, m)),
+        add("teachers", "serve_teacher", str(at.server_dir(m)),
             job_resources(config, "teacher_server"), users=jobs.served_outputs(grid, m))  # fmt: skip
     experiment_of = {}
     plans = grid.plans
@@ -103,14 +103,14 @@ def _rows(grid: Grid) -> list[dict]:
         if plans[c].shares is not None:  # trained (and evaluated) as another cell
             continue
         r = jobs.train_resources(grid, c.setting, c.method, c.variant)
-        target = f"{paths.train_dir(config, c.setting, c.variant, c.seed)}/train.json"
+        target = f"{at.train_dir(c.setting, c.variant, c.seed)}/train.json"
         add(c.experiments[0], "train", target, r, peak_disk_gb(grid, c), unit=c)
         rows[-1].update(exported_disk_gb=peak_disk_gb(grid, c, "exported"), kept_for=evaluated_for(grid, c))
         if is_search(c):
             add("tuning", "validate", jobs.validation_record(grid, c), job_resources(config, "evaluate"))
     for setting, variant, seed, ckpt in jobs.eval_units(grid):
         first = grid.benchmarks_for(grid.settings[setting].domain)[0]
-        target = f"{paths.eval_dir(config, setting, variant, seed, ckpt)}/{first}.json"
+        target = f"{at.eval_dir(setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
     for s in config.get("analysis", {}).get("settings", []):

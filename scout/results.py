@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from scout import io, jobs, stats
-from scout.config import results_root
 from scout.grid import Cell, Grid
 from scout.io import DamagedInput
 from scout.methods import METHODS
+from scout.paths import Paths
 
 COLUMNS = [
     "setting",
@@ -48,29 +48,6 @@ _REQUIRED = ("setting", "variant", "seed", "checkpoint", "benchmark", "mean", "s
 
 class ImportRefused(ValueError):
     """A CSV that cannot be imported; the message lists every offending line."""
-
-
-def results_dir(config: dict) -> Path:
-    return Path(results_root(config))
-
-
-def _scoped(config: dict, folder: str) -> Path:
-    """``{results}/{folder}`` for the whole grid, a folder of its own beneath it for a selection, so
-    that running one's own experiment beside the demo keeps the demo's page (each page says its
-    scope)."""
-    root = results_dir(config) / folder
-    name = config.get("report", {}).get("selection")
-    return root / name if name else root
-
-
-def report_dir(config: dict) -> Path:
-    """Where a config's report goes."""
-    return _scoped(config, "report")
-
-
-def summary_dir(config: dict) -> Path:
-    """The summary CSVs of the records a report shows."""
-    return _scoped(config, "summary")
 
 
 def _record_files(root: Path) -> list[Path]:
@@ -101,7 +78,7 @@ def records_frame(paths: list[Path], source: str, damaged: list[DamagedInput] | 
 def load(grid: Grid, damaged: list[DamagedInput] | None = None) -> pd.DataFrame:
     """Every cached record of a grid: own evaluations plus imports, one row per run x checkpoint x
     benchmark. Damaged records are left out and, with ``damaged`` given, listed there (else they raise)."""
-    root = results_dir(grid.config)
+    root = Path(grid.paths.root)
     own = records_frame(_record_files(root / "eval"), "eval", damaged)
     imported = records_frame(_record_files(root / "imported"), "imported", damaged)
     frames = [f for f in (own, imported) if len(f)]
@@ -245,9 +222,9 @@ def _record_path(root: Path, rec: dict) -> Path:
     return root / rec["setting"] / rec["variant"] / f"s{rec['seed']}" / rec["checkpoint"] / f"{rec['benchmark']}.json"
 
 
-def write_imported(config: dict, records: list[dict], replace: bool = False) -> list[Path]:
+def write_imported(at: Paths, records: list[dict], replace: bool = False) -> list[Path]:
     """Write all records or none: staged in a temp dir, then moved into place, rolled back on error."""
-    root = results_dir(config) / "imported"
+    root = at.imported_dir()
     targets = [_record_path(root, r) for r in records]
     existing = [t for t in targets if t.exists()]
     if existing and not replace:

@@ -18,8 +18,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import critical_path, jobs, paths, runs, serving, teacher_server, training_runs
-from scout.config import results_root
+from scout import critical_path, jobs, runs, serving, teacher_server, training_runs
 from scout.freshness import Freshness
 from scout.grid import Grid
 from scout.io import DamagedInput, model_problems
@@ -94,11 +93,10 @@ def last_step(run_dir: Path, log: Path) -> str:
 
 
 def status(grid: Grid, workdir: str | Path = ".") -> dict:
-    config = grid.config
     work = Path(workdir)
     incomplete, pids = _incomplete(work), snakemake_processes(work)
     running = bool(pids)
-    res = results_root(config)
+    res = grid.paths.root
     per_exp: dict[str, dict[str, int]] = {}
     active, stopped, durations, damaged, restorable = [], [], [], [], []
     plans, shared = grid.plans, []
@@ -108,7 +106,7 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
         if plans[cell].shares is not None:  # no job of its own: it reports another cell's run
             shared.append(f"{cell.key} = {plans[cell].shares.key}")
             continue
-        run = paths.train_dir(config, cell.setting, cell.variant, cell.seed)
+        run = grid.paths.train_dir(cell.setting, cell.variant, cell.seed)
         out, log = (
             f"{run}/train.json",
             work / res / "logs" / "train" / cell.setting / cell.variant / f"s{cell.seed}.log",
@@ -170,13 +168,12 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
 def _evaluations(grid: Grid, work: Path, fresh: Freshness, damaged: list[str]) -> tuple[int, int, int]:
     """Evaluation units done (every benchmark's record whole and fresh), stale, and in all; a
     damaged record is added to ``damaged``."""
-    config = grid.config
     units = jobs.eval_units(grid)
     done = stale = 0
     for s, v, seed, ck in units:
         whole = True
         for b in grid.benchmarks_for(grid.settings[s].domain):
-            path = Path(paths.eval_dir(config, s, v, seed, ck)) / f"{b}.json"
+            path = Path(grid.paths.eval_dir(s, v, seed, ck)) / f"{b}.json"
             if not (work / path).exists():
                 whole = False
                 continue
@@ -199,7 +196,7 @@ def servers(grid: Grid, work: Path) -> list[dict]:
     config = grid.config
     out = []
     for model in teacher_server.served_by_workflow(config):
-        folder = work / teacher_server.server_folder(config, model)
+        folder = work / grid.paths.server_dir(model)
         found = serving.live_server(folder, model)
         users = jobs.served_outputs(grid, model)
         holding = serving.read_leases(folder / "leases", time.time())[0]

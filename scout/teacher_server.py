@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scout import schema, serving
-from scout.config import results_root
 from scout.serving import TeacherServerError
 
 RETRIES = 4  # tries of one request before the server counts as gone
@@ -154,10 +153,6 @@ def served_by_workflow(config: dict) -> dict[str, list[str]]:
         if s.get("teacher_server") == SERVE:
             out.setdefault(s["teacher"], []).append(name)
     return out
-
-
-def server_folder(config: dict, model: str) -> Path:
-    return serving.folder(results_root(config), model)
 
 
 def export(config: dict, specs: dict[str, dict]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from scout import tuning
 from scout.grid import Cell, Grid, is_search, teacher_lora_rank, teacher_lr_param
-from scout.paths import train_dir
 from scout.runs import checkpoint_steps
 
 
@@ -36,7 +35,7 @@ def run_spec(grid: Grid, cell: Cell) -> dict:
     start = plans[cell].continues
     if start is not None:
         base = grid.spec(start)["total_steps"]
-        spec["continue_from"] = {"run": train_dir(grid.config, start.setting, start.variant, start.seed), "step": base}
+        spec["continue_from"] = {"run": grid.paths.train_dir(start.setting, start.variant, start.seed), "step": base}
         steps = {s for s in steps if s > base}
     spec["export_steps"] = sorted(s for s in steps if 0 < s < total)
     return spec

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from scout import config as C
-from scout import grid, jobs, paths, resources, runs, training_runs
+from scout import grid, jobs, resources, runs, training_runs
 from scout.grid import Grid
+from scout.paths import Paths
 from tests.support.toy import REPO, dry_run
 
 
@@ -691,10 +692,10 @@ def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_
         if c.setting in ("toy-l-s-math", "toy-l-s-code") and c not in users:
             assert c.method in ("scout", "relay_opd", "grpo", "opd_teacher_grpo", "optr_scout") or plans[c].shares in users, c
     outputs = jobs.served_outputs(Grid.of(served), "toy-large")
-    assert outputs == sorted(f"{paths.train_dir(toy, c.setting, c.variant, c.seed)}/train.json" for c in users)
+    assert outputs == sorted(f"{Paths.of(toy).train_dir(c.setting, c.variant, c.seed)}/train.json" for c in users)
     assert len(outputs) == len(set(outputs))
     # absolute paths: its Slurm job may start in another folder
-    assert spec["path"] == str(Path(paths.model_path(toy, "toy-large")).resolve()) and spec["model"] == "toy-large"
+    assert spec["path"] == str(Path(Paths.of(toy).model("toy-large")).resolve()) and spec["model"] == "toy-large"
     tr = toy["training"]
     longest = max(toy["settings"][s].get("max_prompt_length", tr["max_prompt_length"]) for s in ("toy-l-s-math", "toy-l-s-code"))
     assert spec["max_model_len"] == longest + tr["max_response_length"] + 1

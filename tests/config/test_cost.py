@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import cost, jobs, paths, plan, runs, training_runs
+from scout import cost, jobs, plan, runs, training_runs
 from scout.cli import main
 from scout.grid import Grid
+from scout.paths import Paths
 from tests.support.toy import REPO
 
 PAPER = scout_config.load(REPO / "config" / "paper.yaml")
@@ -106,14 +107,14 @@ def test_a_pilot_measurement_takes_precedence_over_the_model(tmp_path):
     the pilot's pace; every other training job stays modelled, and the plan says which is which."""
     cfg = {**PAPER, "results": str(tmp_path / "results")}
     cell = Grid.of(cfg).find("q4b-q1.7b-math", "scout", 2)
-    _pilot_folder(cost.pilot_dir(cfg, cell.setting, cell.variant), cell.setting, cell.variant, s=900.0,
+    _pilot_folder(Grid.of(cfg).paths.pilot_dir(cell.setting, cell.variant), cell.setting, cell.variant, s=900.0,
                   steps=(100.0, 200.0))  # fmt: skip
     pilots = cost.read_pilots(Grid.of(cfg))
     assert list(pilots) == [("q4b-q1.7b-math", "scout")]
     # verl's trainers' peak over the steps (2 GiB at the second), in GB
     assert pilots[("q4b-q1.7b-math", "scout")].peak_gpu_gb == pytest.approx(2 * 2**30 / 1e9)
     table = plan.grid_jobs(Grid.of(cfg), exists=lambda _: False, gpu=cost.gpu("h100"), pilots=pilots).set_index("target")
-    row = table.loc[f"{paths.train_dir(cfg, cell.setting, cell.variant, 2)}/train.json"]
+    row = table.loc[f"{Paths.of(cfg).train_dir(cell.setting, cell.variant, 2)}/train.json"]
     total = training_runs.run_spec(Grid.of(cfg), cell)["total_steps"]
     assert row["basis"] == "pilot" and row["expected_hours"] * 3600 == pytest.approx(600 + 150 * total)
     assert row["expected_gpu_hours"] == pytest.approx(row["expected_hours"] * row["gpus"])

@@ -16,6 +16,7 @@ from scout.embedded import lm
 from scout.evaluate import evaluate, make_record, regrade
 from scout.generation import make_generator, vllm_requests
 from scout.grid import Grid
+from scout.paths import Paths
 
 
 def test_record_by_hand():
@@ -93,7 +94,7 @@ def _records(tmp_path):
 
 def test_aggregation_by_hand(tmp_path):
     records = results.records_frame(_records(tmp_path), "eval")
-    runs, methods = summarize({"results": str(tmp_path)}, records, tmp_path / "out")
+    runs, methods = summarize(Paths(str(tmp_path), "toy", {}), records, tmp_path / "out")
     avg = runs[runs.benchmark == "avg"].set_index("seed")["mean"]
     assert avg.to_dict() == pytest.approx({1: 0.3, 2: 0.6})
     m = methods.set_index("benchmark")

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from scout import config as scout_config
-from scout import grid, jobs, paths
+from scout import grid, jobs
 from scout.catalogue import DataError
 from scout.cli import main
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.prepare import load_rows, prepare
 from scout.toy.world import build_tokenizer_files
 
@@ -390,12 +391,12 @@ def test_a_holdout_is_a_validation_slice_apart_from_training_and_test(tmp_path):
     cfg["data"] = {"source": "mirror", "mirror": str(tmp_path / "m")}
     cfg["datasets"]["openr1-math-46k"].update(rows=12, holdout=3)
     cfg["results"] = str(tmp_path / "results")
-    test_file = Path(paths.data_path(cfg, "math500"))
+    test_file = Path(Paths.of(cfg).data("math500"))
     test_file.parent.mkdir(parents=True)
     test_file.write_text("".join(json.dumps({"id": f"t{i}", "prompt": [{"role": "user", "content": f"Q{i}"}],
                                              "answer": str(i), "domain": "math"}) + "\n" for i in range(6)))  # fmt: skip
     spec = {k: v for k, v in jobs.data_spec(Grid.of(cfg), "openr1-math-46k").items() if k != "views"}
-    assert spec["tests"] == [paths.data_path(cfg, b) for b in Grid.of(cfg).benchmarks_for("math")]
+    assert spec["tests"] == [Paths.of(cfg).data(b) for b in Grid.of(cfg).benchmarks_for("math")]
     spec["tests"] = [str(test_file)]
     said = []
     assert prepare(spec, tmp_path / "train.jsonl", log=said.append) == 9

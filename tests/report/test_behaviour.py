@@ -13,6 +13,7 @@ import torch
 from scout import behaviour, claims, results
 from scout.generation import TransformersGenerator
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.verdicts import HOLDS, UNMEASURED
 from tests.support.toy import toy_config
 
@@ -113,7 +114,7 @@ def test_the_summary_has_each_runs_behaviour(tmp_path):
     gens = [{"id": "q", "repeat": 0, "response": "Wait, 1+1=2", "correct": False},
             {"id": "q", "repeat": 1, "response": "1+1=2", "correct": True}]  # fmt: skip
     (out / "tm-easy.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
-    summarize({"results": str(tmp_path)}, records_frame([out / "tm-easy.json"], "eval"), tmp_path / "summary")
+    summarize(Paths(str(tmp_path), "toy", {}), records_frame([out / "tm-easy.json"], "eval"), tmp_path / "summary")
     b = pd.read_csv(tmp_path / "summary" / "behaviour.csv")
     assert b.loc[0, "reflections_per_response"] == 0.5 and b.loc[0, "accuracy_with"] == 0.0
     assert b.loc[0, "accuracy_without"] == 1.0

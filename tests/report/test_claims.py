@@ -19,8 +19,9 @@ import yaml
 from rliable import metrics as rly_metrics
 from scipy import stats as sps
 
-from scout import claims, paths, results, stats, verdicts
+from scout import claims, results, stats, verdicts
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.verdicts import BELOW, FAILS, HOLDS, INCONCLUSIVE, SMALLER, UNMEASURED
 from tests.support.toy import REPO, toy_config
 
@@ -247,7 +248,7 @@ def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
 
 
 def _record(cfg, setting, variant, seed, bench, mean, ckpt="final", sem=0.02):
-    out = Path(paths.eval_dir(cfg, setting, variant, seed, ckpt))
+    out = Path(Paths.of(cfg).eval_dir(setting, variant, seed, ckpt))
     out.mkdir(parents=True, exist_ok=True)
     rec = {"setting": setting, "variant": variant, "method": variant, "seed": seed, "checkpoint": ckpt,
            "benchmark": bench, "mean": mean, "sem": sem, "repeats": 4}  # fmt: skip
@@ -482,9 +483,8 @@ def test_the_paper_per_run_numbers_give_the_papers_verdict(tmp_path):
     at the paper's alpha; OPD and GRPO improve the student; the rest is not measured."""
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     cfg["results"] = str(tmp_path / "results")
-    results.write_imported(
-        cfg, results.parse_import(Grid.of(cfg), REPO / "tests" / "data" / "paper_q4b_math_runs.csv", scale="percent")
-    )
+    g = Grid.of(cfg)
+    results.write_imported(g.paths, results.parse_import(g, REPO / "tests" / "data" / "paper_q4b_math_runs.csv", scale="percent"))
     found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
     s = "q4b-q1.7b-math"
     scout = _one(found, "scout_beats_opd", s)

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from scout import jobs, paths, plan, report, status
+from scout import jobs, plan, report, status
 from scout.freshness import Freshness
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.workflow import spec_digest
 from tests.support.files import safetensors
 from tests.support.toy import toy_config
@@ -20,7 +21,7 @@ S = "toy-l-s-math"
 
 def _train(work, cfg, variant, seed=1):
     cell = Grid.of(cfg).find(S, variant, seed)
-    d = work / paths.train_dir(cfg, S, variant, seed)
+    d = work / Paths.of(cfg).train_dir(S, variant, seed)
     d.mkdir(parents=True, exist_ok=True)
     (d / "train.json").write_text(json.dumps({"spec": jobs.train_job_spec(Grid.of(cfg), cell), "seconds": 1.0}))
     safetensors(d / "model" / "final" / "model.safetensors")  # a whole model: status would call it damaged
@@ -29,8 +30,8 @@ def _train(work, cfg, variant, seed=1):
 
 def _evaluate(work, cfg, variant, seed=1):
     spec = jobs.eval_spec(Grid.of(cfg), S, variant, seed, "final")
-    trained = json.loads((work / paths.train_dir(cfg, S, variant, seed) / "train.json").read_text())["spec"]
-    d = work / paths.eval_dir(cfg, S, variant, seed, "final")
+    trained = json.loads((work / Paths.of(cfg).train_dir(S, variant, seed) / "train.json").read_text())["spec"]
+    d = work / Paths.of(cfg).eval_dir(S, variant, seed, "final")
     d.mkdir(parents=True, exist_ok=True)
     for b in Grid.of(cfg).benchmarks_for("math"):
         rec = {"setting": S, "variant": variant, "method": variant, "seed": seed, "checkpoint": "final",
@@ -47,7 +48,7 @@ def finished(tmp_path):
         _evaluate(tmp_path, cfg, v)
     d = tmp_path / jobs.analysis_dir(Grid.of(cfg), S)
     d.mkdir(parents=True)
-    run = paths.train_dir(cfg, S, "scout", 1)
+    run = Paths.of(cfg).train_dir(S, "scout", 1)
     trained = json.loads((tmp_path / run / "train.json").read_text())["spec"]
     (d / "analysis.json").write_text(json.dumps({"spec_digest": spec_digest(jobs.analysis_spec(Grid.of(cfg), S)),
                                                  "trained": {run: spec_digest(trained)}}))  # fmt: skip
@@ -92,7 +93,7 @@ def test_a_run_trained_again_leaves_its_old_records_stale(finished):
     stale = {(x.kind, x.key): x for x in Freshness(Grid.of(new), work).stale()}
     assert ("training", f"{S}/scout/s1") not in stale
     assert stale["evaluation", f"{S}/scout/1/final"].why == ("its run was trained again after it was evaluated",)
-    assert f"{paths.train_dir(cfg, S, 'scout', 1)} was trained again after it was probed" in stale["analysis", S].why
+    assert f"{Paths.of(cfg).train_dir(S, 'scout', 1)} was trained again after it was probed" in stale["analysis", S].why
 
 
 def test_a_changed_sampling_makes_every_record_and_the_probes_stale_but_no_run(finished):

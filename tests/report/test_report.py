@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from scout import analysis, config_tables, jobs, paths, results, tables
+from scout import analysis, config_tables, jobs, results, tables
 from scout.cli import main as scout_main
 from scout.config import ConfigError, validate
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.report import ReportError, build
 from tests.support.records import fake_records, toy, write_analysis
 from tests.support.toy import REPO, tex_available
@@ -47,7 +48,7 @@ def imported_files(cfg: dict) -> list[Path]:
 def test_import_round_trip(tmp_path):
     cfg = toy(tmp_path)
     recs = results.parse_import(Grid.of(cfg), write_csv(tmp_path / "x.csv", GOOD))
-    written = results.write_imported(cfg, recs)
+    written = results.write_imported(Grid.of(cfg).paths, recs)
     assert len(written) == 5 and all(p.exists() for p in written)
     df = results.load(Grid.of(cfg)).set_index(["variant", "seed", "benchmark"])
     assert df.loc[("scout", 1, "tm-easy"), "mean"] == pytest.approx(0.61)
@@ -131,13 +132,14 @@ def test_write_imported_rolls_back_on_failure(tmp_path, monkeypatch):
 
     monkeypatch.setattr(results.os, "replace", flaky)
     with pytest.raises(OSError, match="disk full"):
-        results.write_imported(cfg, recs)
+        results.write_imported(Grid.of(cfg).paths, recs)
     assert imported_files(cfg) == []
 
 
 def test_own_evaluation_wins_over_import(tmp_path):
     cfg = toy(tmp_path)
-    results.write_imported(cfg, results.parse_import(Grid.of(cfg), write_csv(tmp_path / "x.csv", GOOD[:1])))
+    g = Grid.of(cfg)
+    results.write_imported(g.paths, results.parse_import(g, write_csv(tmp_path / "x.csv", GOOD[:1])))
     fake_records(cfg, skip=lambda u: u[:3] != ("toy-l-s-math", "opd", "1"))
     df = results.load(Grid.of(cfg))
     row = df[(df.variant == "opd") & (df.seed == 1) & (df.benchmark == "tm-easy") & (df.checkpoint == "final")]
@@ -156,7 +158,7 @@ def test_unreadable_record_is_named(tmp_path):
 def test_a_damaged_record_is_one_line_in_the_report_and_left_out(tmp_path):
     cfg = toy(tmp_path)
     fake_records(cfg)
-    bad = Path(paths.eval_dir(cfg, "toy-l-s-math", "opd", 1, "final")) / "tm-easy.json"
+    bad = Path(Paths.of(cfg).eval_dir("toy-l-s-math", "opd", 1, "final")) / "tm-easy.json"
     bad.write_text(bad.read_text()[:20])  # truncated
     lines = []
     manifest = build(cfg, pdf=False, log=lines.append)
@@ -198,7 +200,7 @@ def test_partial_grid_shows_gaps_and_run_counts(tmp_path):
     cfg = toy(tmp_path)
     # SCOUT lost its third run on toy-l-s-math; OPD lost tm-hard of its second run
     fake_records(cfg, skip=lambda u: u[:3] == ("toy-l-s-math", "scout", "3"))
-    (Path(paths.eval_dir(cfg, "toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
+    (Path(Paths.of(cfg).eval_dir("toy-l-s-math", "opd", 2, "final")) / "tm-hard.json").unlink()
     cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     (main,) = [t for t in tables.main_tables(cache) if t["name"] == "main_toy-l-s-math"]
     text = tables.render(main)

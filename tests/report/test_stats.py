@@ -101,7 +101,8 @@ def test_best_two_ranks_printed_values_with_ties():
 def paper_cache(tmp_path_factory):
     cfg = scout_config.load(REPO / "config" / "paper.yaml")
     cfg["results"] = str(tmp_path_factory.mktemp("paper"))
-    results.write_imported(cfg, results.parse_import(Grid.of(cfg), DATA / "paper_q4b_math_runs.csv", scale="percent"))
+    g = Grid.of(cfg)
+    results.write_imported(g.paths, results.parse_import(g, DATA / "paper_q4b_math_runs.csv", scale="percent"))
     printed = pd.read_csv(DATA / "paper_q4b_math_printed.csv")
     return cfg, results.load(Grid.of(cfg)), printed.set_index(["method", "benchmark", "statistic"])["value"]
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from scout import behaviour, jobs, paths
+from scout import behaviour, jobs
 from scout.grid import Grid
+from scout.paths import Paths
 from tests.support.toy import toy_config
 
 
@@ -27,7 +28,7 @@ def fake_records(cfg: dict, skip=lambda unit: False, seed: int = 0) -> int:
         if skip(unit):
             continue
         setting, variant, s, ckpt = unit
-        out = Path(paths.eval_dir(cfg, *unit))
+        out = Path(Paths.of(cfg).eval_dir(*unit))
         out.mkdir(parents=True, exist_ok=True)
         for b in Grid.of(cfg).benchmarks_for(cfg["settings"][setting]["domain"]):
             mean = min(1.0, max(0.0, rng.gauss(0.55 if "scout" in variant else 0.5, 0.04)))
@@ -67,12 +68,12 @@ def write_analysis(cfg: dict) -> None:
              "correct": (q + r) % 2 == 0} for q in range(4) for r in range(2)]  # fmt: skip
     for v, seeds in (("base-student", (0,)), ("opd", (1, 2)), ("scout", (1, 2))):  # the summary's behaviour.csv
         for seed in seeds:
-            out = Path(paths.eval_dir(cfg, "toy-l-s-math", v, seed, "final"))
+            out = Path(Paths.of(cfg).eval_dir("toy-l-s-math", v, seed, "final"))
             out.mkdir(parents=True, exist_ok=True)
             (out / "tm-easy.generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gens))
     for variant in ("scout", "opd"):
         for seed in (1, 2):  # the training logs as the trainer writes them (SCOUT's with its teacher phase)
-            run = Path(paths.train_dir(cfg, "toy-l-s-math", variant, seed))
+            run = Path(Paths.of(cfg).train_dir("toy-l-s-math", variant, seed))
             run.mkdir(parents=True, exist_ok=True)
             lines = [{"step": st, "loss": 0.1, "reverse_kl_k1": 1 / st} | ({"reward": st / 100} if st % 8 == 0 else {})
                      | ({"teacher_reward": 0.4 + st / 100, "teacher_prefix_ratio": st / 60}

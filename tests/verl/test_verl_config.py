@@ -10,8 +10,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from scout import grid, paths, resources
+from scout import grid, resources
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.placement import PlacementError, placement
 from scout.verl import parts as vp
 from scout.verl.env import method_section
@@ -27,7 +28,7 @@ def build(setting: str, variant: str, seed: int = 1, **spec_over):
     cell = Grid.of(PAPER).find(setting, variant, seed)
     spec = {**Grid.of(PAPER).spec(cell), **spec_over}
     res = resources.job_resources(PAPER, "train", setting, cell.method, variant)
-    return vc.build(spec, res, paths.train_dir(PAPER, setting, variant, seed))
+    return vc.build(spec, res, Paths.of(PAPER).train_dir(setting, variant, seed))
 
 
 def test_every_cell_and_the_teacher_preparation_compose_and_validate():
@@ -40,7 +41,7 @@ def test_every_cell_and_the_teacher_preparation_compose_and_validate():
     assert len(firsts) == 38
     for c in chosen:
         res = resources.job_resources(PAPER, "train", c.setting, c.method, c.variant)
-        cfg = vc.build(Grid.of(PAPER).spec(c), res, paths.train_dir(PAPER, c.setting, c.variant, c.seed))
+        cfg = vc.build(Grid.of(PAPER).spec(c), res, Paths.of(PAPER).train_dir(c.setting, c.variant, c.seed))
         assert cfg.data.seed == c.seed and cfg.scout.method == c.method
     prep = grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")
     cfg = vc.build(prep, resources.job_resources(PAPER, "prepare_teacher"), "results/teachers/Qwen3-8B-DAPO")

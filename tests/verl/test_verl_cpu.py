@@ -44,7 +44,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
-from scout import methods, paths
+from scout import methods
+from scout.paths import Paths
 
 pytestmark = pytest.mark.verl_cpu
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -209,7 +210,7 @@ def test_the_prefix0_teacher_changes_in_its_update_and_its_engine_serves_it(cpu_
     from safetensors.torch import load_file
 
     cfg = cpu_world["config"]
-    initial = load_file(str(Path(paths.model_path(cfg, "toy-large")) / "model.safetensors"))
+    initial = load_file(str(Path(Paths.of(cfg).model("toy-large")) / "model.safetensors"))
     trained = load_file(str(next((out / "model" / "final-teacher").glob("*.safetensors"))))
     assert _changed(initial, trained)
 
@@ -313,7 +314,7 @@ def _lora_bytes(config: dict, rank: int) -> int:
     """fp32 bytes of a rank-``rank`` adapter on the seven projections of the CPU world's teacher."""
     from scout import teacher_cost as tc
 
-    arch = json.loads((Path(paths.model_path(config, "toy-large")) / "config.json").read_text())
+    arch = json.loads((Path(Paths.of(config).model("toy-large")) / "config.json").read_text())
     return 4 * tc.lora_parameters(arch, rank)
 
 
@@ -362,7 +363,7 @@ def test_scout_with_a_shared_lora_teacher_syncs_its_adapter_alone_and_resumes(cp
     assert len(re.findall(pattern, log)) == 2 and min(pearson) > 0.99, pearson
     from safetensors.torch import load_file
 
-    initial = load_file(str(Path(paths.model_path(config, "toy-large")) / "model.safetensors"))
+    initial = load_file(str(Path(Paths.of(config).model("toy-large")) / "model.safetensors"))
     final = out / "model" / "final-teacher"
     assert not (final / "lora_adapter").exists()  # folded into the weights: the evaluation's model
     # the adapted projections changed, and nothing else (the base is frozen, the head untouched)

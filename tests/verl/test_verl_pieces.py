@@ -17,8 +17,9 @@ import torch
 import yaml
 
 from scout import algorithms as alg
-from scout import grid, jobs, paths, resources, training_runs
+from scout import grid, jobs, resources, training_runs
 from scout.catalogue import DataError
+from scout.paths import Paths
 from tests.support.toy import REPO
 
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
@@ -976,7 +977,7 @@ def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok)
     paper["datasets"]["openr1-math-46k"]["rows"] = len(rows)
     paper["training"].update(batch_size=batch, mini_batch_size=batch)
     student_view = jobs.data_spec(Grid.of(paper), "openr1-math-46k")["views"][0]
-    meta = Path(paths.meta_path(paper, "openr1-math-46k"))
+    meta = Path(Paths.of(paper).meta("openr1-math-46k"))
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))
     spec = Grid.of(paper).spec(Grid.of(paper).find("q4b-q1.7b-math", "opd", 1))

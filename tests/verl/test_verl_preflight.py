@@ -8,8 +8,8 @@ import copy
 import pytest
 import yaml
 
-from scout import paths
 from scout.grid import Grid
+from scout.paths import Paths
 from scout.toy.world import build_model
 from tests.support.toy import REPO, TINY
 
@@ -23,7 +23,7 @@ def verl_toy(world):
     cfg = copy.deepcopy(world["config"])
     cfg |= yaml.safe_load((REPO / "config" / "verl-smoke.yaml").read_text())
     cfg["resources"]["default"]["gpu_mem_gb"] = 24
-    res = paths.model_path(cfg, "toy-small").rsplit("/", 1)[0]
+    res = Paths.of(cfg).model("toy-small").rsplit("/", 1)[0]
     for name, hidden in (("toy-small", 32), ("toy-large", 48), ("toy-medium", 32)):
         model, tok = build_model({**TINY, "hidden_size": hidden}, world["root"] / "tokenizer", seed=hidden)
         model.save_pretrained(f"{res}/{name}")

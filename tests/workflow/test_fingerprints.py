@@ -104,8 +104,9 @@ def test_a_record_from_other_numerics_is_not_blamed_on_this_machine(tmp_path, mo
     assert f"the record's ffffffffffff on {rep.machine()}" in out and "not compared" in out
     assert "install: " in out and code == 0
     from scout import report
+    from scout.grid import Grid
 
-    summary = report.digits(cfg)  # the report's provenance line says the same
+    summary = report.digits(Grid.of(cfg))  # the report's provenance line says the same
     assert summary.startswith(f"{len(cfg['toy']['splits']) + len(cfg['benchmarks']) + len(cfg['toy']['validation'])} of ")
     assert "1 made by models on other numerical code paths" in summary and "ffffffffffff" in summary
 

@@ -10,8 +10,9 @@ import sys
 import time
 from contextlib import contextmanager
 
-from scout import paths, status
+from scout import status
 from scout.grid import Grid
+from scout.paths import Paths
 from tests.support.files import safetensors
 from tests.support.toy import toy_config
 
@@ -42,11 +43,11 @@ def a_snakemake_in(folder, tmp_path):
 def test_cells_by_state_and_the_running_step(tmp_path):
     cfg = toy_config()
     running = "toy-l-s-math/scout/s2"
-    finished_run(tmp_path / paths.train_dir(cfg, "toy-l-s-math", "opd", 1))  # done
-    d = tmp_path / paths.train_dir(cfg, "toy-l-s-math", "scout", 2)
+    finished_run(tmp_path / Paths.of(cfg).train_dir("toy-l-s-math", "opd", 1))  # done
+    d = tmp_path / Paths.of(cfg).train_dir("toy-l-s-math", "scout", 2)
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 17}) + "\n")
-    marker = base64.urlsafe_b64encode(f"{paths.train_dir(cfg, 'toy-l-s-math', 'scout', 2)}/train.json".encode()).decode()
+    marker = base64.urlsafe_b64encode(f"{Paths.of(cfg).train_dir('toy-l-s-math', 'scout', 2)}/train.json".encode()).decode()
     (tmp_path / ".snakemake" / "incomplete").mkdir(parents=True)
     (tmp_path / ".snakemake" / "incomplete" / marker).write_text("")
     (tmp_path / ".snakemake" / "locks").mkdir()
@@ -89,10 +90,10 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
     cfg = toy_config()
     st = status.status(Grid.of(cfg), tmp_path)
     assert st["wall"] is None and "cannot be told" in status.render(st)
-    d = tmp_path / paths.train_dir(cfg, "toy-l-s-math", "opd", 1)
+    d = tmp_path / Paths.of(cfg).train_dir("toy-l-s-math", "opd", 1)
     d.mkdir(parents=True)
     (d / "train.json").write_text('{"seconds": 3')  # truncated
-    rec = tmp_path / paths.eval_dir(cfg, "toy-l-s-math", "base-student", 0, "final")
+    rec = tmp_path / Paths.of(cfg).eval_dir("toy-l-s-math", "base-student", 0, "final")
     rec.mkdir(parents=True)
     for b in ("tm-easy", "tm-hard", "tm-long"):
         (rec / f"{b}.json").write_text(json.dumps({"setting": "toy-l-s-math", "variant": "base-student", "seed": 0,
@@ -108,8 +109,8 @@ def test_damaged_files_and_the_grid_wall_time(tmp_path):
     assert st["experiments"]["main"]["damaged"] == 1
     assert st["evaluations"][0] == 0
     assert [line.split(":")[0] for line in st["damaged"]] == [
-        f"{paths.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/train.json",
-        f"{paths.eval_dir(cfg, 'toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
+        f"{Paths.of(cfg).train_dir('toy-l-s-math', 'opd', 1)}/train.json",
+        f"{Paths.of(cfg).eval_dir('toy-l-s-math', 'base-student', 0, 'final')}/tm-long.json",
     ]
     assert all("remake it: snakemake --cores 1 --force -- " in line for line in st["damaged"])
     assert st["wall"] == (1_000_000_050.0, 1_000_000_200.0)
@@ -120,7 +121,7 @@ def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
     """train.json alone does not make a run done: a truncated or missing model is damaged, named
     with the training job that remakes it."""
     cfg = toy_config()
-    runs = {v: tmp_path / paths.train_dir(cfg, "toy-l-s-math", v, 1) for v in ("opd", "scout", "grpo")}
+    runs = {v: tmp_path / Paths.of(cfg).train_dir("toy-l-s-math", v, 1) for v in ("opd", "scout", "grpo")}
     for d in runs.values():
         finished_run(d)
     weights = runs["opd"] / "model" / "final" / "model.safetensors"
@@ -130,10 +131,10 @@ def test_a_finished_run_whose_model_is_damaged_or_missing_is_damaged(tmp_path):
     shutil.rmtree(runs["scout"] / "model")  # missing
     st = status.status(Grid.of(cfg), tmp_path)
     assert st["experiments"]["main"]["damaged"] == 2 and st["experiments"]["main"]["done"] >= 1
-    opd = f"{paths.train_dir(cfg, 'toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
+    opd = f"{Paths.of(cfg).train_dir('toy-l-s-math', 'opd', 1)}/model/final/model.safetensors"
     want = f"{opd}: truncated ({weights.stat().st_size:,} of {weights.stat().st_size + 3:,} bytes); remake it: "
     assert any(line.startswith(want) and line.endswith("opd/s1/train.json") for line in st["damaged"]), st["damaged"]
-    assert any(line.startswith(f"{paths.train_dir(cfg, 'toy-l-s-math', 'scout', 1)}/model/final: missing")
+    assert any(line.startswith(f"{Paths.of(cfg).train_dir('toy-l-s-math', 'scout', 1)}/model/final: missing")
                for line in st["damaged"])  # fmt: skip
 
 
@@ -151,7 +152,7 @@ def test_the_safetensors_check_reads_only_the_header(tmp_path):
 
 def test_a_failed_rerun_names_the_finished_run_it_can_restore(tmp_path):
     cfg = toy_config()
-    run = paths.train_dir(cfg, "toy-l-s-math", "opd", 2)
+    run = Paths.of(cfg).train_dir("toy-l-s-math", "opd", 2)
     owner = {"fingerprint": "f1", "spec": {"lr": 1}}
     kept = tmp_path / f"{run}.superseded-20261127T010000"
     finished_run(kept)
@@ -176,7 +177,7 @@ def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
     import http.server
     import threading
 
-    from scout import jobs, serving, teacher_server
+    from scout import jobs, serving
 
     cfg = toy_config()
     cfg["settings"]["toy-l-s-math"]["teacher_server"] = "serve"
@@ -184,7 +185,7 @@ def test_a_teacher_server_the_workflow_starts_is_shown_up_or_not(tmp_path):
     finished_run(tmp_path / users[0].removesuffix("/train.json"))
     text = status.render(status.status(Grid.of(cfg), tmp_path))
     assert f"teacher server toy-large: not up; {len(users) - 1} of its {len(users)} cells still to train" in text
-    folder = tmp_path / teacher_server.server_folder(cfg, "toy-large")
+    folder = tmp_path / Grid.of(cfg).paths.server_dir("toy-large")
     folder.mkdir(parents=True)
 
     class Models(http.server.BaseHTTPRequestHandler):  # what a server answers on /v1/models

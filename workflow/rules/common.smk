@@ -12,16 +12,14 @@ from snakemake.exceptions import WorkflowError
 from scout import backends as scout_backends
 from scout import config as scout_config
 from scout import cost as scout_cost
-from scout import grid, jobs, paths, training_runs
+from scout import grid, jobs, training_runs
 from scout import resources as scout_resources
 from scout import serving as scout_serving
 from scout import teacher_server as scout_teacher_server
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
-from scout.results import report_dir as scout_report_dir
 from scout.report import settings as report_settings
-from scout.results import summary_dir as scout_summary_dir
 
 _twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
 if _twice:
@@ -44,7 +42,7 @@ def grid_now(cfg=None):
     return grid.Grid.of(config if cfg is None else cfg)
 
 
-RES = config.get("results", "results")
+RES = GRID.paths.root
 # Where metrics go (TensorBoard always; W&B, MLflow): exported to every job's environment, so
 # changing it never reruns a job (scout.tracking)
 scout_tracking.export(config.get("tracking", {}))
@@ -215,7 +213,7 @@ def validate_spec(wc):
 def validate_inputs(wc):
     spec = jobs.validation_spec(grid_for(wc), wc.setting, wc.variant, wc.seed)
     files = [b["path"] for b in spec["benchmarks"].values()] + list(spec["disjoint_from"].values())
-    return files + [f"{paths.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+    return files + [f"{GRID.paths.train_dir(wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def choice_inputs(wc):
@@ -288,7 +286,7 @@ PILOTS = {(c.setting, c.variant): c for c in scout_cost.pilot_cells(GRID)}
 
 
 def pilot_files():
-    return [f"{scout_cost.pilot_dir(config, s, v)}/train.json" for s, v in PILOTS]
+    return [f"{GRID.paths.pilot_dir(s, v)}/train.json" for s, v in PILOTS]
 
 
 def pilot_cell(wc):
@@ -346,7 +344,7 @@ def training_data():
     names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(grid_now())}
     models = config["models"]
     names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(grid_now()) if "prepare" in models[m]}
-    return sorted(paths.data_path(config, n) for n in names)
+    return sorted(GRID.paths.data(n) for n in names)
 
 
 def preflight_files():
@@ -359,7 +357,7 @@ def teacher_spec(wc):
 
 def teacher_inputs(wc):
     prep = config["models"][wc.model]["prepare"]
-    return [paths.data_path(config, prep["data"])] + paths.model_inputs(config, prep["base"])
+    return [GRID.paths.data(prep["data"])] + GRID.paths.model_inputs(prep["base"])
 
 
 # -- evaluation ---------------------------------------------------------------------------------
@@ -372,13 +370,13 @@ def eval_spec(wc):
 
 def eval_inputs(wc):
     jobs.check_evaluated(grid_for(wc), wc.setting, wc.variant, wc.seed, wc.ckpt)
-    s = config["settings"][wc.setting]
-    data = [paths.data_path(config, b) for b in GRID.benchmarks_for(s["domain"])]
+    s = GRID.settings[wc.setting]
+    data = [GRID.paths.data(b) for b in GRID.benchmarks_for(s.domain)]
     if wc.variant == "base-student":
-        return data + paths.model_inputs(config, s["student"])
+        return data + GRID.paths.model_inputs(s.student)
     if wc.variant == "base-teacher":
-        return data + paths.model_inputs(config, s["teacher"])
-    return data + [f"{paths.train_dir(config, wc.setting, wc.variant, wc.seed)}/train.json"]
+        return data + GRID.paths.model_inputs(s.teacher)
+    return data + [f"{GRID.paths.train_dir(wc.setting, wc.variant, wc.seed)}/train.json"]
 
 
 def eval_outputs(domain):
@@ -389,9 +387,9 @@ def eval_records(wc=None):
     return jobs.eval_records(grid_now(resolved() if TUNED else None))
 
 
-# The whole grid's report and summaries, or a selection's beside them (scout.report.report_dir)
-REPORT = str(scout_report_dir(config))
-SUMMARY = str(scout_summary_dir(config))
+# The whole grid's report and summaries, or a selection's beside them (scout.paths.Paths.report_dir)
+REPORT = str(GRID.paths.report_dir())
+SUMMARY = str(GRID.paths.summary_dir())
 
 
 def summary_files():
@@ -421,7 +419,7 @@ def independent_targets():
     units = [u for u in jobs.eval_units(grid_now()) if u[0] in INDEPENDENT or u[1] in grid.BASE_VARIANTS]
     out = []
     for setting, variant, seed, ckpt in units:
-        folder = paths.eval_dir(config, setting, variant, seed, ckpt)
+        folder = GRID.paths.eval_dir(setting, variant, seed, ckpt)
         out += [f"{folder}/{b}.json" for b in GRID.benchmarks_for(GRID.settings[setting].domain)]
     probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
     return out + [f"{jobs.analysis_dir(GRID, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]

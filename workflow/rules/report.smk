@@ -1,6 +1,6 @@
 # Report: every table and figure of the paper plus one PDF, rendered from the results cache, and
 # the summary CSVs of the same records (results/summary/: per run, per method, each run's behaviour).
-# A selection's (config select) go to a folder of their own beneath both (scout.report.report_dir).
+# A selection's (config select) go to a folder of their own beneath both (scout.paths.Paths.report_dir).
 #   snakemake report   renders from whatever is cached, every time it is asked for: it has no
 #                      inputs and no outputs in the DAG, so it never trains or evaluates anything
 #   snakemake          (the default target) renders the same report once the whole grid is done

@@ -38,7 +38,7 @@ if TOY:
     rule toy_pretrain:
         input:
             tokenizer=f"{RES}/toy/tokenizer/tokenizer.json",
-            data=[paths.data_path(config, s) for s in config["toy"]["pretrain_mix"]],
+            data=[GRID.paths.data(s) for s in config["toy"]["pretrain_mix"]],
         output:
             f"{RES}/toy/models/{{model}}/model.safetensors",
         log:
