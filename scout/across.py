@@ -33,7 +33,7 @@ def across_settings(cache: Cache) -> list[Across]:
     out = []
     for variant, baseline, name in ACROSS:
         x, y = {}, {}
-        for setting in cache.config["settings"]:
+        for setting in cache.grid.settings:
             if cache.has_variant(setting, variant) and cache.has_variant(setting, baseline):
                 a, b = (list(cache.row(setting, v).run_avg.dropna()) for v in (variant, baseline))
                 if a and b:

@@ -36,6 +36,7 @@ import yaml
 
 from scout import grid, stats
 from scout.config import PAPER_CLAIMS
+from scout.grid import Grid
 from scout.results import Cache
 from scout.stats import against_one_evaluation, cluster_bootstrap, over_seeds, paired
 from scout.verdicts import (
@@ -49,13 +50,12 @@ from scout.verdicts import (
     WELCH,
     Claim,
     family,
-    primary,
 )
 
 
-def specs(config: dict) -> list[dict]:
+def specs(g: Grid) -> list[dict]:
     """The paper's claims, then the config's own (``claims:``)."""
-    return yaml.safe_load(PAPER_CLAIMS.read_text()) + list(config.get("claims", []))
+    return yaml.safe_load(PAPER_CLAIMS.read_text()) + list(g.config.get("claims", []))
 
 
 welch = stats.welch_se  # mean(x) - mean(y), its standard error and df (NaN below two runs a side)
@@ -66,20 +66,21 @@ welch = stats.welch_se  # mean(x) - mean(y), its standard error and df (NaN belo
 # ------------------------------------------------------------------------------------------------
 
 
-def _paper_effect(config: dict, spec: dict, setting: str) -> float | None:
+def _paper_effect(g: Grid, spec: dict, setting: str) -> float | None:
     paper = spec.get("paper") or {}
     if not isinstance(paper, dict):
         return float(paper)
-    key = setting if setting in paper else config["settings"][setting].get("mirrors")
+    key = setting if setting in paper else g.settings[setting].mirrors
     return paper.get(key) if key in paper else None
 
 
-def _settings(config: dict, spec: dict) -> list[str]:
+def _settings(g: Grid, spec: dict) -> list[str]:
     """The claim's settings that the grid trains (a reduced experiment claims nothing of the rest)."""
     if "experiment" in spec:
-        return list(config["experiments"].get(spec["experiment"], {}).get("settings", []))
-    in_grid = {s for e in config["experiments"].values() for s in e["settings"]}
-    return [s for s in spec.get("settings") or config["settings"] if s in in_grid]
+        e = g.experiments.get(spec["experiment"])
+        return list(e.settings) if e else []
+    in_grid = {s for e in g.experiments.values() for s in e.settings}
+    return [s for s in spec.get("settings") or g.settings if s in in_grid]
 
 
 def _runs(cache: Cache, setting: str, variant: str) -> tuple[list[float], list[str]]:
@@ -110,13 +111,13 @@ def _unmeasured(base: dict, why: str, test: str = "", used: list | None = None) 
 
 def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str) -> Claim:
     """Run-level Avg of ``variant`` against ``baseline`` on one setting: unit the training seed."""
-    paper = _paper_effect(cache.config, spec, setting)
+    paper = _paper_effect(cache.grid, spec, setting)
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
-    margin = _margin(cache.config, spec, setting) if kind == "on_par" else None
+    margin = _margin(cache.grid, spec, setting) if kind == "on_par" else None
     direction = -1 if kind == "beats" and paper is not None and paper < 0 else 1
     base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
                 margin=margin, direction=direction, where=spec.get("where", ""),
-                family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
+                family=PRIMARY if cache.grid.report.is_primary(spec["id"], setting) else SECONDARY)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):
         return _unmeasured(base, f"{variant} or {baseline} is not in this grid on {setting}")
     x, used_x = _runs(cache, setting, variant)
@@ -174,12 +175,12 @@ def _seeds(n: int) -> str:
     return f"{n} seed" + ("" if n == 1 else "s")
 
 
-def _margin(config: dict, spec: dict, setting: str) -> float | None:
+def _margin(g: Grid, spec: dict, setting: str) -> float | None:
     """On a par: within the claim's own margin, or else the setting's SCOUT-over-OPD effect in the
     paper (points), of each other."""
     if spec.get("margin") is not None:
         return float(spec["margin"])
-    gain = _paper_effect(config, {"paper": _scout_gain()}, setting)
+    gain = _paper_effect(g, {"paper": _scout_gain()}, setting)
     return abs(gain) if gain else None
 
 
@@ -241,9 +242,9 @@ class _Totals:
 
 def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
     kind = spec["kind"]
-    base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.config, spec, setting),
+    base = dict(claim=spec["claim"], setting=setting, paper=_paper_effect(cache.grid, spec, setting),
                 unit=QUESTION_UNIT, id=spec["id"], where=spec.get("where", ""),
-                family=PRIMARY if primary(cache.config, spec["id"], setting) else SECONDARY)  # fmt: skip
+                family=PRIMARY if cache.grid.report.is_primary(spec["id"], setting) else SECONDARY)  # fmt: skip
     path = analysis_dir / setting / _PROBE_FILES.get(kind, "continuation_items.csv")
     unmeasured = partial(_unmeasured, base)  # base as updated below
     if not path.exists():
@@ -308,7 +309,7 @@ def _probe(cache: Cache, spec: dict, setting: str, analysis_dir: Path) -> Claim:
         stat = f"{100 * t_trained.acc(qs):.1f} vs control {100 * totals(control).acc(qs):.1f} ({len(seeds)} and {len(c_seeds)} seeds)"
     else:  # the claim's direction: the other teacher minus SCOUT's
         sign = {"SCOUT": -1, what: 1}
-        margin = _margin(cache.config, spec, setting)
+        margin = _margin(cache.grid, spec, setting)
         base.update(kind="on_par", margin=margin)
         stat = f"{100 * totals(control).acc(qs):.1f} vs SCOUT's {100 * t_trained.acc(qs):.1f} ({len(c_seeds)} and {len(seeds)} seeds)"
         if margin is None:
@@ -440,16 +441,17 @@ def all_claims(cache: Cache, analysis_dir: str | Path, alpha: float) -> list[Cla
     verdicts at family-wise level ``alpha`` (:func:`family`)."""
     a = Path(analysis_dir)
     out = []
-    for spec in specs(cache.config):
+    g = cache.grid
+    for spec in specs(g):
         kind = spec["kind"]
         if kind in PROBES:
-            probed = cache.config.get("analysis", {}).get("settings", [])
+            probed = g.analysis.settings
             if "experiment" in spec or "settings" in spec:  # a claim of one experiment's probes
-                probed = [s for s in probed if s in _settings(cache.config, spec)]
+                probed = [s for s in probed if s in _settings(g, spec)]
             out += [_probe(cache, spec, setting, a) for setting in probed]
         elif kind in ("sweep_sparse", "sweep_dense"):
-            out += [_sweep(cache, spec, s) for s in _settings(cache.config, spec)]
+            out += [_sweep(cache, spec, s) for s in _settings(g, spec)]
         else:
-            out += [_compare(cache, spec, s, spec["variant"], spec["baseline"]) for s in _settings(cache.config, spec)]
+            out += [_compare(cache, spec, s, spec["variant"], spec["baseline"]) for s in _settings(g, spec)]
     out.sort(key=lambda c: c.family != PRIMARY)  # the headline comparisons lead the page
     return family(out, alpha)

@@ -9,6 +9,7 @@ import html
 
 from scout import render, tuning, verdicts
 from scout.across import across_records
+from scout.grid import Grid
 
 _VERDICT_TEX = {
     verdicts.HOLDS: r"\textcolor{green!45!black}{holds}",
@@ -55,9 +56,9 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def scope_text(config: dict) -> str:
+def scope_text(g: Grid) -> str:
     """What the page covers: the whole toy or paper grid, or the selection a run made of it."""
-    return config.get("report", {}).get("scope") or f"the {config['world']} grid"
+    return g.report.scope or f"the {g.paths.world} grid"
 
 
 def strip_svg(arms: tuple, width: int = 200, height: int = 34) -> str:
@@ -86,9 +87,9 @@ def strip_svg(arms: tuple, width: int = 200, height: int = 34) -> str:
             f"<title>{html.escape(title)} (range {lo + pad:.1f}-{hi - pad:.1f})</title>{''.join(parts)}</svg>")  # fmt: skip
 
 
-def family_text(found: list, alpha: float, config: dict | None = None) -> str:
+def family_text(found: list, alpha: float, primary_on: tuple[str, ...] = ()) -> str:
     """How many tests the page makes, in which families, at which levels, and what the page as a
-    whole guarantees."""
+    whole guarantees (``primary_on``: the settings the primary family is tested on)."""
     f = verdicts.page_summary(found, alpha)
     if not f["tests"]:
         return "Nothing is measured yet, so the page makes no test."
@@ -102,8 +103,7 @@ def family_text(found: list, alpha: float, config: dict | None = None) -> str:
         return (f"This page makes {f['tests']} tests. So that the chance of any wrong verdict on it is at most "
                 f"{alpha:g} (family-wise, Bonferroni), each is made at L = {alpha:g}/{f['tests']} = {f['level']:.4f}. "
                 + tail)  # fmt: skip
-    primary = (config or {}).get("report", {}).get("primary", {})
-    where = f" on {', '.join(primary['settings'])}" if primary.get("settings") else ""
+    where = f" on {', '.join(primary_on)}" if primary_on else ""
     names = {verdicts.PRIMARY: f"the primary family, the paper's headline comparisons{where}",
              verdicts.SECONDARY: "the secondary family, every other row"}  # fmt: skip
     parts = [f"{names[g['name']]} ({g['tests']} tests, each at {alpha:g}/{g['tests']} = {g['level']:.4f})"
@@ -130,12 +130,12 @@ def test_text(c) -> str:
     return text
 
 
-def caveats(config: dict, found: list) -> list[tuple[str, str]]:
+def caveats(g: Grid, found: list) -> list[tuple[str, str]]:
     """(setting, caveat) for each setting on the claims page whose config says what to know first,
     and for each tuned one, what its tuning gave SCOUT that OPD did not have."""
-    shown = dict.fromkeys(c.setting for c in found)
-    out = [(s, config["settings"][s]["caveat"]) for s in shown if config["settings"].get(s, {}).get("caveat")]
-    return out + [(s, tuning_note(config, s)) for s in shown if tuning.tuned_params(config["settings"].get(s, {}))]
+    shown = [s for s in dict.fromkeys(c.setting for c in found) if s in g.settings]
+    out = [(s, g.settings[s].caveat) for s in shown if g.settings[s].caveat]
+    return out + [(s, tuning_note(g.config, s)) for s in shown if tuning.tuned_params(g.config["settings"][s])]
 
 
 def tuning_note(config: dict, setting: str) -> str:
@@ -179,7 +179,7 @@ def across_rows(across: list) -> list[dict]:
     return out
 
 
-def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (), config: dict | None = None,
+def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (), primary_on: tuple[str, ...] = (),
                 across: list = ()) -> str:  # fmt: skip
     """The first page: what to know first, then one row per claim with its effect, bounds, the
     paper's number and verdict."""
@@ -202,6 +202,6 @@ def claims_page(env, found: list, alpha: float, notes: list[tuple[str, str]] = (
         claims=rows,
         across=[{k: render.tex(v) for k, v in r.items()} for r in across_rows(across)],
         caveats=[{"setting": render.tex(k), "text": render.tex(v)} for k, v in notes],
-        family=render.tex(family_text(found, alpha, config)).replace("\u2020", r"$\dagger$"),
+        family=render.tex(family_text(found, alpha, primary_on)).replace("\u2020", r"$\dagger$"),
         counts=", ".join(f"{counts[v]} {render.tex(v)}" for v in verdicts.VERDICTS),
     )

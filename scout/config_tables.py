@@ -11,10 +11,6 @@ from scout.render import lr_entry
 DOMAIN_TITLES = {"math": "Mathematical Reasoning", "code": "Code Generation"}
 
 
-def bench_label(config: dict, bench: str) -> str:
-    return config["benchmarks"][bench].get("label", bench)
-
-
 def spans(labels: list[str]) -> list[dict]:
     """Column-group headers: each run of equal labels as one span (columns from 2, after the row names)."""
     out: list[dict] = []
@@ -129,8 +125,8 @@ def lr_table(grid: Grid) -> dict:
 
 
 def benchmark_table(grid: Grid) -> dict:
-    config = grid.config
-    domains = list(dict.fromkeys(b["domain"] for b in config["benchmarks"].values()))
+    benches = grid.benchmarks
+    domains = list(dict.fromkeys(b.domain for b in benches.values()))
     cols = [(d, b) for d in domains for b in grid.benchmarks_for(d)]
     return {
         "name": "benchmarks",
@@ -138,7 +134,7 @@ def benchmark_table(grid: Grid) -> dict:
         "label": "tab:benchmarks",
         "caption": "Evaluation benchmarks: number of questions and of sampled responses per question (avg@k).",
         "col_groups": spans([DOMAIN_TITLES.get(d, d) for d, _ in cols]),
-        "labels": [bench_label(config, b) for _, b in cols],
-        "questions": [config["benchmarks"][b]["rows"] for _, b in cols],
-        "repeats": [config["benchmarks"][b]["repeats"] for _, b in cols],
+        "labels": [benches[b].heading for _, b in cols],
+        "questions": [benches[b].rows for _, b in cols],
+        "repeats": [benches[b].repeats for _, b in cols],
     }

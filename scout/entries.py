@@ -1,8 +1,9 @@
-"""A setting (teacher-student pair) and a benchmark of the config as typed records: a field for each
-key the schema declares for a ``settings`` or ``benchmarks`` entry (a test holds the two to the same
-keys), the schema's default where an entry leaves a key out. The grid hands them out
-(``Grid.settings``, ``Grid.benchmarks``), so that the planner reads ``setting.domain``, not a
-nested dict of the config."""
+"""The config's entries and sections as typed records: a setting (teacher-student pair), a benchmark,
+an experiment, the report's options and the teacher probes. A record has a field for each key the
+schema declares there (a test holds the two to the same keys) and the schema's default where the
+config leaves a key out; a list is a tuple, so that a record cannot be changed. The grid hands them
+out (``Grid.settings``, ``.benchmarks``, ``.experiments``, ``.report``, ``.analysis``), so that the
+planner and the report read ``setting.domain``, not a nested dict of the config."""
 
 from __future__ import annotations
 
@@ -45,27 +46,89 @@ class Benchmark:
     label: str | None = None
     toy: dict | None = field(default=None, hash=False)
 
+    @property
+    def heading(self) -> str:
+        """The tables' column head: its label, or its name."""
+        return self.label or self.name
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment (``experiments.NAME``): the settings it runs, its methods (ids, or variants
+    ``{name, method, ...}``) and the seeds of every cell."""
+
+    name: str
+    settings: tuple[str, ...]
+    methods: tuple = field(hash=False)
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """How the report tests and renders (``report``)."""
+
+    test: str
+    alpha: float
+    baseline: str  # the variant the p-values compare against
+    pdf: bool | str
+    scope: str | None = None  # what the page covers (a selection writes it)
+    selection: str | None = None
+    primary: dict | None = field(default=None, hash=False)  # {claims, settings} of the primary family
+
+    def is_primary(self, claim_id: str, setting: str) -> bool:
+        """Whether a claims-page row belongs to the primary family: its claim on its settings."""
+        p = self.primary or {}
+        return claim_id in p.get("claims", []) and setting in p.get("settings", [])
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The teacher probes (``analysis``); a config without the section probes no setting."""
+
+    settings: tuple[str, ...] = ()
+    benchmark: str | None = None
+    ratios: tuple[float, ...] = ()
+    k: int | None = None
+    responses: int | None = None
+    questions: int | None = None
+    checkpoints: tuple[int, ...] = ()
+    seeds: tuple[int, ...] | None = None  # None: every seed the grid trains
+    max_new_tokens: int | None = None
+
 
 def declared_keys(kind: type) -> set[str]:
     """The config keys a record holds (every field but its name)."""
     return {f.name for f in fields(kind)} - {"name"}
 
 
-def _record(kind: type, section: str, name: str, entry: dict):
+def _record(kind: type, where: tuple, entry: dict, **name):
     values = {}
     for key in declared_keys(kind):
         if key in entry:
-            values[key] = entry[key]
-        elif "default" in schema.node((section, "*", key)):
-            values[key] = schema.default((section, "*", key))
-    return kind(name=name, **values)
+            values[key] = tuple(entry[key]) if isinstance(entry[key], list) else entry[key]
+        elif "default" in schema.node((*where, key)):
+            values[key] = schema.default((*where, key))
+    return kind(**name, **values)
 
 
 def settings(config: dict) -> dict[str, Setting]:
     """The config's settings, in its order."""
-    return {name: _record(Setting, "settings", name, entry) for name, entry in config["settings"].items()}
+    return {name: _record(Setting, ("settings", "*"), entry, name=name) for name, entry in config["settings"].items()}
 
 
 def benchmarks(config: dict) -> dict[str, Benchmark]:
     """The config's benchmarks, in its order."""
-    return {name: _record(Benchmark, "benchmarks", name, entry) for name, entry in config["benchmarks"].items()}
+    return {name: _record(Benchmark, ("benchmarks", "*"), entry, name=name) for name, entry in config["benchmarks"].items()}
+
+
+def experiments(config: dict) -> dict[str, Experiment]:
+    """The config's experiments, in its order."""
+    return {name: _record(Experiment, ("experiments", "*"), e, name=name) for name, e in config["experiments"].items()}
+
+
+def report(config: dict) -> Report:
+    return _record(Report, ("report",), config.get("report") or {})
+
+
+def analysis(config: dict) -> Analysis:
+    return _record(Analysis, ("analysis",), config.get("analysis") or {})

@@ -127,7 +127,7 @@ def training_curves(cache: Cache, train_dir: Path, out_dir: Path) -> list[dict]:
     """Per setting and key metric: every variant of the main grid overlaid, the mean over seeds with a
     ± SD band, from the runs' metrics.jsonl."""
     out = []
-    for setting in cache.config["settings"]:
+    for setting in cache.grid.settings:
         variants = cache.experiment_variants("main", setting)
         for key, ylabel, scale in CURVES:
             fig, ax = plt.subplots(figsize=(4.6, 3.0))
@@ -232,14 +232,14 @@ def tuning_figure(results: Path, setting: str, out_dir: Path) -> dict | None:
 
 def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[dict], list[str]]:
     """Every figure the config and the cache allow, and a notice for each one skipped."""
-    cfg = cache.config
+    g = cache.grid
     figs: list[dict] = []
     notices: list[str] = []
     for exp, make, what in (
         ("interval", interval_figure, "accuracy vs update interval"),
         ("compute_matched", compute_matched_figure, "accuracy vs training step"),
     ):
-        for s in cfg["experiments"].get(exp, {}).get("settings", []):
+        for s in g.experiments[exp].settings if exp in g.experiments else ():
             fig = make(cache, s, out_dir)
             if fig:
                 figs.append(fig)
@@ -250,12 +250,12 @@ def all_figures(cache: Cache, analysis_dir: Path, out_dir: Path) -> tuple[list[d
     figs += curves
     if not curves:
         notices.append(f"training curves skipped: no training logs ({train_dir}/*/*/s*/metrics.jsonl)")
-    scout_settings = [s for s in cfg["settings"] if cache.seeds.get((s, "scout"))]
+    scout_settings = [s for s in g.settings if cache.seeds.get((s, "scout"))]
     made = teacher_update_figures(cache, train_dir, scout_settings, out_dir)
     figs += made
     if scout_settings and not made:
         notices.append("figure teacher updates skipped: no SCOUT training logs (train/*/scout/s*/metrics.jsonl)")
-    for setting in tuning.tuned_settings(cfg):
+    for setting in tuning.tuned_settings(g.config):
         fig = tuning_figure(analysis_dir.parent, setting, out_dir)
         if fig:
             figs.append(fig)

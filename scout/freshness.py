@@ -182,7 +182,7 @@ class Freshness:
             if why:
                 first = self.grid.benchmarks_for(self.grid.settings[unit[0]].domain)[0]
                 out.append(Stale("evaluation", "/".join(unit), f"{at.eval_dir(*unit)}/{first}.json", tuple(why)))
-        for s in self.grid.config.get("analysis", {}).get("settings", []):
+        for s in self.grid.analysis.settings:
             why = self.analysis(s)
             if why:
                 out.append(Stale("analysis", s, f"{jobs.analysis_dir(self.grid, s)}/continuation.csv", tuple(why)))

@@ -391,6 +391,18 @@ class Grid:
     def benchmarks(self) -> dict[str, entries.Benchmark]:
         return entries.benchmarks(self.config)
 
+    @cached_property
+    def experiments(self) -> dict[str, entries.Experiment]:
+        return entries.experiments(self.config)
+
+    @cached_property
+    def report(self) -> entries.Report:
+        return entries.report(self.config)
+
+    @cached_property
+    def analysis(self) -> entries.Analysis:
+        return entries.analysis(self.config)
+
     def benchmarks_for(self, domain: str) -> list[str]:
         """The benchmarks a setting of ``domain`` is evaluated on, in config order."""
         return [b.name for b in self.benchmarks.values() if b.domain == domain]

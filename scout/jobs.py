@@ -198,7 +198,7 @@ def report_units(grid: Grid) -> list[tuple[str, str, str, str]]:
 def settings_in_grid(grid: Grid) -> list[str]:
     """The settings a job of the grid touches: those its cells train and those its teacher probes
     visit (a reduced experiment, ``select``, builds the models and data of these only)."""
-    used = {c.setting for c in grid.cells} | set(grid.config.get("analysis", {}).get("settings", []))
+    used = {c.setting for c in grid.cells} | set(grid.analysis.settings)
     return [s for s in grid.settings if s in used]
 
 
@@ -322,8 +322,8 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
     """The teacher probes of one setting: the initial teacher on the initial student's and its own
     responses to one benchmark (the base rows' evaluation generations), and each SCOUT run's
     trained teacher on the initial and the final student's responses."""
-    a = grid.config["analysis"]
-    bench = a["benchmark"]
+    a = grid.analysis
+    bench = a.benchmark
     teacher = grid.settings[setting].teacher
     return {
         "setting": setting,
@@ -348,13 +348,13 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
             for variant, label in compared_teachers(grid, setting)
             for seed in probed_seeds(grid, setting, variant)
         ],
-        "ratios": a["ratios"],
+        "ratios": list(a.ratios),
         "split": schema.setting(grid.config, "methods.scout.split"),  # prefixes cut as SCOUT cuts them
         "answer_marker": grid.config["methods"]["scout"].get("answer_marker", {}).get(grid.settings[setting].domain),
-        "k": a["k"],
-        "responses": a.get("responses"),
-        "questions": a.get("questions"),
-        "max_new_tokens": a["max_new_tokens"],
+        "k": a.k,
+        "responses": a.responses,
+        "questions": a.questions,
+        "max_new_tokens": a.max_new_tokens,
         "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p")},
         "engine_options": grid.config["evaluation"].get("engine_options", {}),
         "engine": schema.setting(grid.config, "evaluation.engine"),
@@ -368,7 +368,7 @@ def probed_seeds(grid: Grid, setting: str, variant: str) -> list[int]:
     """The seeds of a variant whose trained teachers the probes visit: ``analysis.seeds`` where the
     config limits them (a claim's extra seeds need not all be probed), else every seed."""
     seeds = grid.seeds.get((setting, variant), [])
-    wanted = (grid.config.get("analysis") or {}).get("seeds")
+    wanted = grid.analysis.seeds
     return [s for s in seeds if wanted is None or s in wanted]
 
 
@@ -396,7 +396,7 @@ def _probed_checkpoints(grid: Grid, setting: str, seed: int) -> list[str]:
 
 
 def analysis_inputs(grid: Grid, setting: str) -> list[str]:
-    bench = grid.config["analysis"]["benchmark"]
+    bench = grid.analysis.benchmark
     out = [grid.paths.data(bench)] + grid.paths.model_inputs(grid.settings[setting].teacher)
     out += [f"{grid.paths.eval_dir(setting, v, 0, 'final')}/{bench}.json" for v in BASE_VARIANTS]
     for variant, _ in compared_teachers(grid, setting):

@@ -113,7 +113,7 @@ def _rows(grid: Grid) -> list[dict]:
         target = f"{at.eval_dir(setting, variant, seed, ckpt)}/{first}.json"
         add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
-    for s in config.get("analysis", {}).get("settings", []):
+    for s in grid.analysis.settings:
         add(
             "analysis",
             "analysis",

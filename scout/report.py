@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from markupsafe import Markup
 
-from scout import claims, jobs, render, results, schema, tables, tuning, verdicts
+from scout import claims, jobs, render, results, tables, tuning, verdicts
 from scout import reproducibility as rep
 from scout.across import across_records, across_settings
 from scout.aggregate import summarize
@@ -47,11 +47,6 @@ TEX_PACKAGES = "texlive-latex-recommended texlive-latex-extra"
 
 class ReportError(RuntimeError):
     pass
-
-
-def settings(config: dict) -> dict:
-    """The report section of the config with its defaults (the schema's)."""
-    return {k: schema.default(("report", k)) for k in ("test", "alpha", "baseline", "pdf")} | config.get("report", {})
 
 
 def missing_tex() -> str | None:
@@ -176,11 +171,11 @@ def digits(grid: Grid) -> str:
     return text + (f"; {n['missing']} not made" if n["missing"] else "")
 
 
-def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: list, notices: list, missing: list,
+def html_page(grid: Grid, cache, found: list, made: list, figs: list, notices: list, missing: list,
               damaged: list, df, n_expected: int, out: Path, pdf_text: str, notes: list[tuple[str, str]],
               across: list = ()) -> str:  # fmt: skip
     """The self-contained page (figures inline as base64 PNG)."""
-    env = render.html_environment()
+    env, opts = render.html_environment(), grid.report
     counts = verdicts.summary(found)
     sources = df.source.value_counts().to_dict() if len(df) else {}
     rows = []
@@ -194,14 +189,14 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
     figures = [{**f, "data": base64.b64encode((out / "figures" / f["png"]).read_bytes()).decode()} for f in figs]
     return env.get_template("report.html.j2").render(
         r={
-            "world": config["world"],
-            "scope": scope_text(config),
+            "world": grid.paths.world,
+            "scope": scope_text(grid),
             "when": f"{datetime.datetime.now():%Y-%m-%d %H:%M}",
             "records": len(df),
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
-            "alpha": f"{opts['alpha']:g}",
-            "family": family_text(found, opts["alpha"], config),
+            "alpha": f"{opts.alpha:g}",
+            "family": family_text(found, opts.alpha, _primary_on(grid)),
             "verdicts": [
                 {"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                 for v in verdicts.VERDICTS
@@ -210,26 +205,26 @@ def html_page(config: dict, opts: dict, cache, found: list, made: list, figs: li
             "families": len({c.family for c in found}),
             "across": across_rows(across),
             "caveats": [{"setting": k, "text": v} for k, v in notes],
-            "test": "Welch t-test" if opts["test"] == "welch" else "random-effects z-test",
-            "baseline": cache.label(opts["baseline"]),
+            "test": "Welch t-test" if opts.test == "welch" else "random-effects z-test",
+            "baseline": cache.label(opts.baseline),
             "tables": [{"name": t["name"], "html": Markup(render.render(t, "html", env))} for t in made],
             "figures": figures,
             "notices": notices,
             "missing": missing,
             "damaged": [str(d) for d in damaged],
             "pdf": pdf_text,
-            "config": yaml.safe_dump(config, sort_keys=False),
-            **provenance(cache.grid),
+            "config": yaml.safe_dump(grid.config, sort_keys=False),
+            **provenance(grid),
         }
     )
 
 
 def console_summary(found: list, index: Path, pdf_text: str, notes: list[tuple[str, str]] = (),
-                    alpha: float = 0.1, config: dict | None = None, across: list = ()) -> str:  # fmt: skip
+                    alpha: float = 0.1, primary_on: tuple[str, ...] = (), across: list = ()) -> str:  # fmt: skip
     """The claims as a compact table for the console, then where the page is and whether the PDF is."""
     lines = ["", "Claims of the paper against this grid:"]
     lines += [f"  Read first, {setting}: {text}" for setting, text in notes]
-    lines.append(f"  {family_text(found, alpha, config)}")
+    lines.append(f"  {family_text(found, alpha, primary_on)}")
     width = max((len(c.claim) for c in found), default=10)
     vwidth = max((len(c.verdict) for c in found), default=10)
     for c in found:
@@ -277,22 +272,22 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     t0 = time.perf_counter()
     config = tuning.resolve(config)  # the tuning stage's choices, where it has made them
     grid = Grid.of(config)  # resolved once: every table, figure and claim below reads this grid
-    opts = settings(config)
-    pdf = opts["pdf"] if pdf is None else pdf
+    opts = grid.report
+    pdf = opts.pdf if pdf is None else pdf
     root = Path(grid.paths.root)
     out = Path(out_dir) if out_dir else grid.paths.report_dir()
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    df, damaged, cache = _load(grid, opts, log)
+    df, damaged, cache = _load(grid, log)
 
     env = render.tex_environment()
     made = tables.all_tables(cache)
     for t in made:
         (out / "tables" / f"{t['name']}.tex").write_text(render.render(t, "tex", env))
     figs, notices = all_figures(cache, root / "analysis", out / "figures")
-    found = claims.all_claims(cache, root / "analysis", opts["alpha"])
+    found = claims.all_claims(cache, root / "analysis", opts.alpha)
     across = across_settings(cache)
     figs += [f for f in [improvement_figure(across, out / "figures")] if f]
-    notes = caveats(config, found)
+    notes = caveats(grid, found)
     for n in notices:
         log(f"notice: {n}")
     missing = missing_evaluations(grid, df)
@@ -301,20 +296,20 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     items = [{"kind": "table", "name": t["name"]} for t in made] + [{"kind": "figure", **f} for f in figs]
     doc = env.get_template("report.tex.j2").render(
         r={
-            "world": render.tex(config["world"]),
+            "world": render.tex(grid.paths.world),
             "records": len(df),
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
             "missing_units": len(missing),
             "missing": [render.tex(m) for m in missing],
-            "test": "Welch $t$-test" if opts["test"] == "welch" else "random-effects $z$-test",
-            "baseline": render.tex(cache.label(opts["baseline"])),
-            "alpha": f"{opts['alpha']:g}",
+            "test": "Welch $t$-test" if opts.test == "welch" else "random-effects $z$-test",
+            "baseline": render.tex(cache.label(opts.baseline)),
+            "alpha": f"{opts.alpha:g}",
             "n_tables": len(made),
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts["alpha"], notes, config, across),
+            "claims": claims_page(env, found, opts.alpha, notes, _primary_on(grid), across),
         }
     )
     tex_path = out / "report.tex"
@@ -328,9 +323,9 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "skipped": notices,
         "missing": missing,
         "damaged": [str(d) for d in damaged],
-        "test": opts["test"],
-        "alpha": opts["alpha"],
-        "claims_family": verdicts.page_summary(found, opts["alpha"]),
+        "test": opts.test,
+        "alpha": opts.alpha,
+        "claims_family": verdicts.page_summary(found, opts.alpha),
         "claims": verdicts.as_records(found),
         "across": across_records(across),
         "caveats": notes,
@@ -338,18 +333,22 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
         "html": str(out / "index.html"),
     }
     pdf_text = _pdf(pdf, tex_path, manifest, log)
-    page = html_page(config, opts, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text,
+    page = html_page(grid, cache, found, made, figs, notices, missing, damaged, df, n_expected, out, pdf_text,
                      notes, across)  # fmt: skip
     (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     log(f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records ({len(missing)} evaluations missing) "
         f"-> {out} in {manifest['seconds']:.1f}s")  # fmt: skip
-    log(console_summary(found, out / "index.html", pdf_text, notes, opts["alpha"], config, across))
+    log(console_summary(found, out / "index.html", pdf_text, notes, opts.alpha, _primary_on(grid), across))
     return manifest
 
 
-def _load(grid: Grid, opts: dict, log=print) -> tuple:
+def _primary_on(grid: Grid) -> tuple[str, ...]:
+    return tuple((grid.report.primary or {}).get("settings", ()))
+
+
+def _load(grid: Grid, log=print) -> tuple:
     """What the report shows, from the cache: (records, damaged inputs, the cache). A stale input is
     refused; a damaged one is left out and named with the command that remakes it."""
     refuse_stale(grid)
@@ -358,7 +357,8 @@ def _load(grid: Grid, opts: dict, log=print) -> tuple:
     for d in damaged:
         log(f"damaged: {d}")
     summarize(grid.paths, df, grid.paths.summary_dir())  # the CSVs of what this report shows
-    return df, damaged, results.Cache(grid, df, test=opts["test"], alpha=opts["alpha"], baseline=opts["baseline"])
+    opts = grid.report
+    return df, damaged, results.Cache(grid, df, test=opts.test, alpha=opts.alpha, baseline=opts.baseline)
 
 
 def _pdf(pdf: bool | str, tex_path: Path, manifest: dict, log=print) -> str:

@@ -319,10 +319,6 @@ class Cache:
         return d.set_index(["setting", "variant", "seed", "benchmark"]).sort_index() if len(d) else d
 
     @property
-    def config(self) -> dict:
-        return self.grid.config
-
-    @property
     def seeds(self) -> dict[tuple[str, str], list[int]]:
         return self.grid.seeds
 

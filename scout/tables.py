@@ -18,7 +18,8 @@ import math
 
 from scout import grid, stats
 from scout import render as renderers
-from scout.config_tables import DOMAIN_TITLES, bench_label, benchmark_table, hyper_table, lr_table, spans
+from scout.config_tables import DOMAIN_TITLES, benchmark_table, hyper_table, lr_table, spans
+from scout.grid import Grid
 from scout.methods import METHODS
 from scout.render import Entry, label, num, ok, p_entry
 from scout.results import AVG, Cache, Row
@@ -65,11 +66,8 @@ def _runs_note(row: Row) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _columns(config: dict, benches: list[str], avg_label: Entry = label("Mean", bold=True)) -> list[dict]:
-    cols = [
-        {"key": b, "label": bench_label(config, b), "sub": f"Avg@{config['benchmarks'][b]['repeats']}"}
-        for b in benches
-    ]
+def _columns(g: Grid, benches: list[str], avg_label: Entry = label("Mean", bold=True)) -> list[dict]:
+    cols = [{"key": b, "label": g.benchmarks[b].heading, "sub": f"Avg@{g.benchmarks[b].repeats}"} for b in benches]
     return cols + [{"key": AVG, "label": avg_label, "sub": ""}]
 
 
@@ -105,11 +103,11 @@ def _groups(cache: Cache, variants: list[str]) -> list[list[str]]:
 
 
 def _row_name(cache: Cache, setting: str, variant: str, note: str = "") -> Entry:
-    s = cache.config["settings"][setting]
+    s = cache.grid.settings[setting]
     if variant == "base-student":
-        return label(s["student"], note=note)
+        return label(s.student, note=note)
     if variant == "base-teacher":
-        return label(s["teacher"], note=note)
+        return label(s.teacher, note=note)
     notes = " ".join(n for n in (note, cache.shared_note(setting, variant)) if n)
     return label(cache.label(variant), bold=cache.method_of(variant) == "scout", note=notes)
 
@@ -121,20 +119,20 @@ def _main_row_name(cache: Cache, settings: list[str], variant: str) -> Entry:
         if cache.has_variant(s, variant):
             n, m = _runs_used(cache.row(s, variant))
             if 0 < n < m:
-                domain = cache.config["settings"][s]["domain"]
+                domain = cache.grid.settings[s].domain
                 short.append(f"{domain}: {n}/{m}" if len(settings) > 1 else f"{n}/{m}")
     return _row_name(cache, settings[0], variant, f"({', '.join(short)} runs)" if short else "")
 
 
 def main_tables(cache: Cache) -> list[dict]:
     """One table per teacher->student pair of the main experiment, its domains side by side."""
-    cfg = cache.config
-    exp = cfg["experiments"].get("main")
+    g = cache.grid
+    exp = g.experiments.get("main")
     if not exp:
         return []
     pairs: dict[tuple[str, str], list[str]] = {}
-    for s in exp["settings"]:
-        pairs.setdefault((cfg["settings"][s]["teacher"], cfg["settings"][s]["student"]), []).append(s)
+    for s in exp.settings:
+        pairs.setdefault((g.settings[s].teacher, g.settings[s].student), []).append(s)
     out = []
     for (teacher, student), settings in pairs.items():
         variants = ["base-student", "base-teacher"] + cache.experiment_variants("main", settings[0])
@@ -143,8 +141,8 @@ def main_tables(cache: Cache) -> list[dict]:
             vs = ["base-student", "base-teacher"] + cache.experiment_variants("main", s)
             rank = [v for v in vs if cache.opd_based(v)]
             cells = _summary_cells(cache, s, vs, 1, rank)
-            cols = _columns(cfg, cache.benchmarks(s))
-            blocks.append({"title": DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s), "columns": cols})
+            cols = _columns(g, cache.benchmarks(s))
+            blocks.append({"title": DOMAIN_TITLES.get(g.settings[s].domain, s), "columns": cols})
             for v in variants:
                 if v in cells:
                     rows[v] += cells[v]
@@ -154,7 +152,7 @@ def main_tables(cache: Cache) -> list[dict]:
             [{"name": _main_row_name(cache, settings, v), "colour": _row_colour(cache, v), "cells": rows[v]} for v in g]
             for g in _groups(cache, variants)
         ]
-        domains = ", ".join(cfg["settings"][s]["domain"] for s in settings)
+        domains = ", ".join(g.settings[s].domain for s in settings)
         out.append(
             {
                 "name": f"main_{settings[0]}",
@@ -200,7 +198,7 @@ def _per_run_block(cache: Cache, setting: str, variant: str, rank: list[str], sh
 
 def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[str, list[str]]]) -> dict:
     """Per-run appendix table: blocks of Run rows (± SEM), a Mean row (± SD) and a p row per variant."""
-    cfg = cache.config
+    g = cache.grid
     setting0 = sections[0][0]
     out_sections = []
     for setting, variants in sections:
@@ -215,35 +213,34 @@ def per_run_table(cache: Cache, name: str, caption: str, sections: list[tuple[st
             )
             for v in variants
         ]
-        s = cfg["settings"][setting]
-        title = f"{s['teacher']} → {s['student']} ({s['domain']})" if len(sections) > 1 else None
+        s = g.settings[setting]
+        title = f"{s.teacher} → {s.student} ({s.domain})" if len(sections) > 1 else None
         out_sections.append({"title": title, "blocks": blocks})
     return {
         "name": name,
         "template": "per_run",
         "label": f"tab:{name}",
         "caption": caption,
-        "columns": _columns(cfg, cache.benchmarks(setting0), label("Avg", bold=True)),
+        "columns": _columns(g, cache.benchmarks(setting0), label("Avg", bold=True)),
         "sections": out_sections,
     }
 
 
 def per_run_tables(cache: Cache) -> list[dict]:
-    cfg = cache.config
-    exps = cfg["experiments"]
+    g = cache.grid
     test = "Welch's t-test" if cache.test == "welch" else "the random-effects z-test"
     note = (
         f"Runs: mean ± SEM over evaluation repeats; Mean: ± SD over runs. p: one-sided, per benchmark "
         f"by {test}, Avg by Welch's t-test on run-level macro-averages; shaded: p < {cache.alpha:g} with a higher mean."
     )
     out = []
-    for s in exps.get("main", {}).get("settings", []):
-        sc = cfg["settings"][s]
+    for s in g.experiments["main"].settings if "main" in g.experiments else ():
+        sc = g.settings[s]
         out.append(
             per_run_table(
                 cache,
                 f"per_run_{s}",
-                f"Complete results for {sc['teacher']} → {sc['student']} ({sc['domain']}). {note}"
+                f"Complete results for {sc.teacher} → {sc.student} ({sc.domain}). {note}"
                 + cache.evaluation_note([s]),
                 [(s, cache.experiment_variants("main", s))],
             )
@@ -252,11 +249,11 @@ def per_run_tables(cache: Cache) -> list[dict]:
         ("prefix0", "Prefix-0 control (OPD + Teacher GRPO: teacher rollouts start from the problem)", ["opd"]),
         ("optr", "OPTR and OPTR + SCOUT", ["opd"]),
     ):
-        if exp not in exps:
+        if exp not in g.experiments:
             continue
         by_domain: dict[str, list[str]] = {}
-        for s in exps[exp]["settings"]:
-            by_domain.setdefault(cfg["settings"][s]["domain"], []).append(s)
+        for s in g.experiments[exp].settings:
+            by_domain.setdefault(g.settings[s].domain, []).append(s)
         for domain, settings in by_domain.items():
             sections = []
             for s in settings:
@@ -270,16 +267,16 @@ def per_run_tables(cache: Cache) -> list[dict]:
 
 
 def prefix0_summary(cache: Cache) -> dict | None:
-    cfg = cache.config
-    exp = cfg["experiments"].get("prefix0")
+    g = cache.grid
+    exp = g.experiments.get("prefix0")
     if not exp:
         return None
-    settings = exp["settings"]
+    settings = exp.settings
     variants = ["opd", *cache.experiment_variants("prefix0", settings[0]), "scout"]
     cols, cells = [], {v: [] for v in variants}
     for s in settings:
-        sc = cfg["settings"][s]
-        cols.append({"group": sc["teacher"], "label": sc["domain"].capitalize()})
+        sc = g.settings[s]
+        cols.append({"group": sc.teacher, "label": sc.domain.capitalize()})
         means = {v: cache.row(s, v).agg(AVG).mean * 100 for v in variants if cache.has_variant(s, v)}
         best, second = stats.best_two(ranked_means(cache, s, variants, AVG), 1)
         for v in variants:
@@ -302,12 +299,12 @@ def prefix0_summary(cache: Cache) -> dict | None:
 
 
 def optr_summary(cache: Cache) -> dict | None:
-    cfg = cache.config
-    exp = cfg["experiments"].get("optr")
+    g = cache.grid
+    exp = g.experiments.get("optr")
     if not exp:
         return None
     tasks = []
-    for s in exp["settings"]:
+    for s in exp.settings:
         pairs = [("opd", "scout"), ("optr", "optr_scout")]
         means = {}
         for a, b in pairs:
@@ -330,24 +327,24 @@ def optr_summary(cache: Cache) -> dict | None:
                     "colour": colour,
                 }
             )
-        tasks.append({"task": f"{cfg['settings'][s]['domain'].capitalize()} ({s})", "rows": rows})
+        tasks.append({"task": f"{g.settings[s].domain.capitalize()} ({s})", "rows": rows})
     return {
         "name": "optr_summary",
         "template": "optr_summary",
         "label": "tab:optr-summary",
         "caption": "SCOUT on top of OPD and OPTR: mean accuracy (Avg) without and with SCOUT, and the gain."
-        + cache.evaluation_note(cfg["experiments"]["optr"]["settings"]),
+        + cache.evaluation_note(list(exp.settings)),
         "tasks": tasks,
     }
 
 
 def fsweep_tables(cache: Cache) -> list[dict]:
-    cfg = cache.config
-    exp = cfg["experiments"].get("interval")
+    g = cache.grid
+    exp = g.experiments.get("interval")
     if not exp:
         return []
     out = []
-    for s in exp["settings"]:
+    for s in exp.settings:
         sweep = cache.interval_variants(s)
         variants = ["base-student", "base-teacher", "opd"] + [v for _, v in sweep]
         rank = [v for _, v in sweep]
@@ -366,8 +363,8 @@ def fsweep_tables(cache: Cache) -> list[dict]:
                 + cache.evaluation_note([s]),
                 "blocks": [
                     {
-                        "title": DOMAIN_TITLES.get(cfg["settings"][s]["domain"], s),
-                        "columns": _columns(cfg, cache.benchmarks(s)),
+                        "title": DOMAIN_TITLES.get(g.settings[s].domain, s),
+                        "columns": _columns(g, cache.benchmarks(s)),
                     }
                 ],
                 "groups": [[{"name": names[v], "colour": None, "cells": cells[v]} for v in g] for g in groups],

@@ -224,12 +224,6 @@ def page_summary(found: list[Claim], alpha: float) -> dict:
             "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
 
 
-def primary(config: dict, claim_id: str, setting: str) -> bool:
-    """Whether a row belongs to the primary family (``report.primary``: its claims on its settings)."""
-    p = (config.get("report") or {}).get("primary") or {}
-    return claim_id in p.get("claims", []) and setting in p.get("settings", [])
-
-
 _FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed", "welch_se",
            "welch_df", "welch_low", "welch_high", "welch_p")  # fmt: skip
 

@@ -144,12 +144,14 @@ def test_a_setting_the_docs_name_is_one_the_schema_accepts():
     assert Path(REPO / "docs" / "reference.md").read_text().count("training.share_runs: false")
 
 
-@pytest.mark.parametrize("section, kind", [("settings", "Setting"), ("benchmarks", "Benchmark")])
-def test_a_typed_entry_holds_exactly_the_keys_the_schema_declares(section, kind):
+@pytest.mark.parametrize("where, kind", [(("settings", "*"), "Setting"), (("benchmarks", "*"), "Benchmark"),
+                                         (("experiments", "*"), "Experiment"), (("report",), "Report"),
+                                         (("analysis",), "Analysis")])  # fmt: skip
+def test_a_typed_entry_holds_exactly_the_keys_the_schema_declares(where, kind):
     """``scout.entries``' records and the schema's entries cannot drift: a key added to one alone fails."""
     from scout import entries
 
-    declared = set(schema.node((section, "*"))["properties"])
+    declared = set(schema.node(where)["properties"])
     assert entries.declared_keys(getattr(entries, kind)) == declared
 
 
@@ -172,3 +174,30 @@ def test_a_typed_entry_reads_the_schema_default_and_leaves_the_rest_unset():
     assert grid.benchmarks_for("code") == ["tc-easy", "tc-hard"]  # config order
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.domain = "code"
+
+
+def test_a_typed_section_reads_defaults_and_freezes_lists():
+    from scout import entries
+    from scout.grid import Grid
+    from tests.support.toy import toy_config
+
+    cfg = toy_config()
+    cfg["report"] = {"alpha": 0.05, "primary": {"claims": ["scout_beats_opd"], "settings": ["toy-l-s-math"]}}
+    grid = Grid.of(cfg)
+    r = grid.report
+    assert (r.alpha, r.test, r.baseline, r.pdf) == (0.05, "welch", "opd", "auto")  # written; the schema's defaults
+    assert r.scope is None and r.selection is None
+    assert r.is_primary("scout_beats_opd", "toy-l-s-math")
+    assert not r.is_primary("scout_beats_opd", "toy-mg-s-math") and not r.is_primary("esr_beats_opd", "toy-l-s-math")
+    main = grid.experiments["main"]
+    assert isinstance(main, entries.Experiment) and main.settings == tuple(cfg["experiments"]["main"]["settings"])
+    assert list(grid.experiments) == list(cfg["experiments"])  # config order
+    a = grid.analysis
+    assert a.settings == tuple(cfg["analysis"]["settings"]) and a.ratios == tuple(cfg["analysis"]["ratios"])
+    assert a.benchmark == cfg["analysis"]["benchmark"]
+    del cfg["analysis"]
+    assert Grid.of(cfg).analysis == entries.Analysis()  # no section: no setting probed
+    assert Grid.of(cfg).analysis.settings == ()
+    assert grid.benchmarks["tm-hard"].heading == "tm-hard"  # no label: the name heads its column
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.alpha = 0.2

@@ -409,9 +409,9 @@ def test_the_page_names_its_scope_and_prints_small_detectable_effects():
     from scout.config import select
     from tests.support.toy import toy_config
 
-    assert scope_text(toy_config()) == "the toy grid"
+    assert scope_text(Grid.of(toy_config())) == "the toy grid"
     demo = select({**toy_config(), "select": {"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]}})
-    assert scope_text(demo) == "a selection of the toy grid (settings toy-l-s-math; methods opd, scout; seeds 1, 2)"
+    assert scope_text(Grid.of(demo)) == "a selection of the toy grid (settings toy-l-s-math; methods opd, scout; seeds 1, 2)"
     c = verdicts.Claim(claim="c", setting="s", statistic="", test="", effect=0.01, low=0.0, high=0.02, paper=None,
                      verdict="holds", detectable=0.012)  # fmt: skip
     assert detectable_text(c) == "0.012"  # not 0.0

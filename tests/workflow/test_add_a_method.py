@@ -92,7 +92,7 @@ def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
     assert "`methods.opd_clip.bound`" in (copy / "docs" / "config-keys.md").read_text()
     declared = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/config/test_settings_declared.py")
     assert " passed" in declared.stdout and "skipped" not in declared.stdout  # all of them ran, and passed
-    claim = "import yaml; from scout import claims; print([c['id'] for c in claims.specs(yaml.safe_load(open('config/config.yaml')))])"
+    claim = "import yaml; from scout import claims; from scout.grid import Grid; print([c['id'] for c in claims.specs(Grid.of(yaml.safe_load(open('config/config.yaml'))))])"
     assert "'clip_beats_opd'" in run(copy, "-c", claim).stdout  # the claims page tests it
 
     paths = {"student": world["student"], "teacher": world["teacher"],

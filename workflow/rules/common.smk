@@ -19,7 +19,6 @@ from scout import teacher_server as scout_teacher_server
 from scout import tracking as scout_tracking
 from scout import tuning as scout_tuning
 from scout import workflow as scout_workflow
-from scout.report import settings as report_settings
 
 _twice = " and ".join(scout_workflow.repeated_config_flags(sys.argv))
 if _twice:
@@ -421,7 +420,7 @@ def independent_targets():
     for setting, variant, seed, ckpt in units:
         folder = GRID.paths.eval_dir(setting, variant, seed, ckpt)
         out += [f"{folder}/{b}.json" for b in GRID.benchmarks_for(GRID.settings[setting].domain)]
-    probed = [s for s in config.get("analysis", {}).get("settings", []) if s in INDEPENDENT]
+    probed = [s for s in GRID.analysis.settings if s in INDEPENDENT]
     return out + [f"{jobs.analysis_dir(GRID, s)}/{n}.csv" for s in probed for n in ("continuation", "entropy")]
 
 
@@ -446,7 +445,7 @@ def report_inputs(wc):
 
 
 def analysis_files():
-    settings = config.get("analysis", {}).get("settings", [])
+    settings = GRID.analysis.settings
     return [f"{jobs.analysis_dir(GRID, s)}/{name}.csv" for s in settings for name in ("continuation", "entropy")]
 
 
@@ -457,4 +456,4 @@ def report_files():
     """The PDF is an output only when it is required (report.pdf: true); with `auto` it is written
     where TeX is installed and the manifest says why it is not elsewhere."""
     out = [f"{REPORT}/manifest.json"]
-    return out + ([f"{REPORT}/report.pdf"] if report_settings(config)["pdf"] is True else [])
+    return out + ([f"{REPORT}/report.pdf"] if GRID.report.pdf is True else [])
