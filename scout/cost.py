@@ -70,22 +70,18 @@ def gpu(name: str) -> GPU:
 # ------------------------------------------------------------------------------------------------
 
 
-def model_params(config: dict, model: str) -> float | None:
+def model_params(grid: Grid, model: str) -> float | None:
     """Parameters of a model in billions (``models.<id>.params``; a prepared teacher has its
     base's), or None where the config does not say."""
-    spec = config["models"][model]
-    if "prepare" in spec:
-        return model_params(config, spec["prepare"]["base"])
-    return spec.get("params")
+    m = grid.models[model]
+    return model_params(grid, m.base) if m.base else m.params
 
 
-def model_arch(config: dict, model: str) -> dict | None:
+def model_arch(grid: Grid, model: str) -> dict | None:
     """A model's architecture (``models.<id>.arch``: its config.json's keys; a prepared teacher has
     its base's), or None where the config does not say."""
-    spec = config["models"][model]
-    if "prepare" in spec:
-        return model_arch(config, spec["prepare"]["base"])
-    return spec.get("arch")
+    m = grid.models[model]
+    return model_arch(grid, m.base) if m.base else m.arch
 
 
 
@@ -210,7 +206,7 @@ def pilot_cells(grid: Grid) -> list:
 
 def read_pilots(grid: Grid) -> dict[tuple[str, str], Pilot]:
     """The pilots that have run for this grid's shapes, by (setting, variant)."""
-    backend = backends.of(grid.config)
+    backend = grid.backend
     out = {}
     for c in pilot_cells(grid):
         p = read_pilot(grid.paths.pilot_dir(c.setting, c.variant), c.setting, c.variant, backend)
@@ -228,7 +224,6 @@ def expected_seconds(grid: Grid, rule: str, unit, resources: dict, g: GPU,
                      pilots: dict[tuple[str, str], Pilot]) -> tuple[float | None, str]:  # fmt: skip
     """A job's expected wall seconds and what the figure rests on ("pilot", "model", or "" where
     neither can say: a job the pilot did not run and whose models' sizes the config does not give)."""
-    config = grid.config
     gpus = resources["nodes"] * resources["gpus_per_node"]
     if rule == "train":
         spec = training_runs.run_spec(grid, unit)
@@ -237,14 +232,14 @@ def expected_seconds(grid: Grid, rule: str, unit, resources: dict, g: GPU,
         if pilot is not None:
             return pilot.seconds(steps), "pilot"
         s = grid.settings[unit.setting]
-        student, teacher = model_params(config, s.student), model_params(config, s.teacher)
+        student, teacher = model_params(grid, s.student), model_params(grid, s.teacher)
         if not gpus or student is None or teacher is None:
             return None, ""
         return modelled_train_seconds(spec, student * 1e9, teacher * 1e9, gpus, g), "model"
     if rule == "evaluate":
         setting, variant, seed, ckpt = unit
         s = grid.settings[setting]
-        evaluated = model_params(config, s.teacher if variant == "base-teacher" else s.student)
+        evaluated = model_params(grid, s.teacher if variant == "base-teacher" else s.student)
         if not gpus or evaluated is None:
             return None, ""
         return modelled_eval_seconds(jobs.eval_spec(grid, setting, variant, seed, ckpt), evaluated * 1e9, gpus, g), "model"

@@ -1,15 +1,32 @@
-"""The config's entries and sections as typed records: a setting (teacher-student pair), a benchmark,
-an experiment, the report's options and the teacher probes. A record has a field for each key the
-schema declares there (a test holds the two to the same keys) and the schema's default where the
-config leaves a key out; a list is a tuple, so that a record cannot be changed. The grid hands them
-out (``Grid.settings``, ``.benchmarks``, ``.experiments``, ``.report``, ``.analysis``), so that the
-planner and the report read ``setting.domain``, not a nested dict of the config."""
+"""The grid's typed records: a cell (one training run), and the config's entries and sections: a
+setting (teacher-student pair), a benchmark, a model, an experiment, the evaluation, the report's
+options and the teacher probes. A config record has a field for each key the schema declares there
+(a test holds the two to the same keys) and the schema's default where the config leaves a key out;
+a list is a tuple, so that a record cannot be changed. The grid hands them out (``Grid.settings``,
+``.benchmarks``, ``.models``, ``.experiments``, ``.evaluation``, ``.report``, ``.analysis``), so
+that the planner and the report read ``setting.domain``, not a nested dict of the config."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
 from scout import schema
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run: setting x variant (a method with overrides) x seed."""
+
+    setting: str
+    variant: str
+    method: str
+    seed: int
+    overrides: tuple[tuple[str, object], ...] = ()
+    experiments: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.setting}/{self.variant}/s{self.seed}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,42 @@ class Benchmark:
     def heading(self) -> str:
         """The tables' column head: its label, or its name."""
         return self.label or self.name
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model (``models.NAME``): from the hub (or a local path), a toy model built here, or a teacher
+    prepared from another model (``prepare.base``)."""
+
+    name: str
+    hub: str | None = None
+    toy: dict | None = field(default=None, hash=False)  # its architecture and pretraining
+    prepare: dict | None = field(default=None, hash=False)  # the GRPO run that prepares it
+    thinking: bool | None = None
+    params: float | None = None  # billions, for what ``scout plan`` prints
+    arch: dict | None = field(default=None, hash=False)
+
+    @property
+    def base(self) -> str | None:
+        """The model a prepared teacher starts from; None for any other."""
+        return self.prepare["base"] if self.prepare else None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How checkpoints are evaluated (``evaluation``): the sampling, the engine and where it runs."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    engine: str
+    device: str  # where the transformers engine runs; vLLM places itself
+    engine_options: dict | None = field(default=None, hash=False)  # keyword arguments of vllm.LLM
+    intermediate_repeats: int | None = None  # None: a benchmark's repeats at every checkpoint
+
+    @property
+    def sampling(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
 
 
 @dataclass(frozen=True)
@@ -119,6 +172,15 @@ def settings(config: dict) -> dict[str, Setting]:
 def benchmarks(config: dict) -> dict[str, Benchmark]:
     """The config's benchmarks, in its order."""
     return {name: _record(Benchmark, ("benchmarks", "*"), entry, name=name) for name, entry in config["benchmarks"].items()}
+
+
+def models(config: dict) -> dict[str, Model]:
+    """The config's models, in its order."""
+    return {name: _record(Model, ("models", "*"), entry, name=name) for name, entry in config["models"].items()}
+
+
+def evaluation(config: dict) -> Evaluation:
+    return _record(Evaluation, ("evaluation",), config["evaluation"])
 
 
 def experiments(config: dict) -> dict[str, Experiment]:

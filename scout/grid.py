@@ -14,38 +14,21 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scout import backends, entries, schema, tuning
+from scout import backends, entries, schema, sharing, tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
+from scout.entries import Cell
 from scout.methods import METHODS
 from scout.paths import Paths
 from scout.prompts import view_key
-from scout.runs import NOT_WEIGHTS
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
 _OVERRIDE_KEYS = ("interval", "epochs", "eval_every", "teacher_lr", "student_lr", "teacher_lora_rank")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One training run: setting x variant (a method with overrides) x seed."""
-
-    setting: str
-    variant: str
-    method: str
-    seed: int
-    overrides: tuple[tuple[str, object], ...] = ()
-    experiments: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return f"{self.setting}/{self.variant}/s{self.seed}"
 
 
 def data_view(config: dict, model_id: str, max_prompt_length: int) -> dict:
@@ -260,58 +243,6 @@ def teacher_prep_spec(config: dict, model_id: str) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------
-# Runs: cells whose training is one run (the same weights spec), or continues a shorter one
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How a cell's run is trained: by its own job (neither field set), as another cell's run
-    (``shares``: the same weights spec apart from labels), or continuing from a shorter cell's last
-    checkpoint (``continues``: the same spec apart from its length, for methods whose steps do not
-    depend on the run's length)."""
-
-    shares: Cell | None = None
-    continues: Cell | None = None
-
-
-def _identity(spec: dict, with_length: bool = True) -> str:
-    """What a run's weights depend on, as the DAG sees it (inputs by path): the spec without labels,
-    cadences and exports (``runs.NOT_WEIGHTS``), and without its length when ``with_length`` is false."""
-    skip = set(NOT_WEIGHTS) | (set() if with_length else {"epochs", "total_steps"})
-    return json.dumps({k: v for k, v in spec.items() if k not in skip}, sort_keys=True)
-
-
-def _plan_runs(config: dict, every: list[Cell], spec_of) -> dict[Cell, Plan]:
-    """The plan of every cell. The first cell (in config order: the main grid first) of a weights
-    spec trains it; a longer run continues the longest shorter one of the same spec where its
-    method allows it (``Method.length_free``) and the backend does it exactly (the embedded one;
-    tested in tests/train/test_runs.py). ``training.share_runs: false`` trains every cell on its own."""
-    plans = {c: Plan() for c in every}
-    if not schema.setting(config, "training.share_runs"):
-        return plans
-    specs = {c: spec_of(c) for c in every}
-    first: dict[str, Cell] = {}
-    for c in every:
-        key = _identity(specs[c])
-        if key in first:
-            plans[c] = Plan(shares=first[key])
-        else:
-            first[key] = c
-    if backends.of(config).continues_runs:
-        owners = list(first.values())
-        for c in owners:
-            if not METHODS[c.method].length_free:
-                continue
-            mine = _identity(specs[c], with_length=False)
-            shorter = [d for d in owners if _identity(specs[d], with_length=False) == mine
-                       and specs[d]["total_steps"] < specs[c]["total_steps"]]  # fmt: skip
-            if shorter:
-                plans[c] = Plan(continues=max(shorter, key=lambda d: specs[d]["total_steps"]))
-    return plans
-
-
 def check(config: dict) -> dict:
     """What only the grid shows about a config (``scout.config.validate`` has checked the rest): a
     tuned setting's validation set, and per cell an update or evaluation interval the run never
@@ -380,6 +311,11 @@ class Grid:
         return grid
 
     @cached_property
+    def backend(self) -> backends.Backend:
+        """The backend the config names (its jobs' resources, specs and preflight)."""
+        return backends.of(self.config)
+
+    @cached_property
     def paths(self) -> Paths:
         return Paths.of(self.config)
 
@@ -394,6 +330,14 @@ class Grid:
     @cached_property
     def experiments(self) -> dict[str, entries.Experiment]:
         return entries.experiments(self.config)
+
+    @cached_property
+    def models(self) -> dict[str, entries.Model]:
+        return entries.models(self.config)
+
+    @cached_property
+    def evaluation(self) -> entries.Evaluation:
+        return entries.evaluation(self.config)
 
     @cached_property
     def report(self) -> entries.Report:
@@ -480,8 +424,8 @@ class Grid:
         return copy.deepcopy(self._specs[cell])
 
     @cached_property
-    def plans(self) -> dict[Cell, Plan]:
-        return _plan_runs(self.config, self.runs, lambda c: self._specs.get(c) or self.spec(c))
+    def plans(self) -> dict[Cell, sharing.Plan]:
+        return sharing.plan_runs(self.config, self.runs, lambda c: self._specs.get(c) or self.spec(c))
 
 
 def unselected(config: dict) -> dict:

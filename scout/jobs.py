@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scout import backends, schema, serving, teacher_server, tuning
+from scout import schema, serving, teacher_server, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import BASE_VARIANTS, CONTROL, Cell, Grid, chat_options, data_view, teacher_prep_spec, view_key
 from scout.methods import METHODS
@@ -45,9 +45,9 @@ def _training_views(grid: Grid, data: str) -> list[dict]:
     for s in grid.settings.values():
         if s.train_data == data:
             out.append(data_view(grid.config, s.student, s.max_prompt_length or grid.config["training"]["max_prompt_length"]))
-    for spec in grid.config["models"].values():
-        if spec.get("prepare", {}).get("data") == data:
-            out.append(data_view(grid.config, spec["prepare"]["base"], grid.config["training"]["max_prompt_length"]))
+    for m in grid.models.values():
+        if m.prepare and m.prepare["data"] == data:
+            out.append(data_view(grid.config, m.base, grid.config["training"]["max_prompt_length"]))
     return out
 
 
@@ -56,18 +56,18 @@ def train_resources(grid: Grid, setting: str, method: str, variant: str) -> dict
     cell scoring against a teacher server asks for its student's pool alone)."""
     served = bool(grid.settings[setting].teacher_server) and METHODS[method].scores_with_frozen_teacher
     res = job_resources(grid.config, "train", setting, method, variant)
-    return backends.of(grid.config).train_resources(method, res, served)
+    return grid.backend.train_resources(method, res, served)
 
 
 def train_job_spec(grid: Grid, cell: Cell) -> dict:
     """The spec of a cell's training job, as its backend receives it."""
     res = train_resources(grid, cell.setting, cell.method, cell.variant)
-    return backends.of(grid.config).job_spec(run_spec(grid, cell), res)
+    return grid.backend.job_spec(run_spec(grid, cell), res)
 
 
 def teacher_job_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
-    return backends.of(grid.config).job_spec(teacher_prep_spec(grid.config, model_id), job_resources(grid.config, "prepare_teacher"))
+    return grid.backend.job_spec(teacher_prep_spec(grid.config, model_id), job_resources(grid.config, "prepare_teacher"))
 
 
 def served_users(grid: Grid, model_id: str) -> list[Cell]:
@@ -96,7 +96,7 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
     results = str(Path(grid.paths.root).resolve())
     return {
         "model": model_id,
-        "path": grid.paths.model(model_id) if "hub" in grid.config["models"][model_id]
+        "path": grid.paths.model(model_id) if grid.models[model_id].hub
         else str(Path(grid.paths.model(model_id)).resolve()),  # a Slurm job may start elsewhere
         "results": results,
         "folder": str(serving.folder(results, model_id)),
@@ -112,7 +112,7 @@ def toy_pretrain_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a toy model's pretraining job."""
     res = grid.paths.root
     return {
-        "arch": grid.config["models"][model_id]["toy"],
+        "arch": grid.models[model_id].toy,
         "tokenizer": f"{res}/toy/tokenizer",
         "data": [grid.paths.data(s) for s in grid.config["toy"]["pretrain_mix"]],
         "seed": grid.config["toy"]["seed"],
@@ -207,7 +207,7 @@ def models_in_grid(grid: Grid) -> list[str]:
     each prepared teacher starts from (what pretraining, teacher preparation and data serve)."""
     settings = [grid.settings[s] for s in settings_in_grid(grid)]
     used = {m for s in settings for m in (s.teacher, s.student)}
-    used |= {grid.config["models"][m]["prepare"]["base"] for m in used if "prepare" in grid.config["models"][m]}
+    used |= {grid.models[m].base for m in used if grid.models[m].base}
     return sorted(used)
 
 
@@ -235,10 +235,10 @@ def eval_records(grid: Grid) -> list[str]:
 def engine_device(grid: Grid) -> dict:
     """Where a transformers engine runs (``evaluation.device``): in the spec only away from the
     CPU, its default, so that specs made before the key keep their digests; vLLM places itself."""
-    device = schema.setting(grid.config, "evaluation.device")
-    if schema.setting(grid.config, "evaluation.engine") != "transformers" or device == schema.default("evaluation.device"):
+    ev = grid.evaluation
+    if ev.engine != "transformers" or ev.device == schema.default("evaluation.device"):
         return {}
-    return {"device": device}
+    return {"device": ev.device}
 
 
 def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str) -> dict:
@@ -257,7 +257,7 @@ def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str
     if variant not in BASE_VARIANTS:
         method = grid.find(setting, variant, int(seed)).method
     return {
-        "world": grid.config["world"],
+        "world": grid.paths.world,
         "setting": setting,
         "variant": variant,
         "method": method,
@@ -269,10 +269,10 @@ def eval_spec(grid: Grid, setting: str, variant: str, seed: str | int, ckpt: str
             b: {**grid.config["benchmarks"][b], "path": grid.paths.data(b), "repeats": _repeats(grid, b, ckpt)}
             for b in grid.benchmarks_for(s.domain)
         },
-        "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")},
-        "engine": schema.setting(grid.config, "evaluation.engine"),
+        "sampling": grid.evaluation.sampling,
+        "engine": grid.evaluation.engine,
         **engine_device(grid),
-        "engine_options": grid.config["evaluation"].get("engine_options", {}),
+        "engine_options": grid.evaluation.engine_options or {},
         "chat": chat_options(grid.config, evaluated),
         "threads": schema.setting(grid.config, "training.threads"),
         "run_dir": run_dir,  # evaluation results are logged into the training run they evaluate
@@ -311,7 +311,8 @@ def _repeats(grid: Grid, benchmark: str, ckpt: str) -> int:
     full = grid.benchmarks[benchmark].repeats
     if ckpt == "final":
         return full
-    return min(full, grid.config["evaluation"].get("intermediate_repeats", full))
+    fewer = grid.evaluation.intermediate_repeats
+    return full if fewer is None else min(full, fewer)
 
 
 def analysis_dir(grid: Grid, setting: str) -> str:
@@ -355,9 +356,9 @@ def analysis_spec(grid: Grid, setting: str) -> dict:
         "responses": a.responses,
         "questions": a.questions,
         "max_new_tokens": a.max_new_tokens,
-        "sampling": {k: grid.config["evaluation"][k] for k in ("temperature", "top_p")},
-        "engine_options": grid.config["evaluation"].get("engine_options", {}),
-        "engine": schema.setting(grid.config, "evaluation.engine"),
+        "sampling": {"temperature": grid.evaluation.temperature, "top_p": grid.evaluation.top_p},
+        "engine_options": grid.evaluation.engine_options or {},
+        "engine": grid.evaluation.engine,
         **engine_device(grid),
         "chat": chat_options(grid.config, teacher),
         "threads": schema.setting(grid.config, "training.threads"),

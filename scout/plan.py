@@ -36,8 +36,8 @@ def peak_disk_gb(grid: Grid, cell: Cell, keep: str | None = None) -> float | Non
     in the config."""
     config = grid.config
     setting = grid.settings[cell.setting]
-    student = cost.model_params(config, setting.student)
-    teacher = cost.model_params(config, setting.teacher) if METHODS[cell.method].trains_teacher else 0.0
+    student = cost.model_params(grid, setting.student)
+    teacher = cost.model_params(grid, setting.teacher) if METHODS[cell.method].trains_teacher else 0.0
     if student is None or teacher is None:
         return None
     evaluated = len(runs.checkpoint_steps(training_runs.run_spec(grid, cell)))
@@ -82,14 +82,14 @@ def _rows(grid: Grid) -> list[dict]:
         rows.append({"experiment": experiment, "rule": rule, "target": target, **r, "peak_disk_gb": disk, "users": users,
                      "unit": unit})  # fmt: skip
 
-    models = config["models"]
+    models = grid.models
     used = jobs.models_in_grid(grid)  # a reduced experiment's only
-    prepared = [m for m in used if "prepare" in models[m]]
-    if config["world"] == "toy":
+    prepared = [m for m in used if models[m].prepare]
+    if at.world == "toy":
         toy = job_resources(config, "toy")
         add("toy world", "toy_data", f"{res}/toy/data", toy)
         add("toy world", "toy_tokenizer", f"{res}/toy/tokenizer/tokenizer.json", toy)
-        for m in sorted(m for m in used if "toy" in models[m]):
+        for m in sorted(m for m in used if models[m].toy):
             add("toy world", "toy_pretrain", f"{at.model(m)}/model.safetensors", toy)
     for m in prepared:
         add("teachers", "prepare_teacher", f"{at.teacher_dir(m)}/train.json", job_resources(config, "prepare_teacher"))
@@ -305,7 +305,7 @@ def teacher_options(grid: Grid) -> pd.DataFrame:
     scout_settings = dict.fromkeys(c.setting for c in grid.cells if METHODS[c.method].trains_teacher)
     for setting in scout_settings:
         teacher = grid.settings[setting].teacher
-        params, arch = cost.model_params(config, teacher), cost.model_arch(config, teacher)
+        params, arch = cost.model_params(grid, teacher), cost.model_arch(grid, teacher)
         opd = job_resources(config, "train", setting, "opd", "opd")
         sc = job_resources(config, "train", setting, "scout", "scout")
         if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
@@ -357,7 +357,7 @@ def teacher_servers(grid: Grid) -> pd.DataFrame:
             by_teacher.setdefault(grid.settings[c.setting].teacher, []).append(c)
     rows = []
     for teacher, cells in by_teacher.items():
-        params = cost.model_params(config, teacher)
+        params = cost.model_params(grid, teacher)
         res = [job_resources(config, "train", c.setting, c.method, c.variant) for c in cells]
         if params is None or not all(r["gpus_per_node"] for r in res):
             continue

@@ -4,7 +4,7 @@ options. The backend (``scout.backends``) checks them; it never reads the config
 
 from __future__ import annotations
 
-from scout import backends, jobs
+from scout import jobs
 from scout.backends import CellCheck, PairCheck, Preflight
 from scout.grid import Cell, Grid, chat_options, data_view
 from scout.methods import METHODS
@@ -54,7 +54,7 @@ def pair_checks(grid: Grid, cells: list[Cell] | None = None) -> list[PairCheck]:
 
 def run(grid: Grid, log=print, cells: list[Cell] | None = None) -> Preflight:
     """The grid's backend's preflight of every training cell (or the given ones) and their pairs."""
-    backend = backends.of(grid.config)
+    backend = grid.backend
     if not backend.checks_cells:  # its answer, before any cell is resolved for nothing
         return backend.preflight([], [], log)
     cells = cells or grid.cells

@@ -145,7 +145,9 @@ def test_a_setting_the_docs_name_is_one_the_schema_accepts():
 
 
 @pytest.mark.parametrize("where, kind", [(("settings", "*"), "Setting"), (("benchmarks", "*"), "Benchmark"),
-                                         (("experiments", "*"), "Experiment"), (("report",), "Report"),
+                                         (("models", "*"), "Model"), (("experiments", "*"), "Experiment"),
+                                         (("evaluation",), "Evaluation"),
+                                         (("report",), "Report"),
                                          (("analysis",), "Analysis")])  # fmt: skip
 def test_a_typed_entry_holds_exactly_the_keys_the_schema_declares(where, kind):
     """``scout.entries``' records and the schema's entries cannot drift: a key added to one alone fails."""
@@ -199,5 +201,13 @@ def test_a_typed_section_reads_defaults_and_freezes_lists():
     assert Grid.of(cfg).analysis == entries.Analysis()  # no section: no setting probed
     assert Grid.of(cfg).analysis.settings == ()
     assert grid.benchmarks["tm-hard"].heading == "tm-hard"  # no label: the name heads its column
+    large, small = grid.models["toy-large"], grid.models["toy-small"]
+    assert large.toy == cfg["models"]["toy-large"]["toy"] and large.hub is None and large.base is None
+    prepared = [m for m in grid.models.values() if m.prepare]
+    assert prepared and all(m.base == cfg["models"][m.name]["prepare"]["base"] for m in prepared)
+    assert small.params is None  # unwritten, no default
+    ev = grid.evaluation
+    assert ev.sampling == {k: cfg["evaluation"][k] for k in ("temperature", "top_p", "max_new_tokens")}
+    assert ev.device == schema.default("evaluation.device") and ev.engine_options is None  # unwritten
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.alpha = 0.2

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 
-from scout import backends as scout_backends
 from scout import config as scout_config
 from scout import cost as scout_cost
 from scout import grid, jobs, training_runs
@@ -99,7 +98,7 @@ wildcard_constraints:
 # Paths are relative to the rule files (workflow/rules/). GPU rules get the gpu extra (verl, vLLM).
 CPU_ENV = "../../envs/scout.yaml"
 GPU_ENV = "../../envs/gpu.yaml"
-BACKEND = scout_backends.of(config)  # (the config was validated above)
+BACKEND = GRID.backend
 TRAIN_ENV = GPU_ENV if BACKEND.environment == "gpu" else CPU_ENV
 EVAL_ENV = GPU_ENV if config["evaluation"].get("engine") == "vllm" else CPU_ENV
 
@@ -340,9 +339,9 @@ def serving_end():
 
 def training_data():
     """Every dataset a training job reads (the preflight counts what verl keeps of them)."""
-    names = {config["settings"][s]["train_data"] for s in jobs.settings_in_grid(grid_now())}
-    models = config["models"]
-    names |= {models[m]["prepare"]["data"] for m in jobs.models_in_grid(grid_now()) if "prepare" in models[m]}
+    names = {GRID.settings[s].train_data for s in jobs.settings_in_grid(grid_now())}
+    models = GRID.models
+    names |= {models[m].prepare["data"] for m in jobs.models_in_grid(grid_now()) if models[m].prepare}
     return sorted(GRID.paths.data(n) for n in names)
 
 
@@ -355,7 +354,7 @@ def teacher_spec(wc):
 
 
 def teacher_inputs(wc):
-    prep = config["models"][wc.model]["prepare"]
+    prep = GRID.models[wc.model].prepare
     return [GRID.paths.data(prep["data"])] + GRID.paths.model_inputs(prep["base"])
 
 
