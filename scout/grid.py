@@ -17,7 +17,7 @@ from collections import OrderedDict
 from functools import cached_property
 from pathlib import Path
 
-from scout import backends, entries, schema, sharing, tuning
+from scout import backends, entries, schema, sharing, teacher_server, tuning
 from scout.algorithms import scaled_teacher_lr
 from scout.config import ConfigError, deep_merge, method_cfg
 from scout.config import teacher_lora_rank as lora_rank_of
@@ -25,6 +25,7 @@ from scout.entries import Cell
 from scout.methods import METHODS
 from scout.paths import Paths
 from scout.prompts import view_key
+from scout.resources import job_resources
 
 BASE_VARIANTS = ("base-student", "base-teacher")
 CONTROL = "opd_teacher_grpo"  # the prefix-0 control, whose teacher the probes compare with SCOUT's
@@ -314,6 +315,15 @@ class Grid:
     def backend(self) -> backends.Backend:
         """The backend the config names (its jobs' resources, specs and preflight)."""
         return backends.of(self.config)
+
+    def resources(self, family: str, setting: str = "", method: str = "", variant: str = "") -> dict:
+        """What a job of ``family`` asks the cluster for (``scout.resources.job_resources``)."""
+        return job_resources(self.config, family, setting, method, variant)
+
+    @cached_property
+    def served(self) -> dict[str, list[str]]:
+        """Teacher model -> the settings whose teacher the workflow serves (``teacher_server: serve``)."""
+        return teacher_server.served_by_workflow(self.config)
 
     @cached_property
     def paths(self) -> Paths:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scout import schema, serving, teacher_server, tuning
+from scout import schema, serving, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import BASE_VARIANTS, CONTROL, Cell, Grid, chat_options, data_view, teacher_prep_spec, view_key
 from scout.methods import METHODS
-from scout.resources import job_resources
 from scout.runs import checkpoint_steps, checkpoints
 from scout.training_runs import run_spec, serves
 
@@ -55,7 +54,7 @@ def train_resources(grid: Grid, setting: str, method: str, variant: str) -> dict
     """What a training job asks for: its configured resources, as its backend places them (a verl
     cell scoring against a teacher server asks for its student's pool alone)."""
     served = bool(grid.settings[setting].teacher_server) and METHODS[method].scores_with_frozen_teacher
-    res = job_resources(grid.config, "train", setting, method, variant)
+    res = grid.resources("train", setting, method, variant)
     return grid.backend.train_resources(method, res, served)
 
 
@@ -67,12 +66,12 @@ def train_job_spec(grid: Grid, cell: Cell) -> dict:
 
 def teacher_job_spec(grid: Grid, model_id: str) -> dict:
     """The spec of a teacher-preparation job."""
-    return grid.backend.job_spec(teacher_prep_spec(grid.config, model_id), job_resources(grid.config, "prepare_teacher"))
+    return grid.backend.job_spec(teacher_prep_spec(grid.config, model_id), grid.resources("prepare_teacher"))
 
 
 def served_users(grid: Grid, model_id: str) -> list[Cell]:
     """The training runs that score against the server the workflow starts for a teacher model."""
-    settings = teacher_server.served_by_workflow(grid.config).get(model_id, [])
+    settings = grid.served.get(model_id, [])
     plans = grid.plans
     return [c for c in grid.runs if c.setting in settings and plans[c].shares is None
             and METHODS[c.method].scores_with_frozen_teacher]  # fmt: skip
@@ -91,7 +90,7 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
     specs = [grid.spec(c) for c in users]
     lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
     options = grid.config.get("teacher_serving", {})
-    r = job_resources(grid.config, "teacher_server")
+    r = grid.resources("teacher_server")
     topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
     results = str(Path(grid.paths.root).resolve())
     return {

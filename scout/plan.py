@@ -10,11 +10,10 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from scout import cost, jobs, runs, schema, teacher_server, training_runs
+from scout import cost, jobs, runs, schema, training_runs
 from scout import teacher_cost as tc
 from scout.grid import Cell, Grid, is_search
 from scout.methods import LORA_TARGETS, METHODS
-from scout.resources import job_resources
 
 # ------------------------------------------------------------------------------------------------
 # Disk: what a training run's checkpoints hold at their largest
@@ -73,7 +72,6 @@ def evaluated_for(grid: Grid, cell: Cell) -> str:
 def _rows(grid: Grid) -> list[dict]:
     """(experiment, rule, target, resources) of every Slurm job of the grid; local rules (data
     preparation, aggregation, report) request no cluster time and are left out."""
-    config = grid.config
     at = grid.paths
     res = at.root
     rows = []
@@ -86,16 +84,16 @@ def _rows(grid: Grid) -> list[dict]:
     used = jobs.models_in_grid(grid)  # a reduced experiment's only
     prepared = [m for m in used if models[m].prepare]
     if at.world == "toy":
-        toy = job_resources(config, "toy")
+        toy = grid.resources("toy")
         add("toy world", "toy_data", f"{res}/toy/data", toy)
         add("toy world", "toy_tokenizer", f"{res}/toy/tokenizer/tokenizer.json", toy)
         for m in sorted(m for m in used if models[m].toy):
             add("toy world", "toy_pretrain", f"{at.model(m)}/model.safetensors", toy)
     for m in prepared:
-        add("teachers", "prepare_teacher", f"{at.teacher_dir(m)}/train.json", job_resources(config, "prepare_teacher"))
-    for m in teacher_server.served_by_workflow(config):  # launched by its cells, up while they train
+        add("teachers", "prepare_teacher", f"{at.teacher_dir(m)}/train.json", grid.resources("prepare_teacher"))
+    for m in grid.served:  # launched by its cells, up while they train
         add("teachers", "serve_teacher", str(at.server_dir(m)),
-            job_resources(config, "teacher_server"), users=jobs.served_outputs(grid, m))  # fmt: skip
+            grid.resources("teacher_server"), users=jobs.served_outputs(grid, m))  # fmt: skip
     experiment_of = {}
     plans = grid.plans
     for c in grid.runs:  # the tuning stage's runs first (experiment "tuning")
@@ -107,18 +105,18 @@ def _rows(grid: Grid) -> list[dict]:
         add(c.experiments[0], "train", target, r, peak_disk_gb(grid, c), unit=c)
         rows[-1].update(exported_disk_gb=peak_disk_gb(grid, c, "exported"), kept_for=evaluated_for(grid, c))
         if is_search(c):
-            add("tuning", "validate", jobs.validation_record(grid, c), job_resources(config, "evaluate"))
+            add("tuning", "validate", jobs.validation_record(grid, c), grid.resources("evaluate"))
     for setting, variant, seed, ckpt in jobs.eval_units(grid):
         first = grid.benchmarks_for(grid.settings[setting].domain)[0]
         target = f"{at.eval_dir(setting, variant, seed, ckpt)}/{first}.json"
-        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, job_resources(config, "evaluate"),
+        add(experiment_of.get((setting, variant, seed), "base"), "evaluate", target, grid.resources("evaluate"),
             unit=(setting, variant, seed, ckpt))  # fmt: skip
     for s in grid.analysis.settings:
         add(
             "analysis",
             "analysis",
             f"{jobs.analysis_dir(grid, s)}/continuation.csv",
-            job_resources(config, "analysis"),
+            grid.resources("analysis"),
         )
     return rows
 
@@ -306,8 +304,8 @@ def teacher_options(grid: Grid) -> pd.DataFrame:
     for setting in scout_settings:
         teacher = grid.settings[setting].teacher
         params, arch = cost.model_params(grid, teacher), cost.model_arch(grid, teacher)
-        opd = job_resources(config, "train", setting, "opd", "opd")
-        sc = job_resources(config, "train", setting, "scout", "scout")
+        opd = grid.resources("train", setting, "opd", "opd")
+        sc = grid.resources("train", setting, "scout", "scout")
         if params is None or arch is None or not sc["gpus_per_node"] or not sc.get("gpu_mem_gb"):
             continue
         tr = config["training"]
@@ -349,7 +347,6 @@ def teacher_servers(grid: Grid) -> pd.DataFrame:
     server runs as long as the longest job, once per wave of as many students as it keeps up with,
     ``teacher_cost.students_per_server`` at the pace the requested runtime allows). Empty where
     the config gives no sizes (the toy world)."""
-    config = grid.config
     plans = grid.plans
     by_teacher: dict[str, list] = {}
     for c in grid.cells:
@@ -358,7 +355,7 @@ def teacher_servers(grid: Grid) -> pd.DataFrame:
     rows = []
     for teacher, cells in by_teacher.items():
         params = cost.model_params(grid, teacher)
-        res = [job_resources(config, "train", c.setting, c.method, c.variant) for c in cells]
+        res = [grid.resources("train", c.setting, c.method, c.variant) for c in cells]
         if params is None or not all(r["gpus_per_node"] for r in res):
             continue
         own = sum(tc.gpu_hours(r["nodes"] * r["gpus_per_node"], r["runtime"]) for r in res)
@@ -403,14 +400,13 @@ def render_teacher_servers(grid: Grid) -> str:
 def render_server_limits(grid: Grid) -> str:
     """For each teacher the workflow serves: how long its server must live, from the cells it serves,
     beside its Slurm time limit (docs/cluster.md sizes it so)."""
-    config = grid.config
     lines = []
-    for m in teacher_server.served_by_workflow(config):
+    for m in grid.served:
         cells = jobs.served_users(grid, m)
         if not cells:
             continue
-        runtimes = [job_resources(config, "train", c.setting, c.method, c.variant)["runtime"] for c in cells]
-        limit = job_resources(config, "teacher_server")["runtime"]
+        runtimes = [grid.resources("train", c.setting, c.method, c.variant)["runtime"] for c in cells]
+        limit = grid.resources("teacher_server")["runtime"]
         short = " (shorter than its longest cell: each of its runs outlives it)" if limit < max(runtimes) else ""
         lines.append(f"  {m}: {len(cells)} cells; it must live from the first to start to the last to end: at least "
                      f"the longest cell, {max(runtimes) / 60:,.1f} h, at most all of them one after another, "

@@ -18,7 +18,7 @@ import re
 import time
 from pathlib import Path
 
-from scout import critical_path, jobs, runs, serving, teacher_server, training_runs
+from scout import critical_path, jobs, runs, serving, training_runs
 from scout.freshness import Freshness
 from scout.grid import Grid
 from scout.io import DamagedInput, model_problems
@@ -193,9 +193,8 @@ def servers(grid: Grid, work: Path) -> list[dict]:
     """The teacher servers the workflow starts (``teacher_server: serve``): up (its address answers
     and serves the model) or not, with their URL, the cells holding them now and the cells still
     to train."""
-    config = grid.config
     out = []
-    for model in teacher_server.served_by_workflow(config):
+    for model in grid.served:
         folder = work / grid.paths.server_dir(model)
         found = serving.live_server(folder, model)
         users = jobs.served_outputs(grid, model)

@@ -49,7 +49,7 @@ scout_tracking.export(config.get("tracking", {}))
 # (serve) is launched by its cells' await_teacher jobs and lives while this run needs it
 # (scout.serving): the run's id names its heartbeat, and what runs that are gone left behind (an
 # await flag would let a cell skip waiting for its server) is cleared before anything is planned.
-SERVED = {m: jobs.teacher_server_spec(GRID, m) for m in scout_teacher_server.served_by_workflow(config)}
+SERVED = {m: jobs.teacher_server_spec(GRID, m) for m in GRID.served}
 SERVED_CELLS = {(c.setting, c.variant, str(c.seed)): m for m in SERVED for c in jobs.served_users(GRID, m)}
 scout_teacher_server.export(config, SERVED)
 if workflow.is_main_process:  # a run of its own; its jobs (which read this file again) inherit it
@@ -123,7 +123,7 @@ def _job_resources(family, wc):
     if family == "pilot":  # a shape's pilot asks for what its first cell's job asks for
         family, wc = "train", pilot_cell(wc)
     if family != "train":
-        return scout_resources.job_resources(config, family)
+        return GRID.resources(family)
     method = METHOD_OF[(wc.setting, wc.variant, wc.seed)]
     return jobs.train_resources(grid_now(), wc.setting, method, wc.variant)  # a served verl cell: its student's pool
 
