@@ -3,7 +3,7 @@ learning rates (tuned ones as the tuning stage chose them) and the benchmarks.""
 
 from __future__ import annotations
 
-from scout import schema, tuning
+from scout import entries, schema, tuning
 from scout.grid import Grid
 from scout.methods import METHODS
 from scout.render import lr_entry
@@ -38,18 +38,18 @@ def _scout_k_and_f(grid: Grid) -> tuple[str, str]:
     for c in grid.cells:
         if METHODS[c.method].teacher_phase == "scout":
             first.setdefault((c.variant, c.setting), c)
-    specs = {key: grid.spec(c)["method_cfg"]["scout"] for key, c in first.items()}
+    specs = {key: grid.method_settings(c)["scout"] for key, c in first.items()}
     if not specs:
-        specs = {("", ""): grid.config["methods"]["scout"]}
+        specs = {("", ""): entries.method_settings({"scout": grid.config["methods"]["scout"]})["scout"]}
     out = []
     for key in ("k", "interval"):
         by_value: dict = {}
         for (variant, setting), sc in specs.items():
-            by_value.setdefault(sc[key], []).append((variant, setting))
+            by_value.setdefault(getattr(sc, key), []).append((variant, setting))
         if len(by_value) == 1:
             out.append(str(next(iter(by_value))))
             continue
-        split = {v for v, _ in specs if len({specs[k][key] for k in specs if k[0] == v}) > 1}
+        split = {v for v, _ in specs if len({getattr(specs[k], key) for k in specs if k[0] == v}) > 1}
         parts = []
         for value, where in by_value.items():
             names = dict.fromkeys(f"{v}, {st}" if v in split else v for v, st in where)

@@ -9,6 +9,7 @@ that the planner and the report read ``setting.domain``, not a nested dict of th
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from scout import schema
 
@@ -89,6 +90,65 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Scout:
+    """SCOUT's teacher phase (``methods.scout``) as a cell's spec resolves it: every ``interval``
+    steps, ``k`` continuations of student prefixes cut at ``prefix_ratio`` of the response."""
+
+    interval: int
+    k: int
+    prefix_ratio: tuple[float, float]
+    kl_beta: float
+    split: str
+    answer_marker: dict | None = field(default=None, hash=False)
+    teacher_lora: dict | None = field(default=None, hash=False)  # in a spec only where its rank is set
+    teacher_lr: float | str | None = None  # "tuned" until the search has chosen it
+    prefix_zero: bool = False  # the prefix-0 control: continuations from the bare prompt
+    RESOLVED: ClassVar = ("teacher_lr", "prefix_zero")  # the grid's, not the config's
+
+
+@dataclass(frozen=True)
+class Esr:
+    """ESR's response budget (``methods.esr``)."""
+
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class PruneOpd:
+    """Prune-OPD's token weights and adaptive budget (``methods.prune_opd``)."""
+
+    tau: float
+    w_drop: float
+    w_base: float
+    topk: int
+    hit_fraction: float
+    budget: dict = field(hash=False)
+
+
+@dataclass(frozen=True)
+class RelayOpd:
+    """Relay-OPD's interleaved student and teacher legs (``methods.relay_opd``)."""
+
+    max_legs: int
+    max_paragraphs: int
+    max_leg_tokens: int
+    student_topk: int
+
+
+@dataclass(frozen=True)
+class Optr:
+    """OPTR's trust mask and its outliers' top-k forward KL (``methods.optr``)."""
+
+    threshold: float
+    outlier: str
+    topk: int
+
+
+# a method section's record; a section of a method added later without one stays a mapping
+METHOD_SECTIONS = {"scout": Scout, "esr": Esr, "prune_opd": PruneOpd, "relay_opd": RelayOpd, "optr": Optr}
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """How checkpoints are evaluated (``evaluation``): the sampling, the engine and where it runs."""
 
@@ -150,13 +210,13 @@ class Analysis:
 
 
 def declared_keys(kind: type) -> set[str]:
-    """The config keys a record holds (every field but its name)."""
-    return {f.name for f in fields(kind)} - {"name"}
+    """The config keys a record holds (every field but its name and what the grid resolves)."""
+    return {f.name for f in fields(kind)} - {"name", *getattr(kind, "RESOLVED", ())}
 
 
 def _record(kind: type, where: tuple, entry: dict, **name):
     values = {}
-    for key in declared_keys(kind):
+    for key in declared_keys(kind) | set(getattr(kind, "RESOLVED", ())) & set(entry):
         if key in entry:
             values[key] = tuple(entry[key]) if isinstance(entry[key], list) else entry[key]
         elif "default" in schema.node((*where, key)):
@@ -177,6 +237,12 @@ def benchmarks(config: dict) -> dict[str, Benchmark]:
 def models(config: dict) -> dict[str, Model]:
     """The config's models, in its order."""
     return {name: _record(Model, ("models", "*"), entry, name=name) for name, entry in config["models"].items()}
+
+
+def method_settings(method_cfg: dict) -> dict:
+    """A cell's method sections (its spec's ``method_cfg``) as records, by section name."""
+    return {name: _record(METHOD_SECTIONS[name], ("methods", name), section) if name in METHOD_SECTIONS else section
+            for name, section in method_cfg.items()}  # fmt: skip
 
 
 def evaluation(config: dict) -> Evaluation:

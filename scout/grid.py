@@ -270,10 +270,10 @@ def _step_no_ops(config: dict) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        sc = spec["method_cfg"].get("scout")
-        if sc and sc["interval"] > total:
+        sc = grid.method_settings(cell).get("scout")
+        if sc and sc.interval > total:
             errs.append(
-                f"{cell.setting}/{cell.variant}: teacher update interval {sc['interval']} exceeds the run's "
+                f"{cell.setting}/{cell.variant}: teacher update interval {sc.interval} exceeds the run's "
                 f"{total} steps, so the teacher would never be updated"
             )
         if over.get("eval_every") and over["eval_every"] >= total:
@@ -432,6 +432,13 @@ class Grid:
         if cell not in self._specs:
             self._specs[cell] = _resolve_spec(self.config, cell)
         return copy.deepcopy(self._specs[cell])
+
+    def method_settings(self, cell: Cell) -> dict:
+        """A cell's method sections as its spec resolves them (the variant's and the setting's
+        overrides merged in), as records: ``grid.method_settings(cell)["scout"].interval``."""
+        if cell not in self._specs:
+            self.spec(cell)
+        return entries.method_settings(self._specs[cell]["method_cfg"])
 
     @cached_property
     def plans(self) -> dict[Cell, sharing.Plan]:

@@ -91,7 +91,8 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
     lengths = [s["max_prompt_length"] + s["max_response_length"] for s in specs]
     options = grid.config.get("teacher_serving", {})
     r = grid.resources("teacher_server")
-    topk = [m.get("topk", 0) for s in specs for m in (s["method_cfg"].get("prune_opd", {}), s["method_cfg"].get("optr", {}))]
+    sections = [grid.method_settings(c) for c in users]
+    topk = [m.topk for s in sections for m in (s.get("prune_opd"), s.get("optr")) if m]
     results = str(Path(grid.paths.root).resolve())
     return {
         "model": model_id,

@@ -343,7 +343,7 @@ class Cache:
         """The teacher update interval a SCOUT-family variant's runs on a setting train with: read
         from the cell's spec, so a setting's own ``overrides.scout.interval`` counts."""
         cell = next(c for c in self.cell_list if (c.setting, c.variant) == (setting, variant))
-        return self.grid.spec(cell)["method_cfg"]["scout"]["interval"]
+        return self.grid.method_settings(cell)["scout"].interval
 
     def interval_variants(self, setting: str) -> list[tuple[int, str]]:
         """(f, variant) of the plain SCOUT variants on a setting (the f-sweep and the main SCOUT),

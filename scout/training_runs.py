@@ -70,7 +70,8 @@ def choices_needed(grid: Grid, cell: Cell) -> list[tuple[str, str]]:
         return []
     spec = grid.spec(cell)
     teacher = teacher_lr_param(config["settings"][cell.setting], teacher_lora_rank(config, cell))
-    own = {"student_lr": spec["lr"], teacher: spec["method_cfg"].get("scout", {}).get("teacher_lr")}
+    sc = grid.method_settings(cell).get("scout")
+    own = {"student_lr": spec["lr"], teacher: sc.teacher_lr if sc else None}
     return [(s, p) for s, params in tuned.items() for p in params if own.get(p) == tuning.TUNED]
 
 

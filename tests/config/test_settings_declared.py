@@ -21,7 +21,6 @@ NOT_SETTINGS = {
     ("scout/commands.py", "seed"): "a spec's seed, for a spec that names none",
     ("scout/cost.py", "step"): "the step a continued run starts from; none: 0",
     ("scout/grid.py", "overrides"): "a variant's overrides as JSON; none: an empty mapping",
-    ("scout/jobs.py", "topk"): "a method section without a top-k needs none from the server",
     ("scout/tracking.py", "kind"): "a job spec's kind",
     ("scout/verl/data.py", "id"): "a data row's id, in an error message",
     ("scout/verl/preflight.py", "backend"): "verl's own config key, at verl's default",
@@ -147,7 +146,9 @@ def test_a_setting_the_docs_name_is_one_the_schema_accepts():
 @pytest.mark.parametrize("where, kind", [(("settings", "*"), "Setting"), (("benchmarks", "*"), "Benchmark"),
                                          (("models", "*"), "Model"), (("experiments", "*"), "Experiment"),
                                          (("evaluation",), "Evaluation"),
-                                         (("report",), "Report"),
+                                         (("report",), "Report"), (("methods", "scout"), "Scout"),
+                                         (("methods", "esr"), "Esr"), (("methods", "prune_opd"), "PruneOpd"),
+                                         (("methods", "relay_opd"), "RelayOpd"), (("methods", "optr"), "Optr"),
                                          (("analysis",), "Analysis")])  # fmt: skip
 def test_a_typed_entry_holds_exactly_the_keys_the_schema_declares(where, kind):
     """``scout.entries``' records and the schema's entries cannot drift: a key added to one alone fails."""
@@ -211,3 +212,33 @@ def test_a_typed_section_reads_defaults_and_freezes_lists():
     assert ev.device == schema.default("evaluation.device") and ev.engine_options is None  # unwritten
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.alpha = 0.2
+
+
+def test_a_cells_method_settings_are_records_that_lose_no_key_of_its_spec():
+    """Every method section of every cell of the toy and the paper grid, as the spec resolves it
+    (variants' and settings' overrides merged, SCOUT's teacher LR and prefix-0 flag added), reads
+    back whole from its record; a section of a method without a record stays a mapping."""
+    import yaml
+
+    from scout import entries
+    from scout.grid import Grid
+
+    seen = set()
+    for name in ("config.yaml", "paper.yaml"):
+        grid = Grid.of(yaml.safe_load((REPO / "config" / name).read_text()))
+        for cell in grid.cells:
+            spec = grid.spec(cell)
+            for section, record in grid.method_settings(cell).items():
+                kind = entries.METHOD_SECTIONS[section]
+                assert isinstance(record, kind)
+                written = spec["method_cfg"][section]
+                assert {k: getattr(record, k) for k in written} == {
+                    k: tuple(v) if isinstance(v, list) else v for k, v in written.items()
+                }, (cell.key, section)
+                seen.add(section)
+    assert seen == set(entries.METHOD_SECTIONS)
+    control = next(c for c in grid.cells if c.method == "opd_teacher_grpo")
+    scout = next(c for c in grid.cells if c.variant == "scout")
+    assert grid.method_settings(control)["scout"].prefix_zero and not grid.method_settings(scout)["scout"].prefix_zero
+    assert grid.method_settings(scout)["scout"].teacher_lr == grid.spec(scout)["method_cfg"]["scout"]["teacher_lr"]
+    assert entries.method_settings({"mine": {"x": 1}}) == {"mine": {"x": 1}}  # a method added without a record
