@@ -16,7 +16,7 @@ from scout import config as C
 from scout import grid, jobs, resources, runs, training_runs
 from scout.grid import Grid
 from scout.paths import Paths
-from tests.support.toy import REPO, dry_run
+from tests.support.toy import REPO, cell_spec, dry_run
 
 
 @pytest.fixture(scope="module")
@@ -342,9 +342,9 @@ def test_snakemake_lint_is_clean(tmp_path, configfile):
 def test_the_probes_matched_checkpoints_are_exported_and_evaluated(paper):
     """analysis.checkpoints (step 160 in the paper): the SCOUT runs the probes visit export and
     evaluate that step, verl keeps its checkpoint, and the probes pair teacher and student of it."""
-    scout = Grid.of(paper).spec(Grid.of(paper).find("q4b-q1.7b-math", "scout", 2))
+    scout = cell_spec(paper, "q4b-q1.7b-math", "scout", 2)
     assert scout["probe_steps"] == [160] and runs.checkpoints(scout) == ["step160", "final"]
-    other = Grid.of(paper).spec(Grid.of(paper).find("q8b-q1.7b-math", "scout", 2))  # not probed
+    other = cell_spec(paper, "q8b-q1.7b-math", "scout", 2)  # not probed
     assert "probe_steps" not in other and runs.checkpoints(other) == ["final"]
     probed = jobs.analysis_spec(Grid.of(paper), "q4b-q1.7b-math")["runs"]
     assert [(r["seed"], r["checkpoint"]) for r in probed][:2] == [(1, "step160"), (1, "final")]
@@ -774,7 +774,7 @@ def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
     k4 = {"name": "scout-k4", "method": "scout", "overrides": {"scout": {"k": 4}}}
     cfg["experiments"]["mine"] = {"settings": ["toy-l-s-math"], "methods": ["opd", k4], "seeds": [1, 2]}
     C.validate(cfg)
-    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout-k4", 1))
+    spec = cell_spec(cfg, "toy-l-s-math", "scout-k4", 1)
     assert spec["method_cfg"]["scout"]["k"] == 4 and base["methods"]["scout"]["k"] != 4
     after = _every_spec(cfg)
     assert {k: v for k, v in after.items() if "scout-k4" not in k} == before  # nothing else retrains

@@ -17,7 +17,7 @@ from scout import grid, jobs, training_runs, tuning
 from scout.evaluate import check_disjoint
 from scout.grid import Grid
 from scout.toy.world import build_data
-from tests.support.toy import dry_run, mini_config
+from tests.support.toy import cell_spec, dry_run, mini_config
 
 
 def test_the_best_validation_score_is_chosen_and_a_tie_goes_to_the_earlier_point():
@@ -92,16 +92,16 @@ def test_tuned_learning_rates_come_from_the_written_choices(tmp_path):
         1.5e-4,
     )
     assert tuning.lr(done, "toy-l-s-code", "student_lr") == 1.5e-4  # a number is itself
-    scout = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout", 1))
+    scout = cell_spec(done, "toy-l-s-math", "scout", 1)
     assert scout["lr"] == 3e-4 and scout["method_cfg"]["scout"]["teacher_lr"] == 1.5e-4
-    dense = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout-f1", 2))  # f = 1 of the main f = 2
+    dense = cell_spec(done, "toy-l-s-math", "scout-f1", 2)  # f = 1 of the main f = 2
     assert dense["method_cfg"]["scout"]["teacher_lr"] == pytest.approx(1.5e-4 / 2)
-    assert Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "grpo", 1))["lr"] == cfg["training"]["grpo"]["lr"]
+    assert cell_spec(done, "toy-l-s-math", "grpo", 1)["lr"] == cfg["training"]["grpo"]["lr"]
 
 
 def test_a_training_job_whose_learning_rate_is_still_being_tuned_is_refused_by_name(tmp_path):
     cfg = _tuned(tmp_path)
-    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout", 1))
+    spec = cell_spec(cfg, "toy-l-s-math", "scout", 1)
     assert spec["lr"] == tuning.TUNED
     path = tmp_path / "scout.json"
     path.write_text(json.dumps(spec))
@@ -252,7 +252,7 @@ def test_a_lora_teachers_lr_is_searched_at_its_rank_and_its_chosen_run_is_the_gr
     spec = Grid.of(done).spec(cell)
     assert spec["lr"] == 3e-4 and spec["method_cfg"]["scout"]["teacher_lr"] == 3e-3
     assert spec["method_cfg"]["scout"]["teacher_lora"]["rank"] == 4
-    full = Grid.of(done).spec(Grid.of(done).find("toy-l-s-math", "scout", 1))
+    full = cell_spec(done, "toy-l-s-math", "scout", 1)
     assert full["method_cfg"]["scout"]["teacher_lr"] == 1.5e-4 and "teacher_lora" not in full["method_cfg"]["scout"]
     assert Grid.of(done).plans[cell].shares == lora[1]
 

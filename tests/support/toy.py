@@ -62,6 +62,14 @@ def toy_config(tuned: bool = False) -> dict:
     return cfg
 
 
+def cell_spec(config: dict, setting: str, variant: str, seed: int) -> dict:
+    """The resolved spec of one cell of a config's grid."""
+    from scout.grid import Grid
+
+    grid = Grid.of(config)
+    return grid.spec(grid.find(setting, variant, seed))
+
+
 def mini_config(results: str, tuned: bool = False) -> dict:
     """The toy config shrunk to seconds: tiny models, few rows, few steps, every method once; with
     ``tuned``, toy-l-s-math's LRs come from a tuning stage of two points each, otherwise they are

@@ -16,7 +16,7 @@ from scout.embedded import lm, lora
 from scout.embedded.qwen3 import Qwen3
 from scout.embedded.trainer import Trainer
 from scout.grid import Grid
-from tests.support.toy import toy_config
+from tests.support.toy import cell_spec, toy_config
 from tests.support.trainer import Alternating, metrics_without_time
 
 TARGETS = list(methods.LORA_TARGETS)
@@ -165,9 +165,9 @@ def test_lora_load_refuses_adapters_of_another_shape(spec_for, tmp_path):
 
 def test_lora_variant_resolves_into_the_spec_and_leaves_full_teacher_specs_alone():
     cfg = validate(toy_config())
-    lora_spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout-lora", 1))["method_cfg"]["scout"]
+    lora_spec = cell_spec(cfg, "toy-l-s-math", "scout-lora", 1)["method_cfg"]["scout"]
     assert lora_spec["teacher_lora"] == {"rank": 8, "alpha": 16, "target_modules": TARGETS}
-    full = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", "scout", 1))["method_cfg"]["scout"]
+    full = cell_spec(cfg, "toy-l-s-math", "scout", 1)["method_cfg"]["scout"]
     assert "teacher_lora" not in full  # rank 0: the paper's spec, byte for byte
     assert jobs.compared_teachers(Grid.of(cfg), "toy-l-s-math")[-1] == ("scout-lora", "scout-lora")
 

@@ -16,7 +16,7 @@ from scout.paths import Paths
 from scout.placement import PlacementError, placement
 from scout.verl import parts as vp
 from scout.verl.env import method_section
-from tests.support.toy import REPO
+from tests.support.toy import REPO, cell_spec
 
 vc = pytest.importorskip("scout.verl.config", reason="needs verl (pip install '.[verl]')")
 pytest.importorskip("verl")
@@ -132,7 +132,7 @@ def test_optr_outlier_kl_is_refused_before_a_gpu_job_starts():
 
 def test_override_values_survive_hydra_quoting():
     over = vc.overrides(
-        {**Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-math", "opd", 1)), "student": "/m/a b,c=d"},
+        {**cell_spec(PAPER, "q4b-q1.7b-math", "opd", 1), "student": "/m/a b,c=d"},
         {"nodes": 2, "gpus_per_node": 8},
         "out",
     )

@@ -20,7 +20,7 @@ from scout import algorithms as alg
 from scout import grid, jobs, resources, training_runs
 from scout.catalogue import DataError
 from scout.paths import Paths
-from tests.support.toy import REPO
+from tests.support.toy import REPO, cell_spec
 
 pytest.importorskip("verl", reason="needs verl (pip install '.[verl]')")
 from tensordict import TensorDict  # noqa: E402
@@ -980,16 +980,16 @@ def test_prepared_counts_match_verls_filter_and_dataloader(world, tmp_path, tok)
     meta = Path(Paths.of(paper).meta("openr1-math-46k"))
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"rows": len(rows), "kept": {grid.view_key(student_view): kept}}))
-    spec = Grid.of(paper).spec(Grid.of(paper).find("q4b-q1.7b-math", "opd", 1))
+    spec = cell_spec(paper, "q4b-q1.7b-math", "opd", 1)
     assert spec["steps_per_epoch"] == len(loader) == kept // batch and spec["total_steps"] == len(loader)
 
 
 def test_paper_step_counts_follow_verls_floor():
     """Before the data is prepared the grid plans from the configured rows, with verl's floor:
     45,883 rows of 128 run 358 steps per epoch (not 359: the last partial batch is dropped)."""
-    opd = Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-math", "opd", 1))
+    opd = cell_spec(PAPER, "q4b-q1.7b-math", "opd", 1)
     assert (opd["steps_per_epoch"], opd["total_steps"]) == (45883 // 128, 358)
-    code = Grid.of(PAPER).spec(Grid.of(PAPER).find("q4b-q1.7b-code", "opd", 1))
+    code = cell_spec(PAPER, "q4b-q1.7b-code", "opd", 1)
     assert code["total_steps"] == 3 * (7436 // 128)
     assert grid.teacher_prep_spec(PAPER, "Qwen3-8B-DAPO")["total_steps"] == 3 * (17398 // 64)
 

@@ -63,8 +63,9 @@ cfg = yaml.safe_load(open("config/config.yaml"))
 cfg["training"].update(steps=3, batch_size=4, max_response_length=16)
 cfg["settings"]["toy-l-s-math"].update(student_lr=1.5e-4, teacher_lr=1.5e-4)  # numbers, not the tuning stage's
 paths = json.loads(sys.argv[1])
+grid = Grid.of(cfg)
 for v in ("opd", "opd_clip"):
-    spec = Grid.of(cfg).spec(Grid.of(cfg).find("toy-l-s-math", v, 1))
+    spec = grid.spec(grid.find("toy-l-s-math", v, 1))
     json.dump({**spec, **paths}, open(f"{v}.json", "w"))
 """
 
