@@ -1,12 +1,13 @@
-"""Config -> the list of experiment cells, their resolved specs, the runs they share, and where
-their outputs live.
+"""Config -> the experiment cells, their resolved specs and the runs they share.
 
 The Snakefile's targets, the workflow rules and the report all read the cells from here, so a
 cell exists in exactly one place. ``Grid`` is one validated config's grid resolved once: its cells,
-specs, seeds and run plans, the whole grid a selection was cut from. A command or the workflow
-builds it where it reads the config (``Grid.of``), and what plans, reports or checks takes the
-grid, not the config (``scout.jobs``, ``scout.plan``, ``scout.status``, ``scout.results``): the
-functions below that take a config are the resolution itself.
+specs, seeds and run plans, the config's sections as typed records (``scout.entries``), where its
+outputs lie (``Grid.paths``), its backend and each job's resources, and the whole grid a
+selection was cut from. A command or the workflow builds it where it reads the config
+(``Grid.of``), and what plans, reports or checks takes the grid, not the config (``scout.jobs``,
+``scout.plan``, ``scout.status``, ``scout.results``, the report): the functions below that take a
+config are the resolution itself.
 """
 
 from __future__ import annotations
