@@ -229,9 +229,11 @@ def test_a_cells_method_settings_are_records_that_lose_no_key_of_its_spec():
         for cell in grid.cells:
             spec = grid.spec(cell)
             for section, record in grid.method_settings(cell).items():
-                kind = entries.METHOD_SECTIONS[section]
-                assert isinstance(record, kind)
                 written = spec["method_cfg"][section]
+                if section not in entries.METHOD_SECTIONS:  # a method added without a record of its own
+                    assert record == written
+                    continue
+                assert isinstance(record, entries.METHOD_SECTIONS[section])
                 assert {k: getattr(record, k) for k in written} == {
                     k: tuple(v) if isinstance(v, list) else v for k, v in written.items()
                 }, (cell.key, section)
