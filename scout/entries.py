@@ -215,8 +215,10 @@ def declared_keys(kind: type) -> set[str]:
 
 
 def _record(kind: type, where: tuple, entry: dict, **name):
+    """A record of ``entry`` (the config's, or a spec's section at ``where`` in the schema): the
+    declared keys, with the schema's default where one is missing, and what the grid resolved."""
     values = {}
-    for key in declared_keys(kind) | set(getattr(kind, "RESOLVED", ())) & set(entry):
+    for key in declared_keys(kind) | (set(getattr(kind, "RESOLVED", ())) & set(entry)):
         if key in entry:
             values[key] = tuple(entry[key]) if isinstance(entry[key], list) else entry[key]
         elif "default" in schema.node((*where, key)):
