@@ -188,6 +188,11 @@ class Report:
     selection: str | None = None
     primary: dict | None = field(default=None, hash=False)  # {claims, settings} of the primary family
 
+    @property
+    def primary_on(self) -> tuple[str, ...]:
+        """The settings the primary family is tested on."""
+        return tuple((self.primary or {}).get("settings", ()))
+
     def is_primary(self, claim_id: str, setting: str) -> bool:
         """Whether a claims-page row belongs to the primary family: its claim on its settings."""
         p = self.primary or {}

@@ -196,7 +196,7 @@ def html_page(grid: Grid, cache, found: list, made: list, figs: list, notices: l
             "sources": ", ".join(f"{n} {s}" for s, n in sources.items()) or "none",
             "expected": n_expected,
             "alpha": f"{opts.alpha:g}",
-            "family": family_text(found, opts.alpha, _primary_on(grid)),
+            "family": family_text(found, opts.alpha, grid.report.primary_on),
             "verdicts": [
                 {"name": v, "count": counts[v], "css": VERDICT_MARKS[v][0], "mark": VERDICT_MARKS[v][1]}
                 for v in verdicts.VERDICTS
@@ -309,7 +309,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
             "n_figures": len(figs),
             "notices": [render.tex(n) for n in notices],
             "entries": [{**i, "caption": render.tex(i.get("caption", ""))} for i in items],
-            "claims": claims_page(env, found, opts.alpha, notes, _primary_on(grid), across),
+            "claims": claims_page(env, found, opts.alpha, notes, grid.report.primary_on, across),
         }
     )
     tex_path = out / "report.tex"
@@ -340,12 +340,8 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     log(f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records ({len(missing)} evaluations missing) "
         f"-> {out} in {manifest['seconds']:.1f}s")  # fmt: skip
-    log(console_summary(found, out / "index.html", pdf_text, notes, opts.alpha, _primary_on(grid), across))
+    log(console_summary(found, out / "index.html", pdf_text, notes, opts.alpha, grid.report.primary_on, across))
     return manifest
-
-
-def _primary_on(grid: Grid) -> tuple[str, ...]:
-    return tuple((grid.report.primary or {}).get("settings", ()))
 
 
 def _load(grid: Grid, log=print) -> tuple:
