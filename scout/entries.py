@@ -195,8 +195,7 @@ class Report:
 
     def is_primary(self, claim_id: str, setting: str) -> bool:
         """Whether a claims-page row belongs to the primary family: its claim on its settings."""
-        p = self.primary or {}
-        return claim_id in p.get("claims", []) and setting in p.get("settings", [])
+        return setting in self.primary_on and claim_id in (self.primary or {}).get("claims", ())
 
 
 @dataclass(frozen=True)
