@@ -294,7 +294,8 @@ class Grid:
     """One config's cells, the tuning stage's runs, each cell's spec, the seeds of each variant and
     how each run is trained, each computed once. What a spec says depends on the prepared data as
     well (``kept_rows``), so ``Grid.of`` hands out the same object while the config and the training
-    sets' metadata files stay as they were, and a new one after either changes."""
+    sets' metadata files stay as they were, and a new one after either changes. The grid keeps its
+    own copy of the config, so a caller that edits its dict afterwards changes no grid handed out."""
 
     _MEMO: OrderedDict[tuple, Grid] = OrderedDict()
 
@@ -307,7 +308,7 @@ class Grid:
         key = (json.dumps(config, default=str), _metadata_state(config))
         grid = cls._MEMO.get(key)
         if grid is None:
-            grid = cls._MEMO[key] = cls(config)
+            grid = cls._MEMO[key] = cls(copy.deepcopy(config))
             while len(cls._MEMO) > 16:
                 cls._MEMO.popitem(last=False)
         return grid

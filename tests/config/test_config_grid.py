@@ -791,3 +791,17 @@ def test_a_variant_sets_its_own_method_settings_and_the_rest_keep_theirs():
                                       "methods": [{"name": "x", "method": "scout", "overrides": over}]}  # fmt: skip
         with pytest.raises(C.ConfigError, match=re.escape(f"experiments.mine.methods[0].{message}")):
             C.validate(bad)
+
+
+def test_a_config_edited_after_its_grid_was_made_changes_no_grid_handed_out(paper):
+    """Grid.of hands out one grid per config content: a caller editing its dict afterwards (as a
+    test does to try a key) must not change the grid that the unedited content gets next."""
+    base = copy.deepcopy(paper)
+    base["training"]["save_every"] = 17  # content of this test's own, so its first Grid.of makes a grid
+    cfg = copy.deepcopy(base)
+    cell = Grid.of(cfg).find("q4b-q1.7b-math", "scout", 1)
+    before = jobs.train_job_spec(Grid.of(cfg), cell)
+    cfg["training"]["keep_checkpoints"] = "exported"
+    assert jobs.train_job_spec(Grid.of(cfg), cell)["keep_checkpoints"] == "exported"
+    assert Grid.of(base).config == base  # what the plan's disk and every live read see
+    assert jobs.train_job_spec(Grid.of(base), cell) == before
