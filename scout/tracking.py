@@ -13,6 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from scout.schema import default
@@ -36,6 +40,33 @@ def run_name(spec: dict) -> str:
 def run_group(spec: dict) -> str:
     """Runs group by setting (the spec names no experiment: several may share a run)."""
     return spec.get("setting") or spec.get("kind", "train")
+
+
+@contextmanager
+def ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends, then raise it. The trackers' libraries hand each record
+    to a writer thread through a queue; a KeyboardInterrupt raised inside ``Condition.notify`` can
+    leave a stale waiter behind that takes the next wake-up (CPython gh-92530), and the writer
+    thread then sleeps until its flush timer (TensorBoard's: 120 s) while the job's exit waits for
+    it. A second Ctrl-C interrupts at once. Where SIGINT is ignored or handled otherwise (a
+    background job, a thread other than the main one), the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame):
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 class Tracker:
@@ -107,8 +138,11 @@ class Tracker:
 
     def log(self, metrics: dict, step: int, prefix: str = "") -> None:
         values = {f"{prefix}{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float) and k != "step"}
-        if not values:
-            return
+        if values:
+            with ctrl_c_after():
+                self._log(values, step, prefix)
+
+    def _log(self, values: dict[str, float], step: int, prefix: str) -> None:
         if "tensorboard" in self.backends:
             tb = self._tensorboard()
             for k, v in values.items():
@@ -124,13 +158,14 @@ class Tracker:
             self._mlflow_run().log_metrics(values, step=step)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
-        if self._mlflow is not None:
-            self._mlflow.end_run()
-        self._tb = self._wandb = self._mlflow = None
+        with ctrl_c_after():
+            if self._tb is not None:
+                self._tb.close()
+            if self._wandb is not None:
+                self._wandb.finish()
+            if self._mlflow is not None:
+                self._mlflow.end_run()
+            self._tb = self._wandb = self._mlflow = None
 
     def __enter__(self) -> Tracker:
         return self
