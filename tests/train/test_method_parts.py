@@ -5,12 +5,6 @@ forms (worked out by hand below for the embedded budgets and losses and verl's c
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +13,7 @@ from scout import algorithms as alg
 from scout.embedded import parts as ep
 from scout.methods import METHODS, PARTS, form
 from scout.verl import parts as vp
-from tests.support.toy import REPO
+from tests.support import guide
 
 
 @pytest.mark.parametrize("registry", [ep.EMBEDDED_PARTS, vp.VERL_PARTS], ids=["embedded", "verl"])
@@ -95,21 +89,6 @@ def test_what_each_method_asks_of_verl_follows_from_its_parts(method, loss, loop
     assert (vp.first(m, "loss_mode"), vp.first(m, "agent_loop"), vp.first(m, "trainer")) == (loss, loop, trainer)
 
 
-# docs/extending.md's steps for a part of a new kind: a block of code, the file and where it goes
-STEP = re.compile(r"<!-- add-a-part: (?P<file>\S+), (?P<where>after|replacing) `(?P<anchor>[^`]+)` -->\n```python\n(?P<code>.*?)```", re.S)
-
-
-def apply(copy: Path, step: re.Match) -> None:
-    """The step's code replaces, or goes after, the one line of its file that starts with its anchor."""
-    path = copy / step["file"]
-    lines = path.read_text().splitlines(keepends=True)
-    at = [i for i, line in enumerate(lines) if line.startswith(step["anchor"])]
-    assert len(at) == 1, f"docs/extending.md: {step['file']} has {len(at)} lines starting {step['anchor']!r}, not one"
-    i = at[0]
-    lines[i : i + 1] = [step["code"]] if step["where"] == "replacing" else [lines[i], step["code"]]
-    path.write_text("".join(lines))
-
-
 CHECK = """
 import json, sys
 from scout.embedded.trainer import train
@@ -125,19 +104,14 @@ def test_the_guides_part_of_a_new_kind_touches_three_files(tmp_path, spec_for):
     """docs/extending.md's steps for a budget that halves the response length, followed on a copy of
     the repository: three files change, and a cell of its method trains on the embedded backend
     under that budget and gets it as verl's response length."""
-    copy = tmp_path / "repo"
-    skip = shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__", ".*_cache", "tests", "docs")
-    shutil.copytree(REPO, copy, ignore=skip)
-    text = (REPO / "docs" / "extending.md").read_text()
-    steps = list(STEP.finditer(text[text.index("## Add a method") : text.index("## Add a backend")]))
+    copy = guide.repo_copy(tmp_path / "repo", "tests", "docs")
+    steps = guide.steps("part", "Add a method", "Add a backend")
     assert sorted({s["file"] for s in steps}) == ["scout/embedded/parts.py", "scout/methods.py", "scout/verl/parts.py"]
     for step in steps:
-        apply(copy, step)
+        guide.apply(copy, step)
     spec = spec_for("opd", total_steps=2, max_response_length=16)
     (copy / "half.json").write_text(json.dumps({**spec, "method": "opd_half", "variant": "opd_half"}))
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    done = subprocess.run([sys.executable, "-c", CHECK, "half.json"], cwd=copy, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = guide.run(copy, "-c", CHECK, "half.json")
     assert done.stdout.strip() == "data.max_response_length=8"
     metrics = [json.loads(line) for line in (copy / "runs" / "half" / "metrics.jsonl").read_text().splitlines()]
     assert [m["response_budget"] for m in metrics] == [8, 8] and max(m["response_length"] for m in metrics) <= 8

@@ -5,54 +5,16 @@ cell of the new method trains and differs from plain OPD."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
-import yaml
 from safetensors.torch import load_file
 
-from tests.support.toy import REPO
-
-STEP = re.compile(r"<!-- add-a-method: (?P<file>\S+), (?P<where>[^>]+?) -->\n```\w+\n(?P<code>.*?)```", re.S)
+from tests.support import guide
 
 
 def guide_steps() -> list[re.Match]:
-    text = (REPO / "docs" / "extending.md").read_text()
-    section = text[text.index("## Add a method") : text.index("## Add a benchmark")]
-    return list(STEP.finditer(section))
-
-
-def merge(base: dict, over: dict) -> dict:
-    for k, v in over.items():
-        base[k] = merge(base.get(k) or {}, v) if isinstance(v, dict) else v
-    return base
-
-
-def apply(copy: Path, step: re.Match) -> None:
-    path, where, code = copy / step["file"], step["where"], step["code"]
-    text = path.read_text()
-    if where == "at the end":
-        path.write_text(text.rstrip("\n") + "\n\n\n" + code)
-    elif where == "into the METHODS list":
-        end = text.rindex("    ]\n}")
-        path.write_text(text[:end] + code + text[end:])
-    elif where == "merged":
-        path.write_text(yaml.safe_dump(merge(yaml.safe_load(text), yaml.safe_load(code)), sort_keys=False))
-    else:
-        raise AssertionError(f"docs/extending.md: a step says {where!r}, which this test does not know how to follow")
-
-
-def run(copy: Path, *cmd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    env.pop("SCOUT_WORKFLOW", None)
-    done = subprocess.run([sys.executable, *cmd], cwd=copy, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, f"{' '.join(cmd)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
+    return guide.steps("method", "Add a method", "Add a benchmark")
 
 
 SPECS = """
@@ -71,9 +33,7 @@ for v in ("opd", "opd_clip"):
 
 
 def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
-    copy = tmp_path / "repo"
-    skip = shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__", ".*_cache")
-    shutil.copytree(REPO, copy, ignore=skip)
+    copy = guide.repo_copy(tmp_path / "repo")
     steps = guide_steps()
     assert [s["file"] for s in steps] == [
         "scout/methods.py",
@@ -83,22 +43,22 @@ def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
         "workflow/schemas/config.schema.yaml",
     ]
     for step in steps:
-        apply(copy, step)
+        guide.apply(copy, step)
 
-    assert run(copy, "-c", "import scout; print(scout.__file__)").stdout.startswith(str(copy))
-    assert "1 passed" in run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/train/test_algorithms.py",
-                             "-k", "clip_advantage").stdout  # fmt: skip
-    assert "valid (toy world)" in run(copy, "-m", "scout.cli", "check-config", "config/config.yaml").stdout
-    run(copy, "-m", "scout.schema")  # the key reference, with the new keys and their help
+    assert guide.run(copy, "-c", "import scout; print(scout.__file__)").stdout.startswith(str(copy))
+    worked = guide.run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/train/test_algorithms.py", "-k", "clip_advantage")
+    assert "1 passed" in worked.stdout
+    assert "valid (toy world)" in guide.run(copy, "-m", "scout.cli", "check-config", "config/config.yaml").stdout
+    guide.run(copy, "-m", "scout.schema")  # the key reference, with the new keys and their help
     assert "`methods.opd_clip.bound`" in (copy / "docs" / "config-keys.md").read_text()
-    declared = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/config/test_settings_declared.py")
+    declared = guide.run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/config/test_settings_declared.py")
     assert " passed" in declared.stdout and "skipped" not in declared.stdout  # all of them ran, and passed
     claim = "import yaml; from scout import claims; from scout.grid import Grid; print([c['id'] for c in claims.specs(Grid.of(yaml.safe_load(open('config/config.yaml'))))])"
-    assert "'clip_beats_opd'" in run(copy, "-c", claim).stdout  # the claims page tests it
+    assert "'clip_beats_opd'" in guide.run(copy, "-c", claim).stdout  # the claims page tests it
 
     paths = {"student": world["student"], "teacher": world["teacher"],
              "train_data": str(world["data"] / "math-train.jsonl")}  # fmt: skip
-    run(copy, "-c", SPECS, json.dumps(paths))
+    guide.run(copy, "-c", SPECS, json.dumps(paths))
     spec = json.loads((copy / "opd_clip.json").read_text())
     assert spec["method_cfg"] == {"opd_clip": {"bound": 1.0}}
     # the untrained mini models disagree by far less than 1 nat a token: a bound that binds there
@@ -106,7 +66,7 @@ def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
     (copy / "opd_clip.json").write_text(json.dumps(spec))
     weights = {}
     for v in ("opd", "opd_clip"):
-        run(copy, "-m", "scout.cli", "train", "--spec", f"@{v}.json", "--out", f"runs/{v}")
+        guide.run(copy, "-m", "scout.cli", "train", "--spec", f"@{v}.json", "--out", f"runs/{v}")
         assert json.loads((copy / "runs" / v / "train.json").read_text())["steps"] == 3
         weights[v] = load_file(str(copy / "runs" / v / "model" / "final" / "model.safetensors"))
     # the same seed and data: only the clipped advantage tells the two runs apart
