@@ -40,11 +40,6 @@ def _merged(base: dict, over: dict) -> dict:
     return base
 
 
-def _insert_before(text: str, end: str, code: str, start: str = "") -> str:
-    at = text.index(end, text.index(start) if start else 0)
-    return text[:at] + code + text[at:]
-
-
 def _at_anchor(text: str, file: str, anchor: str, code: str, replace: bool) -> str:
     """``code`` replacing, or after, the one line of the file that starts with ``anchor``."""
     lines = text.splitlines(keepends=True)
@@ -68,10 +63,12 @@ def apply(copy: Path, step: re.Match) -> None:
         text = _at_anchor(text, step["file"], anchored[2], code, anchored[1] == "replacing")
     elif where == "at the end":
         text = text.rstrip("\n") + "\n\n\n" + code
-    elif where == "into the METHODS list":
-        text = text[: text.rindex("    ]\n}")] + code + text[text.rindex("    ]\n}") :]
-    elif where == "into BACKENDS":
-        text = _insert_before(text, "\n}", "\n" + code.rstrip("\n"), start="BACKENDS = {")
+    elif where == "into the METHODS list":  # before the list's closing bracket
+        at = text.rindex("    ]\n}")
+        text = text[:at] + code + text[at:]
+    elif where == "into BACKENDS":  # before the dict's closing brace
+        at = text.index("\n}", text.index("BACKENDS = {"))
+        text = text[:at] + "\n" + code.rstrip("\n") + text[at:]
     elif where == "merged":
         text = yaml.safe_dump(_merged(yaml.safe_load(text), yaml.safe_load(code)), sort_keys=False)
     else:
