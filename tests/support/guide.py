@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from scout.config import deep_merge
 from tests.support.toy import REPO
 
 GUIDE = REPO / "docs" / "extending.md"
@@ -32,12 +33,6 @@ def steps(kind: str, section: str, next_section: str) -> list[re.Match]:
     marker = re.compile(rf"<!-- add-a-{kind}: (?P<file>\S+), (?P<where>[^>]+?) -->\n```\w+\n(?P<code>.*?)```", re.S)
     text = GUIDE.read_text()
     return list(marker.finditer(text[text.index(f"## {section}") : text.index(f"## {next_section}")]))
-
-
-def _merged(base: dict, over: dict) -> dict:
-    for k, v in over.items():
-        base[k] = _merged(base.get(k) or {}, v) if isinstance(v, dict) else v
-    return base
 
 
 def _at_anchor(text: str, file: str, anchor: str, code: str, replace: bool) -> str:
@@ -70,7 +65,7 @@ def apply(copy: Path, step: re.Match) -> None:
         at = text.index("\n}", text.index("BACKENDS = {"))
         text = text[:at] + "\n" + code.rstrip("\n") + text[at:]
     elif where == "merged":
-        text = yaml.safe_dump(_merged(yaml.safe_load(text), yaml.safe_load(code)), sort_keys=False)
+        text = yaml.safe_dump(deep_merge(yaml.safe_load(text), yaml.safe_load(code)), sort_keys=False)
     else:
         raise AssertionError(f"docs/extending.md: a step says {where!r}, which the tests do not know how to follow")
     path.write_text(text)

@@ -5,17 +5,11 @@ cell of the new method trains and differs from plain OPD."""
 from __future__ import annotations
 
 import json
-import re
 
 import torch
 from safetensors.torch import load_file
 
 from tests.support import guide
-
-
-def guide_steps() -> list[re.Match]:
-    return guide.steps("method", "Add a method", "Add a benchmark")
-
 
 SPECS = """
 import json, sys, yaml
@@ -34,7 +28,7 @@ for v in ("opd", "opd_clip"):
 
 def test_the_readme_steps_add_a_method_that_trains(tmp_path, world):
     copy = guide.repo_copy(tmp_path / "repo")
-    steps = guide_steps()
+    steps = guide.steps("method", "Add a method", "Add a benchmark")
     assert [s["file"] for s in steps] == [
         "scout/methods.py",
         "scout/algorithms.py",
