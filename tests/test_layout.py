@@ -102,7 +102,7 @@ def test_tests_are_grouped_by_stage_and_share_only_support():
     tests = REPO / "tests"
     stages = {"config", "prepare", "train", "evaluate", "report", "workflow", "verl"}
     top = {p.name for p in tests.glob("test_*.py")}
-    assert top == {"test_docs.py", "test_layout.py"}, f"test files outside a stage folder: {sorted(top)}"
+    assert top == {"test_docs.py", "test_install.py", "test_layout.py"}, f"test files outside a stage folder: {sorted(top)}"
     assert {p.parent.name for p in tests.glob("*/test_*.py")} == stages
     found = []
     for path in sorted(tests.rglob("*.py")):
