@@ -15,7 +15,7 @@ install: $(VENV)/.installed
 
 # Every package at the version in the lock (constraints/*.lock, written by `make lock` from the
 # top-level pins in constraints/cpu.txt): the same code on every machine, the same digits with it.
-# uv installs (with pip's index settings, constraints/uv_pip.py): 34 s here where pip took 75 s.
+# uv installs, with pip's index settings (constraints/uv_pip.py); see docs/reference.md#installing.
 $(VENV)/.installed: pyproject.toml constraints/cpu.lock constraints/uv_pip.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip uv -c constraints/cpu.lock

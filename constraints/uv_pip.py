@@ -1,7 +1,7 @@
 """`uv pip`, pointed where pip is pointed: `python constraints/uv_pip.py install ...`.
 
-The install takes every package from the lock with uv (49 s for the CPU install with vLLM's CPU
-build on 2 cores, where pip takes 119 s: uv unpacks and compiles in parallel). uv does not read
+The install takes every package from the lock with uv (the CPU install with vLLM's CPU build in
+59-95 s on 2 cores, where pip takes 119 s: uv unpacks and compiles in parallel). uv does not read
 pip's configuration, and on many machines torch's CPU build is found only through it (a
 find-links folder, an extra index): this hands pip's index settings to uv, then runs uv. Only the
 standard library: it runs before the project is installed."""
