@@ -46,6 +46,14 @@ def test_uv_gets_each_list_with_its_own_separator():
     }
 
 
+def test_pips_no_index_becomes_uvs_flag_for_the_commands_that_take_it():
+    settings = uv_pip.pip_settings(LISTING + ":env:.no-index='true'\n")
+    assert settings["no-index"] == "true" and "no-index" not in str(uv_pip.uv_environment(settings))
+    assert uv_pip.uv_flags(settings, "install") == ["--no-index"]
+    assert uv_pip.uv_flags(settings, "uninstall") == []
+    assert uv_pip.uv_flags({"no-index": "false"}, "install") == []
+
+
 def _wheel(folder: Path, name: str, version: str) -> None:
     info = f"{name}-{version}.dist-info"
     files = {
@@ -60,19 +68,21 @@ def _wheel(folder: Path, name: str, version: str) -> None:
 
 
 def test_uv_finds_a_package_only_pips_find_links_hold(tmp_path):
-    """A wheel in a folder that only pip's configuration names: uv, told not to use any index,
-    resolves it through the find-links the helper handed over."""
+    """A wheel in a folder that only pip's settings name (find-links, no index): uv resolves it
+    through what the helper handed over, and nothing else."""
     _wheel(tmp_path, "scout_uv_probe", "1.0")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    ask = [sys.executable, str(ROOT / "constraints" / "uv_pip.py"), "install", "--dry-run", "--no-index"]
+    ask = [sys.executable, str(ROOT / "constraints" / "uv_pip.py"), "install", "--dry-run"]
 
-    def uv(**pip_env) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*ask, "scout_uv_probe==1.0"], env=env | pip_env, capture_output=True, text=True, timeout=120
-        )
+    def uv(package: str, **pip_env) -> subprocess.CompletedProcess:
+        return subprocess.run([*ask, package], env=env | pip_env, capture_output=True, text=True, timeout=120)
 
-    got = uv(PIP_FIND_LINKS=str(tmp_path))
+    wheels = {"PIP_FIND_LINKS": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    got = uv("scout_uv_probe==1.0", **wheels)
     assert got.returncode == 0 and "scout-uv-probe==1.0" in got.stderr, got.stderr
-    # and without it, the same request finds nothing: the folder came from pip's settings
-    alone = uv(PIP_CONFIG_FILE=os.devnull)
+    # and without pip's settings, the same request finds nothing: the folder came from them
+    alone = uv("scout_uv_probe==1.0", PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
     assert alone.returncode != 0 and "scout-uv-probe" in alone.stderr, alone.stderr
+    # pip's no-index holds for uv too: a package PyPI has (not installed here) is not looked for there
+    indexed = uv("cowsay", **wheels)
+    assert indexed.returncode != 0 and "cowsay" in indexed.stderr, indexed.stderr
