@@ -22,10 +22,7 @@ UV_ENV = {
     "trusted-host": ("UV_INSECURE_HOST", " "),
     "cert": ("SSL_CERT_FILE", None),
 }
-# pip's settings that are uv flags (uv has no variable for them), and the commands that take them
-UV_FLAGS = {"no-index": "--no-index"}
-FLAG_COMMANDS = {"install", "compile", "sync"}
-TRUE = {"1", "true", "yes", "on"}
+TRUE = {"1", "true", "yes", "on"}  # pip's spellings of a switch that is on
 # later wins, as in pip: the [global] section, then [install], then PIP_* variables
 SECTIONS = ("global", "install", ":env:")
 LINE = re.compile(r"^(?P<section>[^.]+)\.(?P<key>[a-z-]+)='(?P<value>.*)'$")
@@ -36,7 +33,7 @@ def pip_settings(listing: str) -> dict[str, str]:
     found: dict[str, tuple[int, str]] = {}
     for line in listing.splitlines():
         m = LINE.match(line.strip())
-        if not m or m["key"] not in UV_ENV | UV_FLAGS or m["section"] not in SECTIONS:
+        if not m or m["key"] not in (*UV_ENV, "no-index") or m["section"] not in SECTIONS:
             continue
         rank = SECTIONS.index(m["section"])
         if m["key"] not in found or rank >= found[m["key"]][0]:
@@ -50,17 +47,16 @@ def uv_environment(settings: dict[str, str]) -> dict[str, str]:
     first index that knows the package's name)."""
     env = {"UV_INDEX_STRATEGY": "unsafe-best-match"}
     for key, value in settings.items():
-        if key in UV_ENV:
+        if key in UV_ENV:  # no-index is a flag (uv_flags)
             name, sep = UV_ENV[key]
             env[name] = sep.join(value.split()) if sep else value
     return env
 
 
 def uv_flags(settings: dict[str, str], command: str) -> list[str]:
-    """pip's switches that uv takes only as flags (``no-index``: a cluster with only wheel folders)."""
-    if command not in FLAG_COMMANDS:
-        return []
-    return [flag for key, flag in UV_FLAGS.items() if settings.get(key, "").strip().lower() in TRUE]
+    """pip's ``no-index`` (a cluster with only wheel folders), which uv takes only as an install flag."""
+    no_index = settings.get("no-index", "").strip().lower() in TRUE
+    return ["--no-index"] if no_index and command == "install" else []
 
 
 def main(argv: list[str]) -> int:

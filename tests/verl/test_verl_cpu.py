@@ -12,8 +12,9 @@ cannot show: multi-node placement, NCCL, CUDA graphs, memory at scale (docs/verl
 Slow: 1.5-3 minutes a cell kind on 2 cores, almost all of it Ray, worker and vLLM start-up (a
 dozen processes a run, each importing torch, vLLM or verl: 4-12 CPU-seconds apiece); a run alone
 leaves a core idle while its engines start one after the other, so the runs go two at a time
-(``SCOUT_VERL_CPU_LANES``), which keeps both cores busy, each in its own local Ray, with at most one of the kinds that train a full teacher on a pool of its own
-(SCOUT, the control; ~10 GB each) at once; the shared LoRA teacher's run goes beside the control's
+(``SCOUT_VERL_CPU_LANES``), which keeps both cores busy, each in its own local Ray, with at most
+one of the kinds that train a full teacher on a pool of its own (SCOUT, the control; ~10 GB each)
+at once; the shared LoRA teacher's run goes beside the control's
 (19.2 GB used at the peak of the two on this 24 GB machine; 638 s for the five runs against 702 s
 with the two apart). CI runs each verl path once:
 the teacher phase with a full teacher through the prefix-0 control (three nodes; its bare-prompt
