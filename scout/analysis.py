@@ -27,6 +27,7 @@ embedded engine (toy world, CPU) and on vLLM.
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -211,37 +212,34 @@ def run(spec: dict, out_dir: str | Path, log=print) -> tuple[int, int]:
 
     with Grader() as grader:
         student_right = grader.grade([t for _, t in initial_student], [r for r, _ in initial_student])
-        engine = _engine(spec, spec["teacher"])
-        reflection(engine, "initial", 0)
-        probe(engine, grader, "initial", 0, "initial-student", initial_student)
-        probe(engine, grader, "initial", 0, "own", own)
-        entropy(engine, "initial", 0, "own", own)
-        entropy(engine, "initial", 0, "student", initial_student)
         # a run's student (and teacher) at each matched checkpoint: "final", or an intermediate one
         students = {(r["seed"], r.get("checkpoint", "final")): responses(r["generations"], rows_by_id, per_row, probed)
                     for r in spec["runs"]}  # fmt: skip
-        for (seed, ckpt), pairs in students.items():
-            probe(engine, grader, "initial", seed, jobs.probe_labels(ckpt)[1], pairs)
-        del engine
+        with closing(_engine(spec, spec["teacher"])) as engine:
+            reflection(engine, "initial", 0)
+            probe(engine, grader, "initial", 0, "initial-student", initial_student)
+            probe(engine, grader, "initial", 0, "own", own)
+            entropy(engine, "initial", 0, "own", own)
+            entropy(engine, "initial", 0, "student", initial_student)
+            for (seed, ckpt), pairs in students.items():
+                probe(engine, grader, "initial", seed, jobs.probe_labels(ckpt)[1], pairs)
         for r in spec["runs"]:
             ckpt = r.get("checkpoint", "final")
             name, prefixes = jobs.probe_labels(ckpt)
-            engine = _engine(spec, r["teacher"])
-            probe(engine, grader, name, r["seed"], "initial-student", initial_student)
-            probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
-            if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
-                reflection(engine, "scout", r["seed"])
-                asked = [row for q, row in rows_by_id.items() if probed is None or q in probed]
-                entropy(engine, "scout", r["seed"], "own", _own_responses(engine, asked, sampling, r["seed"]))
-                entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
-            del engine
+            with closing(_engine(spec, r["teacher"])) as engine:
+                probe(engine, grader, name, r["seed"], "initial-student", initial_student)
+                probe(engine, grader, name, r["seed"], prefixes, students[r["seed"], ckpt])
+                if ckpt == "final":  # entropy after training: the trained teacher's own responses vs the student's
+                    reflection(engine, "scout", r["seed"])
+                    asked = [row for q, row in rows_by_id.items() if probed is None or q in probed]
+                    entropy(engine, "scout", r["seed"], "own", _own_responses(engine, asked, sampling, r["seed"]))
+                    entropy(engine, "scout", r["seed"], "student", students[r["seed"], ckpt])
         for r in spec.get("controls", []):  # other trained teachers (the prefix-0 control's, LoRA ones): the same prefixes
-            engine = _engine(spec, r["teacher"])
-            label = r.get("label", "control")
-            probe(engine, grader, label, r["seed"], "initial-student", initial_student)
-            if label == "control":  # the behaviour figure sets the control's reflection beside SCOUT's
-                reflection(engine, label, r["seed"])
-            del engine
+            with closing(_engine(spec, r["teacher"])) as engine:
+                label = r.get("label", "control")
+                probe(engine, grader, label, r["seed"], "initial-student", initial_student)
+                if label == "control":  # the behaviour figure sets the control's reflection beside SCOUT's
+                    reflection(engine, label, r["seed"])
     _write(Path(out_dir), spec, {"continuation": (cont, CONTINUATION), "entropy": (ent, ENTROPY),
                                  "entropy_responses": (ent_resp, ENTROPY_RESPONSES), "continuation_items": (items, ITEMS),
                                  "reflection": (reflect, behaviour.REFLECTION_COLUMNS)})  # fmt: skip

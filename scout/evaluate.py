@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections import defaultdict
+from contextlib import closing
 from pathlib import Path
 
 from scout.algorithms import sem
@@ -113,11 +114,11 @@ def evaluate(spec: dict, out_dir: str | Path, engine: str | None = None, log=pri
     if spec.get("disjoint_from"):  # a validation set: none of its prompts may be a test prompt
         check_disjoint(data, {b: load_rows(path, name=b, log=log) for b, path in spec["disjoint_from"].items()})
     check_sandbox(data)
-    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"), spec.get("device", default("evaluation.device")))
     meta = {key: spec[key] for key in META if key in spec} | {"sampling": spec["sampling"], "engine": engine}
     meta |= provenance(spec)
     records = {}
-    with _grader() as grader:
+    gen = make_generator(spec["model"], engine, spec.get("chat"), spec.get("engine_options"), spec.get("device", default("evaluation.device")))
+    with closing(gen), _grader() as grader:
         if spec.get("domain") == "code":
             log(isolation())
         n_bench = len(spec["benchmarks"])

@@ -46,6 +46,10 @@ class Generator(Protocol):
         """Per response, the probability that the token at each of ``positions`` (indices into the
         response) is one of ``tokens``, given everything before it."""
 
+    def close(self) -> None:
+        """Frees the model now, not whenever the garbage collector gets to it: a job that loads one
+        teacher after another must never hold two (``with contextlib.closing(engine)``)."""
+
 
 def vllm_requests(tokenizer, prompts: list, n: int, sampling: dict, seed: int, chat: dict | None = None) -> list[dict]:
     """One request per prompt carrying all ``n`` samples (vLLM seeds them ``seed``, ``seed+1``, ...);
@@ -78,6 +82,9 @@ class TransformersGenerator:
 
     def render(self, prompt) -> list[int]:
         return lm.prompt_ids(self.tok, prompt, self.chat)
+
+    def close(self) -> None:
+        self.model = None
 
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         return self.complete([self.render(p) for p in prompts], n, sampling, seed)
@@ -137,6 +144,16 @@ class VLLMGenerator:
 
     def render(self, prompt) -> list[int]:
         return lm.prompt_ids(self.tok, prompt, self.chat)
+
+    def close(self) -> None:
+        """Stops the engine's processes, which hold the GPU's memory: dropping the last reference
+        does not (a reference cycle keeps the engine alive until exit), so a second engine in the
+        same job would find the memory taken. Newer vLLM has ``LLM.shutdown``; this one's client
+        has the same."""
+        if self.llm is not None:
+            shutdown = getattr(self.llm, "shutdown", None) or self.llm.llm_engine.engine_core.shutdown
+            shutdown()
+            self.llm = None
 
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         return self.complete([self.render(p) for p in prompts], n, sampling, seed)

@@ -42,8 +42,27 @@ def spec(root, engine: str) -> dict:
             "engine_options": options, "setting": "toy", "variant": "base-student", "checkpoint": "final"}  # fmt: skip
 
 
+def vllm_processes() -> list[str]:
+    """vLLM's engine core and workers among this process's children, alive (not yet reaped counts
+    as gone: it holds no memory)."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.name().startswith("VLLM::"):
+                out.append(p.name())
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def test_vllm_and_transformers_agree_on_the_same_checkpoint(checkpoint, tmp_path):
     records = {e: evaluate(spec(checkpoint, e), tmp_path / e, log=print)["tm-easy"] for e in ("transformers", "vllm")}
+    # the job stopped vLLM's engine and worker processes itself: dropping the engine does not, and
+    # a second engine in the same job (the analysis loads one teacher after another) would find the
+    # GPU's memory still held
+    assert vllm_processes() == []
     ours, theirs = records["transformers"], records["vllm"]
     assert ours["repeats"] == theirs["repeats"] == 8 and ours["rows"] == theirs["rows"] == 32
     assert ours["mean"] > 0.1  # the checkpoint can do something, so agreeing means something

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from scout import analysis
 from scout.grid import Grid
 from scout.methods import METHODS
 from scout.reproducibility import fingerprint
@@ -345,6 +346,29 @@ def test_grid_ends_with_the_report(finished_grid):
     assert {"student@step2", "final-student", "initial-student", "own"} == set(cont.prefixes)  # matched checkpoints
     assert cont.accuracy.between(0, 1).all() and (cont.prefix_tokens >= 0).all()
     assert (report / "report.pdf").exists() == tex_available()
+
+
+def test_the_analysis_holds_one_teacher_at_a_time(finished_grid, tmp_path, monkeypatch):
+    """The probes load one teacher after another in one job, each closed before the next loads (two
+    vLLM engines do not fit on one GPU; tests/evaluate/test_vllm_cpu.py shows that closing stops
+    vLLM's processes); closing moves no digit: the job's tables, run again here, are the grid's."""
+    done = finished_grid / "results" / "analysis" / "toy-l-s-math"
+    digest = json.loads((done / "analysis.json").read_text())["spec_digest"]
+    spec = json.loads((finished_grid / "results" / "specs" / "analysis" / f"toy-l-s-math.{digest}.json").read_text())
+    opened, load = [], analysis._engine
+
+    def engine(spec, teacher):
+        assert all(e.model is None for e in opened), "a teacher's engine is still open as the next loads"
+        opened.append(load(spec, teacher))
+        return opened[-1]
+
+    monkeypatch.setattr(analysis, "_engine", engine)
+    monkeypatch.chdir(finished_grid)
+    analysis.run(spec, tmp_path, log=lambda m: None)
+    assert len(opened) == 1 + len(spec["runs"]) + len(spec.get("controls", [])) >= 3
+    assert all(e.model is None for e in opened)
+    for table in ("continuation", "entropy", "reflection"):
+        assert (tmp_path / f"{table}.csv").read_bytes() == (done / f"{table}.csv").read_bytes(), table
 
 
 def test_report_target_reads_only_the_cache(finished_grid, tmp_path):
