@@ -64,19 +64,25 @@ def _entry_calls(tree: ast.AST, entry: str) -> list[ast.Call]:
     return found
 
 
+def _defined_names(setup: str) -> set[str]:
+    """Python's builtins and the names the setup code defines (functions, classes, imports, globals)."""
+    import builtins
+
+    names = set(dir(builtins))
+    for node in ast.walk(ast.parse(setup or "")):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
 def entry_point(asserts: list[str], setup: str = "") -> str:
     """The function the asserts test: the one name they call that neither Python's builtins nor the
     setup code define."""
-    import builtins
-
-    defined = set(dir(builtins))
-    for node in ast.walk(ast.parse(setup or "")):
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            defined.add(node.id)
+    defined = _defined_names(setup)
     names = []
     for text in asserts:
         for node in ast.walk(ast.parse(text)):
@@ -131,16 +137,7 @@ def _check_setup(checks: list[str], setup: str) -> str:
     """The checks run outside, without the candidate's globals: standard-library modules they use
     (``math.isclose``; MBPP leaves the import to the answer) are imported for them. A check that
     needs any other name from the answer cannot run outside."""
-    import builtins
-
-    known = set(dir(builtins)) | {"_v"}
-    for node in ast.walk(ast.parse(setup or "")):
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            known.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            known |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            known.add(node.id)
+    known = _defined_names(setup) | {"_v"}
     imports = []
     for check in checks:
         tree = ast.parse(check)
