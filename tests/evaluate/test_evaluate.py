@@ -176,6 +176,22 @@ def test_vllm_engine_needs_the_gpu_extra():
         make_generator("any-model", "tgi")
 
 
+def test_a_vllm_sample_stopped_by_its_end_token_leaves_the_token_out():
+    """vLLM keeps the end-of-sequence token in a stopped sample's ids; the transformers engine and
+    ``Completion`` do not (the continuation probe decodes and counts them)."""
+    from types import SimpleNamespace as Out
+
+    from scout.generation import Completion, _completion
+
+    assert _completion(Out(text="12", finish_reason="stop", stop_reason=None, token_ids=[5, 6, 1])) == Completion(
+        "12", "stop", (5, 6)
+    )
+    assert _completion(Out(text="123", finish_reason="length", stop_reason=None, token_ids=[5, 6, 7])).token_ids == (5, 6, 7)
+    # a stop string ends the text but is no end-of-sequence token: the ids stay as vLLM gives them
+    assert _completion(Out(text="1", finish_reason="stop", stop_reason="\n\n", token_ids=[5, 9])).token_ids == (5, 9)
+    assert _completion(Out(text="", finish_reason="stop", stop_reason=None, token_ids=[])).token_ids == ()
+
+
 def test_paper_eval_spec_uses_vllm_and_non_thinking_qwen3():
     cfg = scout_config.load("config/paper.yaml")
     spec = jobs.eval_spec(Grid.of(cfg), "q4b-q1.7b-math", "scout", 1, "final")

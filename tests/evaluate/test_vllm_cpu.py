@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import closing
 
 import pytest
 
 from scout.evaluate import evaluate
-from scout.io import write_jsonl
+from scout.generation import TransformersGenerator, VLLMGenerator
+from scout.io import read_jsonl, write_jsonl
 from scout.toy.tasks import Split, generate_split
 from scout.toy.world import build_tokenizer_files, pretrain
 from tests.support.engines import vllm_or_skip
@@ -71,3 +73,32 @@ def test_vllm_and_transformers_agree_on_the_same_checkpoint(checkpoint, tmp_path
     gens = [json.loads(x) for x in (tmp_path / "vllm" / "tm-easy.generations.jsonl").read_text().splitlines()]
     assert len(gens) == 32 * 8 and {g["repeat"] for g in gens} == set(range(8))
     assert {g["finish_reason"] for g in gens} <= {"stop", "length"} and theirs["engine"] == "vllm"
+
+
+def test_the_probes_read_the_transformers_engines_numbers_from_vllm(checkpoint):
+    """The analysis's vLLM path (scout analyze at the paper's scale) on the same checkpoint as the
+    transformers engine: entropy along responses from the top-20 prompt log-probs, an upper bound
+    (the rest spread evenly), and the mass of a token set, a lower bound (the tokens vLLM lists)."""
+    model = str(checkpoint / "model")
+    hf = TransformersGenerator(model)
+    ids = [hf.render(row["prompt"]) for row in read_jsonl(checkpoint / "tm-easy.jsonl")[:8]]
+    sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 24}
+    responses = [list(c[0].token_ids) for c in hf.complete(ids, 1, sampling, seed=3)]
+    positions = [[0, len(r) // 2, len(r) - 1] for r in responses]
+    digits = [hf.tok.convert_tokens_to_ids(c) for c in "0123456789"]
+    options = {"dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.1, "enforce_eager": True}
+    with closing(VLLMGenerator(model, options=options)) as vllm:
+        entropies, mass = vllm.entropies(ids, responses), vllm.next_token_mass(ids, responses, positions, digits)
+        completions = vllm.complete(ids, 2, sampling, seed=5)
+    exact = hf.entropies(ids, responses)
+    assert [len(e) for e in entropies] == [len(r) for r in responses] == [len(e) for e in exact]
+    gaps = [v - h for vs, hs in zip(entropies, exact, strict=True) for v, h in zip(vs, hs, strict=True)]
+    assert -1e-4 <= min(gaps) and max(gaps) <= 0.01, (min(gaps), max(gaps))
+    exact_mass = hf.next_token_mass(ids, responses, positions, digits)
+    gaps = [h - v for vs, hs in zip(mass, exact_mass, strict=True) for v, h in zip(vs, hs, strict=True)]
+    assert -1e-4 <= min(gaps) and max(gaps) <= 0.01, (min(gaps), max(gaps))
+    assert max(m for ms in mass for m in ms) > 0.5 > min(m for ms in mass for m in ms)  # both kinds of position
+    assert [len(c) for c in completions] == [2] * len(ids)
+    # the ids without the end-of-sequence token that stopped a sample, as the transformers engine's
+    assert all(hf.tok.decode(list(c.token_ids)) == c.text for cs in completions for c in cs)
+    assert "stop" in {c.finish_reason for cs in completions for c in cs}
