@@ -34,15 +34,17 @@ def slurm_resources(r: dict) -> dict:
     with all its CPUs, and GPUs as a per-node gres (``--gpus`` would let Slurm spread them over the
     nodes unevenly). ``tasks`` is set for CPU-only jobs only: the plugin passes it as --ntasks
     there (its default of 1 would shrink a multi-node job to one node), but as --ntasks-per-gpu
-    for GPU jobs, where Slurm's default of one task per node is what we want. ``gpus``, all the GPUs
-    the job holds, is for local execution, where ``snakemake --resources gpus=8`` keeps the GPU jobs
-    of one node from running at once (the plugin does not read it)."""
+    for GPU jobs, where Slurm's default of one task per node is what we want. ``job_gpus``, all the
+    GPUs the job holds, is for local execution, where ``snakemake --resources job_gpus=8`` keeps the
+    GPU jobs of one node from running at once. Never ``gpus`` (or ``gpu``): the Slurm plugin's job
+    step passes that to ``srun -n1`` as ``--gpus=N``, which puts a multi-node job's step on one node
+    that cannot hold all its GPUs, so the job fails at its start."""
     gpus = r["gpus_per_node"]
     return {
         "nodes": r["nodes"],
         "tasks": 0 if gpus else r["nodes"],
         "gres": f"gpu:{gpus}" if gpus else "",
-        "gpus": r["nodes"] * gpus,
+        "job_gpus": r["nodes"] * gpus,
         "cpus_per_task": r["cpus_per_node"],
         "mem_mb": r["mem_mb"],
         "runtime": r["runtime"],

@@ -74,14 +74,16 @@ def test_slurm_resources_per_node_gpus_and_tasks():
         "nodes": 3,
         "tasks": 0,
         "gres": "gpu:8",
-        "gpus": 24,
+        "job_gpus": 24,
         "cpus_per_task": 64,
         "mem_mb": 480000,
         "runtime": 2880,
     }
     cpu = {**gpu, "gpus_per_node": 0, "nodes": 2}
     assert resources.slurm_resources(cpu)["tasks"] == 2 and resources.slurm_resources(cpu)["gres"] == ""
-    assert resources.slurm_resources(cpu)["gpus"] == 0
+    assert resources.slurm_resources(cpu)["job_gpus"] == 0
+    # the Slurm plugin's job step reads these as srun's --gpus, for one node of a multi-node job
+    assert not {"gpus", "gpu", "nvidia_gpu"} & set(resources.slurm_resources(gpu))
 
 
 @pytest.mark.parametrize(
@@ -201,7 +203,7 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     out = dry_run(tmp_path, REPO / "config" / "paper.yaml", "-p", target)
     assert out.returncode == 0, out.stderr[-3000:]
     block = out.stdout[out.stdout.index(f"output: {target}") :]
-    assert "nodes=4, tasks=0, gres=gpu:8, gpus=32, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
+    assert "nodes=4, tasks=0, gres=gpu:8, job_gpus=32, cpus_per_task=64, runtime=2880, mem_mb=480000" in block
     assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout --log" in block
 
 

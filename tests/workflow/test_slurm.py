@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scout.resources import slurm_resources
 from tests.support.slurm_cluster import FAST, Node, SlurmCluster, missing, slurm_config, slurm_jobs
 from tests.support.toy import REPO
 
@@ -190,11 +191,16 @@ def test_preempted_training_is_requeued_and_resumes(cluster, grid_run):
     assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) == 1
 
 
+# the resources of a two-node job of 2 GPUs a node as the workflow writes them for the plugin
+RAY_RESOURCES = ", ".join(
+    f"{k}={v!r}"
+    for k, v in slurm_resources({"nodes": 2, "gpus_per_node": 2, "cpus_per_node": 1, "mem_mb": 1500, "runtime": 10}).items()
+)
 RAY_SNAKEFILE = """
 rule ray_probe:
     output: "probe-{status}.json"
     log: "probe-{status}.log"
-    resources: nodes=2, tasks=0, gres="gpu:2", cpus_per_task=1, mem_mb=1500, runtime=10
+    resources: RESOURCES
     shell:
         "scout ray-run --cpus-per-node 1 --gpus-per-node 2 --object-store-mb 100 -- "
         "sh -c 'python -m scout.raycluster {output} && exit {wildcards.status}' > {log} 2>&1"
@@ -209,7 +215,7 @@ def ray_processes() -> list[str]:
 def test_two_node_ray_job(cluster, tmp_path):
     """A two-node job with two (fake) GPUs per node: Ray head on one node, a worker on the other,
     one task on each that sees its node's GPU; Ray is gone afterwards, also when the driver fails."""
-    (tmp_path / "Snakefile").write_text(RAY_SNAKEFILE)
+    (tmp_path / "Snakefile").write_text(RAY_SNAKEFILE.replace("RESOURCES", RAY_RESOURCES))
     out = snakemake(
         cluster, tmp_path, "probe-0.json", "probe-3.json", "--retries", "0", snakefile=tmp_path / "Snakefile"
     )
