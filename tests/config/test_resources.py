@@ -196,6 +196,21 @@ def test_resource_config_errors(patch, message):
         scout_config.validate(cfg)
 
 
+def test_a_served_cells_gate_waits_for_the_preflight(tmp_path):
+    """A served cell's gate launches its teacher's server: only after the preflight, so that no
+    server holds GPUs for cells the preflight refuses, and gates waiting out the server's queue never
+    hold the local job slots the preflight needs (Snakemake runs local jobs a few at a time)."""
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["settings"]["q4b-q1.7b-math"]["teacher_server"] = "serve"
+    (tmp_path / "served.yaml").write_text(yaml.safe_dump(cfg))
+    target = "results-paper/train/q4b-q1.7b-math/opd/s1/train.json"
+    out = dry_run(tmp_path, tmp_path / "served.yaml", "-p", "--profile", str(REPO / "profiles" / "slurm"), "--", target)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = out.stdout + out.stderr
+    gate = printed[printed.index("rule await_teacher:") :].splitlines()[1]
+    assert gate.startswith("    input:") and "results-paper/preflight.json" in gate
+
+
 def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     """A dry run of the paper grid: the SCOUT cell with the 8B teacher asks for 4 nodes of 8 GPUs
     and its driver starts under `scout ray-run`."""

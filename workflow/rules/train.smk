@@ -70,10 +70,12 @@ rule train:
 
 # A served cell's gate (settings.*.teacher_server: serve; docs/cluster.md): on the submit host, with
 # no GPU, it makes sure the teacher's server answers, launching it if none is up (scout.serving),
-# before the cell is submitted. Planned exactly when its cell is.
+# before the cell is submitted. Planned exactly when its cell is; after the preflight, so that no
+# server holds GPUs for cells it refuses, and waiting gates never keep it from the local jobs.
 rule await_teacher:
     input:
         cell_inputs,
+        preflight_files(),
     output:
         temp(f"{RES}/servers/{{model}}/await/{{setting}}/{{variant}}/s{{seed}}.json"),
     log:
