@@ -297,9 +297,12 @@ def launch(spec: dict, run: str, how: str, log: Callable[[str], None] = print) -
 
 def launch_state(record: dict) -> str | None:
     """PENDING or RUNNING (Slurm's word for a queued or running job; RUNNING for a local process
-    that lives), or None once it has ended."""
+    that lives), None once it has ended, or UNKNOWN when squeue cannot say (slurmctld busy or
+    restarting): never taken for an end, which would launch a second server beside the first."""
     if record.get("how") == "slurm":
         out = subprocess.run(["squeue", "-h", "-j", str(record["job"]), "-o", "%T"], capture_output=True, text=True)
+        if out.returncode != 0 and "Invalid job id" not in out.stderr:  # a purged job's answer: ended
+            return "UNKNOWN"
         state = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
         if state in ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD"):
             return "PENDING"

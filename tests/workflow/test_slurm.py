@@ -344,3 +344,26 @@ def test_a_restart_a_failed_cell_and_a_rerun_by_target_each_get_their_server(clu
     servers = server_jobs(cluster, work)
     assert 1 <= len(servers) <= 2 and all(j["JobState"] == "COMPLETED" for j in servers), servers
     assert _server_record(work)["stopped"] == "no run needs it"
+
+
+def test_a_failing_squeue_is_not_taken_for_a_server_that_ended(cluster, monkeypatch):
+    """A served cell's gate asks squeue whether its server's job lives. squeue that cannot reach
+    slurmctld (busy, restarting) says nothing of the job: taken for an end, the gate would launch a
+    second server beside the first. A job Slurm no longer knows is one that ended."""
+    from scout import serving
+
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    job = cluster.run("sbatch", "--parsable", "--mem=100", "--wrap", "sleep 300").stdout.strip()
+    record = {"how": "slurm", "job": job}
+    try:
+        assert serving.launch_state(record) in ("PENDING", "RUNNING")
+        ctld = next(p for name, p in cluster.procs if name == "slurmctld")
+        ctld.send_signal(signal.SIGSTOP)
+        try:
+            assert serving.launch_state(record) == "UNKNOWN"
+        finally:
+            ctld.send_signal(signal.SIGCONT)
+        assert serving.launch_state(record) in ("PENDING", "RUNNING")
+    finally:
+        cluster.run("scancel", job, check=False)
+    assert serving.launch_state({"how": "slurm", "job": "999999"}) is None  # "Invalid job id specified"
