@@ -225,10 +225,11 @@ def _dispatch(args) -> int:
     from scout.catalogue import DataError
     from scout.config import ConfigError
     from scout.io import DamagedInput, JobStopped
+    from scout.placement import PlacementError
 
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, PlacementError) as exc:  # a job's resources that cannot hold its pools too
         print(f"scout: {exc}", file=sys.stderr)
         return 2
     except (DataError, DamagedInput, JobStopped) as exc:  # bad, missing or damaged data, a check: one line

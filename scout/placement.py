@@ -22,7 +22,25 @@ def placement(method_id: str, res: dict) -> dict:
 
     ``res["teacher_trainer"] == "shared"``: the teacher's trainer sits on the engine's pool (the
     engine sleeps while it trains), the pools are OPD's and ``train_shared`` is set.
-    ``res["teacher_served"]`` (``served_resources``): the teacher is a server, the student has it all."""
+    ``res["teacher_served"]`` (``served_resources``): the teacher is a server, the student has it all.
+    A pool the method needs that would get no GPU is refused here, not by verl on a GPU node."""
+    pools = _pools(method_id, res)
+    m = METHODS[method_id]
+    roles = [("student", "its student")]
+    if m.needs_teacher and not (res.get("teacher_served") and m.scores_with_frozen_teacher):
+        roles.append(("teacher", "its teacher's engine"))
+    if m.trains_teacher and not pools["train_shared"]:
+        roles.append(("train", "its teacher's trainer"))
+    for key, role in roles:
+        if pools[f"{key}_nodes"] < 1 or pools[f"{key}_gpus"] < 1:
+            raise PlacementError(
+                f"{method_id} on {res['nodes']} node(s) of {res['gpus_per_node']} GPU(s) leaves {role} no GPU; "
+                "give it more GPUs a node or more nodes"
+            )
+    return pools
+
+
+def _pools(method_id: str, res: dict) -> dict:
     nodes, gpus = res["nodes"], res["gpus_per_node"]
     m = METHODS[method_id]
     out = {"student_nodes": nodes, "student_gpus": gpus, "teacher_nodes": 0, "teacher_gpus": 0}
@@ -30,7 +48,7 @@ def placement(method_id: str, res: dict) -> dict:
     if not m.needs_teacher or (res.get("teacher_served") and m.scores_with_frozen_teacher):
         return out
     if m.trains_teacher and res.get("teacher_trainer") == "shared":  # default own (the schema)
-        opd = placement("opd", res)
+        opd = _pools("opd", res)
         return opd | {"train_nodes": opd["teacher_nodes"], "train_gpus": opd["teacher_gpus"], "train_shared": True}
     if not m.trains_teacher:
         if nodes == 1:

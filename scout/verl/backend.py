@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from scout import schema
 from scout.backends import Backend, CellCheck, PairCheck, Preflight
-from scout.placement import served_resources
+from scout.methods import METHODS
+from scout.placement import PlacementError, placement, served_resources
+from scout.resources import job_resources
 
 
 class Verl(Backend):
@@ -20,7 +22,7 @@ class Verl(Backend):
         if config["world"] == "toy" and not config.get("resources", {}).get("default", {}).get("gpus_per_node"):
             return ["backend: verl on the toy world needs GPUs in resources.default (config/verl-smoke.yaml), or "
                     "device: cpu with fake ones (config/verl-cpu.yaml)"]  # fmt: skip
-        return []
+        return _placement_errors(config)
 
     def spec_fields(self, config: dict) -> dict:
         # "device" has always been written, at its default too: leaving it out now would change the
@@ -74,3 +76,24 @@ class Verl(Backend):
 
 
 VERL = Verl()
+
+
+def _placement_errors(config: dict) -> list[str]:
+    """Every training cell's resources must hold its method's pools: found when the config loads,
+    not by verl on a GPU node after the queue's wait."""
+    errs = []
+    for name, exp in config.get("experiments", {}).items():
+        for entry in exp["methods"]:
+            method, variant = (entry, entry) if isinstance(entry, str) else (entry["method"], entry["name"])
+            if method not in METHODS:  # named by the grid's own checks
+                continue
+            for setting in (s for s in exp["settings"] if s in config["settings"]):
+                served = bool(config["settings"][setting].get("teacher_server"))
+                res = job_resources(config, "train", setting, method, variant)
+                if served and METHODS[method].scores_with_frozen_teacher:
+                    res = {**res, "teacher_served": True}
+                try:
+                    placement(method, res)
+                except PlacementError as exc:
+                    errs.append(f"resources of experiments.{name} ({setting}/{variant}): {exc}")
+    return errs

@@ -186,6 +186,8 @@ def test_plan_of_the_paper_grid(capsys, tmp_path):
         ({"evaluate": {"gpus_per_node": 0}}, "evaluation.engine vllm needs at least one GPU"),
         ({"default": {"runtime": "2h"}}, "resources.default.runtime"),
         ({"train": {"default": {"gpus": 8}}}, "resources.train.default.gpus: unknown key"),
+        ({"teacher_server": {"nodes": 2}}, "resources.teacher_server.nodes: a teacher server runs on one node"),
+        ({"train": {"methods": {"opd": {"gpus_per_node": 1, "nodes": 1}}}}, "leaves its teacher's engine no GPU"),
     ],
 )
 def test_resource_config_errors(patch, message):

@@ -11,6 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from scout import grid, resources
+from scout.config import ConfigError, deep_merge, validate
 from scout.grid import Grid
 from scout.paths import Paths
 from scout.placement import PlacementError, placement
@@ -202,6 +203,47 @@ def test_a_shared_teacher_sleeps_its_engine_offloads_its_state_and_syncs_through
 def test_scout_on_too_few_gpus_is_refused():
     with pytest.raises(PlacementError, match="at least 4 GPUs"):
         placement("scout", {"nodes": 1, "gpus_per_node": 2})
+
+
+@pytest.mark.parametrize(
+    "method, nodes, gpus, extra, role",
+    [
+        ("opd", 1, 1, {}, "its teacher's engine"),  # the engine's half of one GPU is none
+        ("relay_opd", 1, 1, {}, "its teacher's engine"),
+        ("scout", 2, 1, {}, "its teacher's engine"),  # the second node's GPU split in two
+        ("scout", 1, 0, {"teacher_trainer": "shared"}, "its student"),
+    ],
+)
+def test_a_pool_without_a_gpu_is_refused(method, nodes, gpus, extra, role):
+    """verl refuses a pool of no GPU only once the job runs on a GPU node; placement says so first."""
+    with pytest.raises(PlacementError, match=f"{method} on {nodes} node\\(s\\) of {gpus} GPU\\(s\\) leaves {role} no GPU"):
+        placement(method, {"nodes": nodes, "gpus_per_node": gpus, **extra})
+
+
+@pytest.mark.parametrize(
+    "method, nodes, gpus, extra",
+    [
+        ("grpo", 1, 1, {}),
+        ("opd", 1, 1, {"teacher_served": True}),  # the server scores: the student has the GPU
+        ("scout", 2, 1, {"teacher_trainer": "shared"}),  # OPD's pools: one GPU each
+    ],
+)
+def test_the_smallest_placements_that_hold_their_pools(method, nodes, gpus, extra):
+    p = placement(method, {"nodes": nodes, "gpus_per_node": gpus, **extra})
+    assert p["student_gpus"] == 1
+
+
+def test_the_config_names_every_cell_whose_resources_cannot_hold_its_pools():
+    """Found when the config loads (snakemake's parse, every scout command), one line a cell."""
+    over = {"resources": {"train": {"methods": {"relay_opd": {"nodes": 1, "gpus_per_node": 1}}}}}
+    with pytest.raises(ConfigError) as err:
+        validate(deep_merge(PAPER, over))
+    lines = [x.strip() for x in str(err.value).splitlines()[1:]]
+    assert lines == [
+        f"resources of experiments.main ({s}/relay_opd): relay_opd on 1 node(s) of 1 GPU(s) leaves its "
+        "teacher's engine no GPU; give it more GPUs a node or more nodes"
+        for s in ("q4b-q1.7b-math", "q8b-q1.7b-math", "sky7b-ds1.5b-math", "q4b-q1.7b-code")
+    ]
 
 
 def _teacher_inference(cfg):
