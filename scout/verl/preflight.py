@@ -22,6 +22,7 @@ from scout.pairing import Checklist, check_pair
 from scout.prompts import view_key
 from scout.verl import config as vc
 from scout.verl import data as vdata
+from scout.verl.env import method_section
 
 GIB = 1 << 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
@@ -191,6 +192,7 @@ def check_cell(item: CellCheck, tokenizers: dict, counts: dict, log=print) -> Ro
         return row
     row.ok("config", "valid")
     _check_weight_sync(row, cfg)
+    _check_teacher_batch(row, cfg)
     loop = vc.agent_loop(spec["method"])
     wants = cfg.actor_rollout_ref.rollout.calculate_log_probs
     if wants and loop not in LOGPROB_LOOPS:
@@ -218,6 +220,20 @@ def _check_weight_sync(row: Row, cfg) -> None:
                 row.fail("weight sync", "a trainer on the engine's GPUs cannot sync over NCCL (two ranks on one GPU)")
             else:
                 row.ok("weight sync", f"{sender} -> {receiver}")
+
+
+def _check_teacher_batch(row: Row, cfg) -> None:
+    """A teacher phase trains on all its batch x K continuations in one update, which verl splits
+    over the trainer's data-parallel ranks without padding: a remainder stops the job at its first
+    phase, on GPUs."""
+    if "scout" in cfg and "teacher_train" in cfg.scout:
+        rows = cfg.data.train_batch_size * method_section("scout", cfg)["k"]
+        tt = cfg.scout.teacher_train
+        ranks = tt.nnodes * tt.n_gpus_per_node
+        if rows % ranks:
+            row.fail("teacher batch", f"{rows} continuations (batch x K) do not split over the teacher trainer's {ranks} GPUs")
+        else:
+            row.ok("teacher batch", f"{rows} continuations over {ranks} GPUs")
 
 
 def _check_memory(row: Row, cfg, item: CellCheck) -> None:

@@ -92,6 +92,21 @@ def padded_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: i
     }
 
 
+def rows_for_ranks(n: int, ranks: int) -> list[int]:
+    """Row indices that make a batch of ``n`` rows split evenly over ``ranks`` data-parallel ranks:
+    the rows, then the first ones again. verl's dispatch splits a worker's input without padding
+    it (an assertion otherwise), so a batch smaller than the trainer's ranks, the self-test's four
+    responses on eight GPUs, must be filled up; the caller reads the first ``n`` results."""
+    return [i % n for i in range(-(-n // ranks) * ranks)]
+
+
+def data_parallel_size(worker_group, mesh: str = "actor") -> int:
+    """A worker group's data-parallel ranks, read as verl's trainer reads them (``_balance_batch``)."""
+    if mesh not in worker_group._dispatch_info:
+        worker_group._dispatch_info[mesh] = worker_group._query_dispatch_info(mesh)
+    return max(worker_group._dispatch_info[mesh]) + 1
+
+
 def continuation_requests(
     batch,
     ratio: float,

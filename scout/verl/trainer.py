@@ -310,7 +310,8 @@ class ScoutTrainer(TeacherSelfTest):
 
         if any(i.shape[-1] != 1 for i in ids):
             raise RuntimeError("SCOUT's teacher self-test compares the sampled tokens' log-probs; the engine sent a top-k")
-        tensors = tp.padded_batch(prompts, responses, self.tokenizer.pad_token_id)
+        rows = tp.rows_for_ranks(len(prompts), tp.data_parallel_size(self.teacher_wg))
+        tensors = tp.padded_batch([prompts[i] for i in rows], [responses[i] for i in rows], self.tokenizer.pad_token_id)
         tensors["response_mask"] = tensors["attention_mask"][:, tensors["prompts"].shape[1] :]
         batch = DataProto.from_dict(tensors=tensors)
         td = tp.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)

@@ -311,6 +311,34 @@ def test_worker_batch_is_verls_no_padding_layout_with_the_continuation_mask():
     assert no_padding_2_padding(flat, td).tolist() == [[1.0, 2.0, 3.0], [5.0, 0.0, 0.0]]
 
 
+def test_the_self_tests_few_rows_split_over_the_teacher_trainers_ranks():
+    """verl's dispatch splits a worker's input over its data-parallel ranks without padding: the
+    self-test's 4 responses on a teacher trainer of 8 GPUs (the paper's pools) are filled up to 8,
+    and the first 4 results are the rows asked for, in order."""
+    from verl.utils.tensordict_utils import chunk_tensordict
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    assert tp.rows_for_ranks(4, 1) == tp.rows_for_ranks(4, 2) == [0, 1, 2, 3]
+    assert tp.rows_for_ranks(4, 3) == [0, 1, 2, 3, 0, 1]
+    assert tp.rows_for_ranks(4, 8) == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert tp.rows_for_ranks(3, 16) == [0, 1, 2] * 5 + [0]
+    prompts, responses = [[5, 6], [7], [8, 9], [4]], [[11, 12, 2], [21], [31, 32], [41, 42, 43]]
+
+    def worker_batch(rows):
+        t = tp.padded_batch([prompts[i] for i in rows], [responses[i] for i in rows], 0)
+        t["response_mask"] = t["attention_mask"][:, t["prompts"].shape[1] :]
+        return tp.worker_batch(DataProto.from_dict(tensors=t), temperature=1.0, compute_loss=False)
+
+    with pytest.raises(AssertionError, match="divisible by chunks"):
+        chunk_tensordict(worker_batch(range(4)), 8)
+    td = worker_batch(tp.rows_for_ranks(4, 8))
+    assert len(chunk_tensordict(td, 8)) == 8
+    # a per-token output (here the input ids themselves) read back at each asked-for response
+    back = no_padding_2_padding(torch.cat([ids.float() for ids in td["input_ids"].unbind()]), td)
+    got = [back[i, : len(r)].tolist() for i, r in enumerate(responses)]
+    assert got == [[6, 11, 12], [7], [9, 31], [4, 41, 42]]
+
+
 def test_trainers_override_only_what_verls_trainer_has():
     """Guards against verl API drift: every hook scout's trainers override exists in the pinned
     verl's sync trainer with the same parameters."""

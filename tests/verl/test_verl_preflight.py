@@ -43,6 +43,7 @@ def test_the_toy_cells_pass_and_the_first_prompt_is_shown(verl_toy):
     assert [r.problems for r in rows] == [[], [], [], []]
     scout = rows[1].checks
     assert scout["weight sync"] == "nccl -> nccl" and scout["log-probs"] == "on (single_turn_agent)"
+    assert scout["teacher batch"] == "8 continuations over 1 GPUs"  # the mini world's 4 prompts x K=2
     assert rows[3].checks["log-probs"] == "off (scout_relay)"
     assert scout["teacher engine KV"].startswith("KV 0.0 GiB for")
     assert scout["teacher engine prefill"].startswith("prefill logits") and "student rollout prefill" not in scout
@@ -115,6 +116,18 @@ def test_the_teacher_trainer_check_covers_full_and_lora_teachers(verl_toy):
     cfg["resources"]["default"]["gpu_mem_gb"] = 1e-9
     row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout-lora")).cells[0]
     assert any(p.startswith("teacher trainer: LoRA r4 teacher") for p in row.problems)
+
+
+def test_a_teacher_batch_that_does_not_split_over_the_trainers_gpus_is_refused(verl_toy):
+    """A teacher phase's batch x K continuations go to the trainer's ranks in one update, unpadded:
+    the mini world's 8 over 3 GPUs would stop the job at its first phase."""
+    cfg = copy.deepcopy(verl_toy)
+    cfg["resources"]["train"] = {"methods": {"scout": {"nodes": 3, "gpus_per_node": 3}}}
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout")).cells[0]
+    assert "teacher batch: 8 continuations (batch x K) do not split over the teacher trainer's 3 GPUs" in row.problems
+    cfg["resources"]["train"]["methods"]["scout"]["gpus_per_node"] = 4
+    row = preflight.run(Grid.of(cfg), log=lambda m: None, cells=cells(cfg, "scout")).cells[0]
+    assert row.checks["teacher batch"] == "8 continuations over 4 GPUs"
 
 
 def test_an_unreachable_hub_turns_lookups_offline(monkeypatch):
