@@ -66,7 +66,8 @@ async def send_adapter_or_delegate(self, global_steps: int = None, mode: str = "
     effective = mode if mode != "auto" else self.config.rollout.checkpoint_engine.backend
     if effective in ("naive", "delta_sharded") or not getattr(self.actor.engine, "_is_lora", False):
         return await _ORIGINAL["sender"](self, global_steps=global_steps, mode=mode)
-    params, config = self.actor.engine.get_per_tensor_param(base_sync_done=True)
+    layered = self.config.rollout.get("layered_summon", False)  # as verl's own sync reads it
+    params, config = self.actor.engine.get_per_tensor_param(layered_summon=layered, base_sync_done=True)
     if config is None:
         raise RuntimeError("the LoRA teacher's engine returned no adapter (is model.lora.merge set?)")
     metrics = await self.checkpoint_engine.send_weights(params, global_steps=global_steps)

@@ -229,8 +229,11 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
             t.model.lora_rank = int(lora["rank"])
             t.model.lora_alpha = lora["alpha"]
             t.model.target_modules = list(lora["target_modules"])
-            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync)
+            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync), gathered one FSDP
+            # unit at a time: FSDP1 (verl's strategy on GPUs) would otherwise un-shard the whole
+            # float32 teacher on every GPU at each sync, beside its engine (16 GB for a 4B teacher)
             t.model.lora.merge = False
+            t.rollout.layered_summon = True
         if shared_trainer(cfg):
             t.actor.fsdp_config.param_offload = True
             t.actor.fsdp_config.optimizer_offload = True

@@ -905,6 +905,7 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     assert teacher_lora(composed) == {"rank": 8, "alpha": 16, "target_modules": list(LORA_TARGETS)}
     t = teacher_worker_config(composed)
     assert (t.model.lora_rank, t.model.lora_alpha, t.model.lora.merge) == (8, 16, False)
+    assert t.rollout.layered_summon  # the adapter gathered a unit at a time, never the whole teacher
     assert list(t.model.target_modules) == list(LORA_TARGETS)
     peft = lora_sync.peft_config(t.model)
     assert peft == {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
@@ -913,6 +914,7 @@ def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     spec = {**training_runs.run_spec(Grid.of(config), full), "resources": spec["resources"]}
     composed = vc.build(spec, spec["resources"], "/tmp/x")
     assert teacher_lora(composed) is None and teacher_worker_config(composed).model.lora_rank == 0
+    assert not teacher_worker_config(composed).rollout.layered_summon
     assert lora_sync.peft_config(teacher_worker_config(composed).model) is None
 
 
