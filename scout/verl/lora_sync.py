@@ -17,9 +17,12 @@ patches backport the fix of verl PR #7496 (open upstream) with what SCOUT needs 
   path alone, verl/experimental/teacher_loop/teacher_model.py:79-84), so vLLM starts with LoRA
   enabled and the receiver knows the adapter's shape;
 - vLLM 0.29 renamed ``WeightsMapper.get_unstacked_mapper``, which verl's in-memory LoRA loader
-  calls (verl/utils/vllm/utils.py:82-83): the old name is given back;
+  calls on vLLM 0.25 and later (verl/utils/vllm/utils.py:82-83): the old name is given back where
+  the new one exists (vLLM 0.24, the GPU install's, has neither and needs neither);
 - vLLM applies an LM-head LoRA per sequence even on a prompt log-prob pass, which fails there (the
-  teacher scores the student that way): with no adapter on the head, the plain head runs.
+  teacher scores the student that way): with no adapter on the head, the plain head runs, called
+  with whatever arguments the installed vLLM passes (0.24: three; 0.29 and later add
+  ``skip_gather``).
 
 Applied in every process of a cell whose teacher trains LoRA (``scout.verl.plugin``), at import of
 each patched module.
@@ -139,16 +142,17 @@ def patch_teacher_engine(module) -> None:
     module.get_rollout_replica_class = get_rollout_replica_class
 
 
-def head_without_adapter(self, hidden_states, lm_head, embedding_bias=None, skip_gather=False):
+def head_without_adapter(self, hidden_states, lm_head, *args, **kwargs):
     """``LogitsProcessorWithLoRA._get_logits`` where no adapter has head weights: the plain head.
     vLLM applies the head's LoRA per sequence (``sampler_indices``), which breaks on a prompt
     log-prob pass (one row per prompt token: "einsum(): subscript b has size 3 ... 25"); the
     teacher's adapters never touch the head (``target_modules`` are its projections), so its LoRA
-    delta there is zero and the plain head is exact."""
+    delta there is zero and the plain head is exact. The rest of the call (the bias, and
+    ``skip_gather`` from vLLM 0.29 on) goes through as vLLM gave it."""
     if getattr(self, "_scout_head_lora", False):
-        return _ORIGINAL["head"](self, hidden_states, lm_head, embedding_bias, skip_gather)
+        return _ORIGINAL["head"](self, hidden_states, lm_head, *args, **kwargs)
     head = getattr(lm_head, "base_layer", lm_head)
-    return type(self.base_layer)._get_logits(self.base_layer, hidden_states, head, embedding_bias, skip_gather)
+    return type(self.base_layer)._get_logits(self.base_layer, hidden_states, head, *args, **kwargs)
 
 
 def head_adapter_set(self, index, lora_a, lora_b):
@@ -164,8 +168,9 @@ def patch_vllm_head(module) -> None:
 
 
 def patch_vllm_mapper(module) -> None:
-    if not hasattr(module.WeightsMapper, "get_unstacked_mapper"):
-        module.WeightsMapper.get_unstacked_mapper = module.WeightsMapper.get_rename_mapper
+    cls = module.WeightsMapper
+    if not hasattr(cls, "get_unstacked_mapper") and hasattr(cls, "get_rename_mapper"):
+        cls.get_unstacked_mapper = cls.get_rename_mapper
 
 
 def install() -> None:

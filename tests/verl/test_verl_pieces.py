@@ -889,6 +889,43 @@ def test_engine_agreement_by_hand():
     assert math.isnan(tp.engine_agreement(trainer, [1, 0], [[lg(0.2)], []]))  # one token: no correlation
 
 
+def test_the_lora_head_and_mapper_patches_fit_the_gpu_installs_vllm_and_the_cpu_builds():
+    """The GPU install pins vLLM 0.24, whose head takes (hidden, lm_head, bias); the CPU build (0.30)
+    adds skip_gather. With no adapter on the head the patched call is the plain head's with the
+    same arguments in both. The mapper's old name is given back where the new one exists; 0.24
+    has neither (verl calls it from 0.25 on). The classes stand in for vLLM 0.24's signatures,
+    which cannot be installed here; CI's LoRA run covers the CPU build's."""
+    from types import SimpleNamespace
+
+    from scout.verl import lora_sync
+
+    class Head024:  # vllm/model_executor/layers/logits_processor.py of 0.24.0, the signature
+        def _get_logits(self, hidden_states, lm_head, embedding_bias):
+            return ("0.24", hidden_states, lm_head, embedding_bias)
+
+    class Head030:
+        def _get_logits(self, hidden_states, lm_head, embedding_bias, skip_gather=False):
+            return ("0.30", hidden_states, lm_head, embedding_bias, skip_gather)
+
+    plain = object()
+    lm_head = SimpleNamespace(base_layer=plain)  # the LoRA-wrapped head: its plain layer is used
+    old = SimpleNamespace(base_layer=Head024())
+    assert lora_sync.head_without_adapter(old, "h", lm_head, None) == ("0.24", "h", plain, None)
+    new = SimpleNamespace(base_layer=Head030())
+    assert lora_sync.head_without_adapter(new, "h", lm_head, None, True) == ("0.30", "h", plain, None, True)
+
+    class Mapper024:
+        pass
+
+    class Mapper030:
+        def get_rename_mapper(self):
+            return "renamed"
+
+    for cls in (Mapper024, Mapper030):
+        lora_sync.patch_vllm_mapper(SimpleNamespace(WeightsMapper=cls))
+    assert not hasattr(Mapper024, "get_unstacked_mapper") and Mapper030().get_unstacked_mapper() == "renamed"
+
+
 def test_the_lora_teacher_trainer_config_and_its_engines_peft_config():
     """A LoRA teacher's trainer: verl's LoRA keys on its model, unmerged (the adapter alone is
     synced); the engine's peft config from the same keys."""
