@@ -11,6 +11,10 @@ reference is a Hugging Face forward of the teacher's weights in float32 for a fr
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from scout import algorithms as alg
@@ -27,13 +31,27 @@ def engine_rows(ids: torch.Tensor, logp: torch.Tensor, prompt_len: int, response
     return ids[rows].long(), logp[rows].float()
 
 
+@contextmanager
+def every_core() -> Iterator[int]:
+    """torch's threads: every CPU this process may use, for the span of a CPU forward. Ray starts
+    an actor that asks for no CPUs (verl's task runner, where the reference runs) with one thread,
+    at which a 4-8B teacher's float32 forward over four long responses takes most of an hour."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 def hf_reference(model, prompts: list[list[int]], responses: list[list[int]], ids: list[torch.Tensor]):
     """Per sequence, the reference's log-probs of the engine's listed ids [R, K] and of the sampled
-    tokens [R], from a forward of prompt + response alone; the vocabulary's log-softmax is taken
-    ``CHUNK`` positions at a time, so a long response never holds [R, vocabulary] at once."""
+    tokens [R], from a forward of prompt + response alone, on every core of the host; the
+    vocabulary's log-softmax is taken ``CHUNK`` positions at a time, so a long response never holds
+    [R, vocabulary] at once."""
     head, body = model.get_output_embeddings(), model.get_decoder()
     at_ids, sampled = [], []
-    with torch.no_grad():
+    with torch.no_grad(), every_core():
         for p, r, listed in zip(prompts, responses, ids, strict=True):
             seq = torch.tensor([list(p) + list(r)])
             hidden = body(input_ids=seq).last_hidden_state[0, len(p) - 1 : len(p) - 1 + len(r)]

@@ -1128,6 +1128,23 @@ def test_the_self_tests_engine_rows_by_hand():
         st.engine_rows(ids, logp, prompt_len=2, response_len=4)
 
 
+def test_the_reference_forward_runs_on_every_core_and_gives_the_thread_count_back():
+    """verl's task runner, a Ray actor that asks for no CPUs, starts with one thread; the frozen
+    teacher's reference forward takes every core the process may use, then hands them back."""
+    import os
+
+    from scout.verl import self_test as st
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with st.every_core() as threads:
+            assert threads == torch.get_num_threads() == len(os.sched_getaffinity(0))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_self_tests_reference_is_the_embedded_teachers_forward(world, tmp_path, monkeypatch):
     """The frozen teacher's reference (transformers, float32, the vocabulary in chunks) gives the
     log-probs of the embedded teacher's forward, at the engine's top-k ids and at the sampled
