@@ -1,7 +1,7 @@
 """Metrics where researchers look: TensorBoard event files in every run folder (always), and
 Weights & Biases or MLflow when the config's ``tracking`` section asks for them.
 
-A run is named for its cell (``setting/variant/s{seed}``) and grouped by its experiment, so one
+A run is named for its cell (``setting/variant/s{seed}``) and grouped by its setting, so one
 cell's training curve and its evaluations land in one run: the evaluation jobs log into the run of
 the checkpoint they evaluate (TensorBoard: another event file in the same folder; W&B: the same
 run id, resumed; MLflow: the run id kept in the run folder). Nothing needs a network: W&B runs
