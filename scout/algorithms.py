@@ -23,7 +23,8 @@ from scout.io import JobStopped
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean over the whole batch (the paper's loss aggregation)."""
+    """Token-mean over the whole batch: the spec's loss aggregation and verl's default (the paper
+    writes GRPO's as a mean of per-sample means; docs/cluster.md)."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
 
