@@ -229,9 +229,12 @@ def teacher_worker_config(cfg: DictConfig) -> DictConfig:
             t.model.lora_rank = int(lora["rank"])
             t.model.lora_alpha = lora["alpha"]
             t.model.target_modules = list(lora["target_modules"])
-            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync), gathered one FSDP
-            # unit at a time: FSDP1 (verl's strategy on GPUs) would otherwise un-shard the whole
-            # float32 teacher on every GPU at each sync, beside its engine (16 GB for a 4B teacher)
+            # unmerged: each sync sends the adapter alone (scout.verl.lora_sync). layered_summon
+            # takes verl's low-memory gather: FSDP1 (verl's strategy on GPUs) would otherwise
+            # un-shard the whole float32 teacher on every GPU at each sync, beside its engine (16 GB
+            # for a 4B teacher). Its layer-by-layer pass finds no adapter under peft 0.21 (peft drops
+            # the layer's relative keys) and verl falls back to a gather into host memory, a unit
+            # at a time: either way no GPU holds more than one unit unsharded
             t.model.lora.merge = False
             t.rollout.layered_summon = True
         if shared_trainer(cfg):
