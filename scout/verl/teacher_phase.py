@@ -92,12 +92,19 @@ def padded_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: i
     }
 
 
-def rows_for_ranks(n: int, ranks: int) -> list[int]:
-    """Row indices that make a batch of ``n`` rows split evenly over ``ranks`` data-parallel ranks:
-    the rows, then the first ones again. verl's dispatch splits a worker's input without padding
-    it (an assertion otherwise), so a batch smaller than the trainer's ranks, the self-test's four
-    responses on eight GPUs, must be filled up; the caller reads the first ``n`` results."""
-    return [i % n for i in range(-(-n // ranks) * ranks)]
+def self_test_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int, ranks: int):
+    """The self-test's input to the teacher's trainer: its prompt + response rows in verl's layout,
+    filled up to a multiple of the trainer's data-parallel ``ranks`` by verl's own padding (the
+    first rows again). verl's dispatch splits a worker's input without padding it (an assertion
+    otherwise), and the self-test's four responses are fewer than eight GPUs; the caller reads the
+    first ``len(prompts)`` results."""
+    from verl import DataProto
+    from verl.protocol import pad_dataproto_to_divisor
+
+    tensors = padded_batch(prompts, responses, pad_id)
+    tensors["response_mask"] = tensors["attention_mask"][:, tensors["prompts"].shape[1] :]
+    batch, _ = pad_dataproto_to_divisor(DataProto.from_dict(tensors=tensors), ranks)
+    return worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
 
 
 def data_parallel_size(worker_group, mesh: str = "actor") -> int:

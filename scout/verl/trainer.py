@@ -304,17 +304,13 @@ class ScoutTrainer(TeacherSelfTest):
         """The teacher's trainer holds the weights the engine was sent: its log-probs of the sampled
         tokens (at temperature 1, as the engine scores) are the reference; SCOUT's loss reads no
         top-k, so the engine's rows are the sampled tokens too."""
-        from verl import DataProto
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
         if any(i.shape[-1] != 1 for i in ids):
             raise RuntimeError("SCOUT's teacher self-test compares the sampled tokens' log-probs; the engine sent a top-k")
-        rows = tp.rows_for_ranks(len(prompts), tp.data_parallel_size(self.teacher_wg))
-        tensors = tp.padded_batch([prompts[i] for i in rows], [responses[i] for i in rows], self.tokenizer.pad_token_id)
-        tensors["response_mask"] = tensors["attention_mask"][:, tensors["prompts"].shape[1] :]
-        batch = DataProto.from_dict(tensors=tensors)
-        td = tp.worker_batch(batch, calculate_entropy=False, compute_loss=False, temperature=1.0)
+        ranks = tp.data_parallel_size(self.teacher_wg)
+        td = tp.self_test_batch(prompts, responses, self.tokenizer.pad_token_id, ranks)
         with self._engine_asleep():
             logp = no_padding_2_padding(tu.get(self.teacher_wg.compute_log_prob(td), "log_probs"), td).float()
         sampled = [logp[i, : len(r)] for i, r in enumerate(responses)]

@@ -318,20 +318,20 @@ def test_the_self_tests_few_rows_split_over_the_teacher_trainers_ranks():
     from verl.utils.tensordict_utils import chunk_tensordict
     from verl.workers.utils.padding import no_padding_2_padding
 
-    assert tp.rows_for_ranks(4, 1) == tp.rows_for_ranks(4, 2) == [0, 1, 2, 3]
-    assert tp.rows_for_ranks(4, 3) == [0, 1, 2, 3, 0, 1]
-    assert tp.rows_for_ranks(4, 8) == [0, 1, 2, 3, 0, 1, 2, 3]
-    assert tp.rows_for_ranks(3, 16) == [0, 1, 2] * 5 + [0]
     prompts, responses = [[5, 6], [7], [8, 9], [4]], [[11, 12, 2], [21], [31, 32], [41, 42, 43]]
+    seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
 
-    def worker_batch(rows):
-        t = tp.padded_batch([prompts[i] for i in rows], [responses[i] for i in rows], 0)
-        t["response_mask"] = t["attention_mask"][:, t["prompts"].shape[1] :]
-        return tp.worker_batch(DataProto.from_dict(tensors=t), temperature=1.0, compute_loss=False)
+    def rows(n, ranks):
+        td = tp.self_test_batch(prompts[:n], responses[:n], 0, ranks)
+        return [ids.tolist() for ids in td["input_ids"].unbind()]
 
+    assert rows(4, 1) == rows(4, 2) == [seqs[i] for i in [0, 1, 2, 3]]
+    assert rows(4, 3) == [seqs[i] for i in [0, 1, 2, 3, 0, 1]]
+    assert rows(4, 8) == [seqs[i] for i in [0, 1, 2, 3, 0, 1, 2, 3]]
+    assert rows(3, 16) == [seqs[i] for i in [0, 1, 2] * 5 + [0]]
     with pytest.raises(AssertionError, match="divisible by chunks"):
-        chunk_tensordict(worker_batch(range(4)), 8)
-    td = worker_batch(tp.rows_for_ranks(4, 8))
+        chunk_tensordict(tp.self_test_batch(prompts, responses, 0, 1), 8)
+    td = tp.self_test_batch(prompts, responses, 0, 8)
     assert len(chunk_tensordict(td, 8)) == 8
     # a per-token output (here the input ids themselves) read back at each asked-for response
     back = no_padding_2_padding(torch.cat([ids.float() for ids in td["input_ids"].unbind()]), td)
