@@ -25,14 +25,8 @@ def placement(method_id: str, res: dict) -> dict:
     ``res["teacher_served"]`` (``served_resources``): the teacher is a server, the student has it all.
     A pool the method needs that would get no GPU is refused here, not by verl on a GPU node."""
     pools = _pools(method_id, res)
-    m = METHODS[method_id]
-    roles = [("student", "its student")]
-    if m.needs_teacher and not (res.get("teacher_served") and m.scores_with_frozen_teacher):
-        roles.append(("teacher", "its teacher's engine"))
-    if m.trains_teacher and not pools["train_shared"]:
-        roles.append(("train", "its teacher's trainer"))
-    for key, role in roles:
-        if pools[f"{key}_nodes"] < 1 or pools[f"{key}_gpus"] < 1:
+    for key, role in (("student", "its student"), ("teacher", "its teacher's engine"), ("train", "its teacher's trainer")):
+        if (key == "student" or pools[f"{key}_nodes"]) and pools[f"{key}_gpus"] < 1:  # a pool it has, empty
             raise PlacementError(
                 f"{method_id} on {res['nodes']} node(s) of {res['gpus_per_node']} GPU(s) leaves {role} no GPU; "
                 "give it more GPUs a node or more nodes"
