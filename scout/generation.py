@@ -154,6 +154,7 @@ class VLLMGenerator:
             shutdown = getattr(self.llm, "shutdown", None) or self.llm.llm_engine.engine_core.shutdown
             shutdown()
             self.llm = None
+            _await_engine_exit()
 
     def generate(self, prompts: list, n: int, sampling: dict, seed: int) -> list[list[Completion]]:
         return self.complete([self.render(p) for p in prompts], n, sampling, seed)
@@ -207,6 +208,27 @@ class VLLMGenerator:
             SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top),
         )
         return [out.prompt_logprobs[len(p) : len(p) + len(r)] for out, p, r in zip(outs, prompts, responses, strict=True)]
+
+
+def _await_engine_exit(timeout: float = 30.0) -> None:
+    """vLLM's shutdown force-kills an engine process that outlives its grace period and returns
+    without waiting for it to die (``vllm.v1.utils.shutdown``), and the process's memory is free
+    only once it has: wait until no ``VLLM::`` child of this process lives (a zombie holds none).
+    Nothing is reaped here: the children are vLLM's to join. psutil comes with vLLM."""
+    import time
+
+    import psutil
+
+    def alive(p) -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE and p.name().startswith("VLLM::")
+        except psutil.NoSuchProcess:
+            return False
+
+    procs = [p for p in psutil.Process().children(recursive=True) if alive(p)]
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _completion(output) -> Completion:
