@@ -396,13 +396,21 @@ def probability_of_improvement(x: dict, y: dict, level: float = 0.95, reps: int 
     per_task = {t: float(rly_metrics.probability_of_improvement(a[:, None], b[:, None]))
                 for t, a, b in zip(tasks, xs, ys, strict=True)}  # fmt: skip
     point = float(np.mean(list(per_task.values())))
-    if all(len(a) < 2 and len(b) < 2 for a, b in zip(xs, ys, strict=True)):
+    samples = xs + ys
+    varying = [i for i, a in enumerate(samples) if len(a) >= 2]
+    if not varying:
         low = high = math.nan
     else:
+        # a single run resamples to itself: held fixed, as scipy resamples only samples of two or more
+        def statistic(*drawn: np.ndarray, axis: int = -1) -> np.ndarray:
+            given = dict(zip(varying, drawn, strict=True))
+            return _improvement(*(given.get(i, a) for i, a in enumerate(samples)), axis=axis)
+
         with warnings.catch_warnings():  # a degenerate distribution (every draw alike) is its own interval
             warnings.simplefilter("ignore")
-            r = stats.bootstrap(tuple(xs + ys), _improvement, n_resamples=reps, vectorized=True, axis=-1,
-                                method="percentile", confidence_level=level, rng=np.random.default_rng(seed))  # fmt: skip
+            r = stats.bootstrap(tuple(samples[i] for i in varying), statistic, n_resamples=reps, vectorized=True,
+                                axis=-1, method="percentile", confidence_level=level,
+                                rng=np.random.default_rng(seed))  # fmt: skip
         low, high = float(r.confidence_interval.low), float(r.confidence_interval.high)
         if math.isnan(low):  # scipy gives NaN where every draw is the same
             low = high = point

@@ -189,6 +189,18 @@ def test_the_probability_of_improvement_is_rliables():
     assert same.point == 0.5 and same.low < 0.5 < same.high
 
 
+def test_a_single_run_on_one_setting_is_held_fixed_in_the_bootstrap():
+    """One arm with one run on a setting (a seed still training or failed) while the others have
+    more: that run resamples to itself, so the interval comes from the rest, not an error. Task b's
+    lone x = 50 loses to both y runs whatever is drawn: 0 in every draw; task a's draws vary."""
+    imp = stats.probability_of_improvement({"a": [60, 63, 61], "b": [50]}, {"a": [58, 60, 60], "b": [52, 51]})
+    assert imp.tasks == pytest.approx({"a": 8 / 9, "b": 0.0}) and imp.point == pytest.approx(4 / 9)
+    # task a's probability over draws lies in [0, 1], so the average in [0, 0.5]
+    assert 0.0 <= imp.low < imp.point <= imp.high <= 0.5
+    alone = stats.probability_of_improvement({"a": [1.0], "b": [2.0]}, {"a": [0.0], "b": [3.0]})
+    assert alone.point == 0.5 and math.isnan(alone.low)  # nothing to resample
+
+
 def _raw(effect, se, df=4.0, paper=None, measured=True):
     return verdicts.Claim("c", "s", "", "", effect if measured else math.nan, math.nan, math.nan, paper, "",
                         se=se if measured else math.nan, df=df)  # fmt: skip
