@@ -151,7 +151,7 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
         ax, ay = _avg(cache, setting, variant), _avg(cache, setting, baseline)
         both = [s for s in ax.index if s in set(ay.index)]
         if len(both) >= 2 and _trained_here(cache, setting, (variant, baseline)):
-            base.update(welch_se=se * 100, welch_df=df, n=len(both), design="paired")
+            base.update(welch_effect=effect * 100, welch_se=se * 100, welch_df=df, n=len(both), design="paired")
             effect, se, df = paired(ax[both].to_numpy(), ay[both].to_numpy())
             if len(both) == len(ax) == len(ay):
                 test = f"{PAIRED} ({len(both)} pairs)"

@@ -88,7 +88,8 @@ class Claim:
     note: str = ""  # what the page adds under the verdict (what the bounds exclude, seeds needed)
     failed: int = 0  # bootstrap draws whose statistic was undefined (left out)
     family: str = SECONDARY  # primary: the paper's headline comparisons (config report.primary)
-    welch_se: float = math.nan  # a paired row's Welch test over every run, shown beside it
+    welch_effect: float = math.nan  # a paired row's Welch test over every run, shown beside it
+    welch_se: float = math.nan
     welch_df: float = math.nan
     welch_low: float = math.nan
     welch_high: float = math.nan
@@ -184,8 +185,11 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
         d = c.direction
         extra = {}
         if not math.isnan(c.welch_se):
-            w_low, w_high = bounds(c.effect, c.welch_se, c.welch_df, level)
-            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=one_sided_p(d * c.effect, c.welch_se, c.welch_df))
+            # centred on the difference of all runs' means, which differs from the paired effect
+            # where only some seeds pair
+            w_low, w_high = bounds(c.welch_effect, c.welch_se, c.welch_df, level)
+            w_p = one_sided_p(d * c.welch_effect, c.welch_se, c.welch_df)
+            extra = dict(welch_low=w_low, welch_high=w_high, welch_p=w_p)
         if c.kind == "on_par":
             margin = c.margin if c.margin is not None else math.nan
             p = tost_p(c.effect, c.se, c.df, margin) if c.margin is not None else math.nan
@@ -224,8 +228,8 @@ def page_summary(found: list[Claim], alpha: float) -> dict:
             "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
 
 
-_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed", "welch_se",
-           "welch_df", "welch_low", "welch_high", "welch_p")  # fmt: skip
+_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed",
+           "welch_effect", "welch_se", "welch_df", "welch_low", "welch_high", "welch_p")  # fmt: skip
 
 
 def as_records(claims: list[Claim]) -> list[dict]:

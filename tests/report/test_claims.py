@@ -236,7 +236,7 @@ def test_the_paired_difference_by_hand():
 def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
     """Two primary rows and three secondary ones at 0.1: the primary ones each at 0.05, the others
     each at 0.1 / 3; a paired row's Welch bounds at its own level beside it."""
-    prim = [replace(_raw(2.0, 0.8165), family=verdicts.PRIMARY, welch_se=1.2, welch_df=3.5),
+    prim = [replace(_raw(2.0, 0.8165), family=verdicts.PRIMARY, welch_effect=1.5, welch_se=1.2, welch_df=3.5),
             replace(_raw(1.0, 0.8165), family=verdicts.PRIMARY)]  # fmt: skip
     page = verdicts.family(prim + [_raw(2.0, 0.8165), _raw(0.3, 0.1), _raw(-3.0, 0.5)], 0.1)
     assert [round(c.level, 4) for c in page] == [0.05, 0.05, 0.0333, 0.0333, 0.0333]
@@ -244,10 +244,10 @@ def test_each_family_is_tested_at_alpha_over_its_own_number_of_tests():
     assert page[0].low == pytest.approx(0.2594, abs=1e-3) and page[0].verdict == HOLDS
     # ... and not among three secondary rows: t(1 - 0.1/3, 4) = 2.6110, 2 - 2.1319 < 0
     assert page[2].verdict == INCONCLUSIVE
-    # Welch beside: t(0.95, 3.5) = 2.2543 (scipy), 2 -/+ 2.7052
+    # Welch beside, around its own difference of means: t(0.95, 3.5) = 2.2543 (scipy), 1.5 -/+ 2.7052
     q = float(sps.t.ppf(0.95, 3.5))
-    assert page[0].welch_low == pytest.approx(2.0 - q * 1.2) and page[0].welch_high == pytest.approx(2.0 + q * 1.2)
-    assert page[0].welch_p == pytest.approx(float(sps.t.sf(2.0 / 1.2, 3.5)))
+    assert page[0].welch_low == pytest.approx(1.5 - q * 1.2) and page[0].welch_high == pytest.approx(1.5 + q * 1.2)
+    assert page[0].welch_p == pytest.approx(float(sps.t.sf(1.5 / 1.2, 3.5)))
     assert math.isnan(page[1].welch_low)  # a Welch-decided row has nothing beside it
     summary = verdicts.page_summary(page, 0.1)
     assert [(f["name"], f["tests"]) for f in summary["families"]] == [("primary", 2), ("secondary", 3)]
@@ -347,6 +347,10 @@ def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
     assert c.test.startswith("paired t over seeds (the 2 seeds both arms have") and c.n == 2
     assert c.effect == pytest.approx(2.5) and c.se == pytest.approx(0.5) and c.df == 1
     assert c.welch_se == pytest.approx(stats.welch_se([60, 63], [58, 60, 60])[1]) and "seeds 1, 2" in c.statistic
+    # the Welch test beside it is about all five runs: 61.5 - 59.33 = 2.17 points, not the pairs' 2.5
+    assert c.welch_effect == pytest.approx(61.5 - 178 / 3)
+    assert (c.welch_low + c.welch_high) / 2 == pytest.approx(c.welch_effect)
+    assert c.welch_p == pytest.approx(float(sps.t.sf(c.welch_effect / c.welch_se, c.welch_df)))
     cfg["results"] = str(Path(cfg["results"]).parent / "other")
     cfg["experiments"]["main"]["seeds"] = [1, 2, 3, 4]
     _runs(cfg, s, "opd", [0.58, 0.60, 0.60])
