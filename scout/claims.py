@@ -208,8 +208,13 @@ def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
         variant, baseline = main, sweep[-1][1]
     else:
         variant, baseline = sweep[0][1], main
-    claim = _compare(cache, spec, setting, variant, baseline)
     fs = {v: f for f, v in sweep}
+    if variant == baseline:  # the main run is the sweep's sparsest (or densest) point: nothing to compare
+        end, other = ("sparsest", "sparser") if spec["kind"] == "sweep_sparse" else ("densest", "denser")
+        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],
+                    where=spec.get("where", ""))  # fmt: skip
+        return _unmeasured(base, f"the main SCOUT run (f={fs[main]}) is the sweep's {end} f: no {other} f to compare")
+    claim = _compare(cache, spec, setting, variant, baseline)
     curve = "; ".join(f"f={f}: {100 * np.mean(_runs(cache, setting, v)[0]):.1f}" for f, v in sweep if _runs(cache, setting, v)[0])
     stat = f"f={fs[variant]} vs f={fs[baseline]} ({curve})"
     return Claim(**{**asdict(claim), "statistic": stat if claim.statistic else ""})

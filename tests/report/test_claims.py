@@ -361,6 +361,21 @@ def test_seeds_that_pair_only_partly_are_compared_on_the_pairs_they_have(cfg):
     assert c.test == verdicts.WELCH and math.isnan(c.welch_se) and c.statistic == "Avg 61.5 (2 seeds) vs 59.3 (OPD, 3 seeds)"
 
 
+def test_a_sweep_claim_never_compares_the_main_run_with_itself(cfg):
+    """A setting whose own SCOUT interval is the sweep's sparsest f (5 beside 1, 3, 4): the sparse
+    claim has no sparser f, so it is not measured (and does not count among the tests); the dense
+    claim still compares f = 1 with the main run."""
+    s = "toy-mg-s-math"
+    cfg["settings"][s]["overrides"] = {"scout": {"interval": 5}}
+    for variant, means in (("scout", [0.60, 0.62, 0.61]), ("scout-f1", [0.59, 0.62, 0.60]),
+                           ("scout-f3", [0.60, 0.61, 0.61]), ("scout-f4", [0.61, 0.60, 0.62])):  # fmt: skip
+        _runs(cfg, s, variant, means)
+    found = claims.all_claims(_cache(cfg), Path(cfg["results"]) / "analysis", 0.1)
+    sparse, dense = _one(found, "sweep_sparse", s), _one(found, "sweep_dense", s)
+    assert sparse.verdict == UNMEASURED and "(f=5) is the sweep's sparsest f: no sparser f" in sparse.why
+    assert dense.measured and dense.statistic.startswith("f=1 vs f=5")
+
+
 def test_an_evaluation_without_its_error_is_not_measured(cfg):
     """Against the untrained student the evaluation's standard error enters the test: a record
     without one makes the row not measured, rather than a test that takes it as 0."""
