@@ -18,7 +18,8 @@ that way round, and says so):
   excludes an effect as large as the paper's, not a smaller gain;
 - *does not hold*: the upper bound is below 0: the run excludes any gain;
 - *inconclusive*: the bounds hold both 0 and the paper's effect;
-- *not measured*, with why.
+- *not measured*, with why (among the reasons: no spread at all between the seeds, or questions,
+  which leaves the test's error unknown rather than zero).
 
 ``on_par`` rows are an equivalence test (TOST) at a margin, the setting's SCOUT-over-OPD effect in the
 paper unless the claim gives its own: *holds* when both bounds lie within the margin, *does not hold*
@@ -99,7 +100,9 @@ class Claim:
 
     @property
     def measured(self) -> bool:
-        return not (math.isnan(self.effect) or math.isnan(self.se))
+        """An effect with a spread to test it against: a standard error of exactly 0 (every seed, or
+        question, giving the same difference) leaves the error unknown, not zero."""
+        return not math.isnan(self.effect) and self.se > 0
 
     @property
     def target(self) -> float | None:
@@ -157,6 +160,15 @@ def _note(c: Claim) -> str:
     return "; ".join(parts)
 
 
+def _no_spread(c: Claim) -> str:
+    """Why a row with an effect but a standard error of 0 is not tested."""
+    if c.se != 0 or math.isnan(c.effect):
+        return ""
+    unit = {SEEDS_UNIT: "seed", QUESTION_UNIT: "question", TEACHER_UNIT: "trained teacher"}.get(c.unit, "unit")
+    return (f"no spread: every {unit} gives the same difference ({_num(c.effect, c)}), so the test's error is "
+            "unknown, not zero (identical runs may also mean the seeds did not take effect)")  # fmt: skip
+
+
 def _num(x: float, c: Claim) -> str:
     """A number as the row's effect is shown: three decimals for a small probe effect (nats)."""
     return f"{x:+.1f}" if abs(c.effect) >= 0.1 or c.unit == SEEDS_UNIT else f"{x:+.3f}"
@@ -178,7 +190,7 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
     out = []
     for c in found:
         if not c.measured:
-            out.append(replace(c, verdict=UNMEASURED))
+            out.append(replace(c, verdict=UNMEASURED, why=c.why or _no_spread(c)))
             continue
         level = alpha / m[c.family]
         low, high = bounds(c.effect, c.se, c.df, level)

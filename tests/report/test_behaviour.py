@@ -87,15 +87,22 @@ def test_the_reflection_claim_by_hand(tmp_path):
         q = f"q{i}"
         # initial teacher: 0.2 after right steps, 0.4 after wrong ones (selectivity 0.2)
         rows += [("initial", 0, q, "right", 0.2), ("initial", 0, q, "wrong", 0.4)]
-        # trained teachers: 0.3 after right, 0.7 after wrong (selectivity 0.4): +20 points
-        for seed in (1, 2):
-            rows += [("scout", seed, q, "right", 0.3), ("scout", seed, q, "wrong", 0.7)]
+        # trained teachers: 0.3 after right, 0.65 or 0.75 after wrong (selectivity 0.35 and 0.45): +15
+        # and +25 points, +20 on average, se sqrt(50 / 2) = 5 over the two (every question alike)
+        for seed, wrong in ((1, 0.65), (2, 0.75)):
+            rows += [("scout", seed, q, "right", 0.3), ("scout", seed, q, "wrong", wrong)]
     _reflection_csv(cfg, s, rows)
     cache = results.Cache(Grid.of(cfg), results.load(Grid.of(cfg)))
     found = claims.all_claims(cache, Path(cfg["results"]) / "analysis", 0.1)
     (c,) = [c for c in found if c.id == "teacher_reflects_where_wrong" and c.setting == s]
-    assert c.effect == pytest.approx(20.0) and c.se == pytest.approx(0.0, abs=1e-9) and c.verdict == HOLDS
-    assert "initial 20.0 / 40.0, SCOUT 30.0 / 70.0" in c.statistic
+    assert c.effect == pytest.approx(20.0) and c.se == pytest.approx(5.0) and c.df == pytest.approx(1.0)
+    assert c.verdict == HOLDS and "initial 20.0 / 40.0, SCOUT 30.0 / 70.0" in c.statistic
+    # two teachers that agree to the last digit leave the error unknown: not a certain gain
+    _reflection_csv(cfg, s, [r if r[0] != "scout" or r[3] == "right" else (*r[:4], 0.7) for r in rows])
+    found = claims.all_claims(results.Cache(Grid.of(cfg), results.load(Grid.of(cfg))), Path(cfg["results"]) / "analysis", 0.1)
+    (c,) = [c for c in found if c.id == "teacher_reflects_where_wrong" and c.setting == s]
+    assert c.effect == pytest.approx(20.0) and c.se == 0 and c.verdict == UNMEASURED
+    assert c.why.startswith("no spread: every trained teacher gives the same difference (+20.0)")
     (other,) = [c for c in found if c.id == "teacher_reflects_where_wrong" and c.setting == "toy-mg-s-math"]
     assert other.verdict == UNMEASURED
 
