@@ -23,7 +23,9 @@ that way round, and says so):
 
 ``on_par`` rows are an equivalence test (TOST) at a margin, the setting's SCOUT-over-OPD effect in the
 paper unless the claim gives its own: *holds* when both bounds lie within the margin, *does not hold*
-only when the interval lies wholly outside it, otherwise *inconclusive*.
+only when the wider (1 - L) interval lies wholly outside it, otherwise *inconclusive*. The wider one
+because a truth inside a narrow margin sits near both of its edges, so either end of the interval
+could cross wrongly: at L / 2 each, the verdict is wrong with chance at most L.
 
 Each row gives the smallest effect its test detects with 80% power at its level and the measured
 spread (the noncentral t; for ``on_par`` rows the narrowest margin TOST shows when the arms are
@@ -116,9 +118,10 @@ class Claim:
 
 
 def verdict(effect: float, low: float, high: float, paper: float | None, kind: str = "beats",
-            margin: float | None = None, direction: int = 1) -> str:  # fmt: skip
+            margin: float | None = None, direction: int = 1, outer: tuple[float, float] | None = None) -> str:  # fmt: skip
     """The verdict from the interval (see the module docstring). ``direction`` -1 tests a claim
-    whose paper effect is negative in that direction."""
+    whose paper effect is negative in that direction; ``outer``, an on-a-par row's (1 - L) interval,
+    decides "does not hold" (the interval itself where not given)."""
     if any(math.isnan(v) for v in (effect, low, high)):
         return UNMEASURED
     if kind == "on_par":
@@ -126,7 +129,8 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
             return UNMEASURED
         if -margin < low and high < margin:
             return HOLDS
-        return FAILS if (low >= margin or high <= -margin) else INCONCLUSIVE
+        out_low, out_high = outer or (low, high)
+        return FAILS if (out_low >= margin or out_high <= -margin) else INCONCLUSIVE
     if direction < 0:
         low, high = -high, -low
         paper = None if paper is None else -paper
@@ -195,7 +199,7 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
         level = alpha / m[c.family]
         low, high = bounds(c.effect, c.se, c.df, level)
         d = c.direction
-        extra = {}
+        extra, outer = {}, None
         if not math.isnan(c.welch_se):
             # centred on the difference of all runs' means, which differs from the paired effect
             # where only some seeds pair
@@ -208,6 +212,7 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
             found_at = equivalence_detectable(c.se, c.df, level)
             power = equivalence_power(margin, c.se, c.df, level) if c.margin is not None else math.nan
             needed = math.nan
+            outer = bounds(c.effect, c.se, c.df, level / 2)
         else:
             p = one_sided_p(d * c.effect, c.se, c.df)
             found_at = detectable(c.se, c.df, level)
@@ -215,7 +220,7 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
             needed = (stats.seeds_needed(abs(c.paper), _sd(c), level, paired=c.design != "welch")
                       if c.paper and c.design in ("paired", "welch", "one_evaluation") else math.nan)  # fmt: skip
         row = replace(c, low=low, high=high, level=level, p=p, detectable=found_at, power=power, needed=needed,
-                      verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin, d), **extra)  # fmt: skip
+                      verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin, d, outer), **extra)  # fmt: skip
         out.append(replace(row, note=_note(row)))
     for name in (PRIMARY, SECONDARY):  # each family's p-values adjusted together
         idx = [i for i, c in enumerate(out) if c.family == name and c.measured]

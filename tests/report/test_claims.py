@@ -120,6 +120,22 @@ def test_the_verdicts(bounds, paper, kind, margin, direction, expected):
     assert verdicts.verdict(*bounds, paper, kind, margin, direction) == expected
 
 
+def test_an_on_par_row_fails_only_where_its_wider_interval_lies_beyond_the_margin():
+    """On a par within 0.4, an effect of 1.5 with se 0.5 on 4 df, the row's level 0.05: its 90%
+    interval, 1.5 -/+ t(0.95, 4) = 2.1318 x 0.5 = [0.434, 2.566], lies beyond the margin, but a truth
+    inside a margin this narrow is near both of its edges, so either end could cross wrongly: "does
+    not hold" needs the 95% interval, 1.5 -/+ 2.7764 x 0.5 = [0.112, 2.888], beyond it, and it is not.
+    At 1.8 both are beyond: [0.412, 3.188]."""
+    def row(effect):
+        return replace(_raw(effect, 0.5), kind="on_par", margin=0.4)
+
+    (near,) = verdicts.family([row(1.5)], 0.05)
+    assert near.low == pytest.approx(0.43408, abs=1e-4) and near.low > near.margin
+    assert near.verdict == INCONCLUSIVE
+    assert verdicts.family([row(1.8)], 0.05)[0].verdict == FAILS
+    assert verdicts.verdict(1.5, 0.434, 2.566, None, "on_par", 0.4, outer=(0.112, 2.888)) == INCONCLUSIVE
+
+
 def test_the_question_bootstrap_counts_what_it_leaves_out():
     # every cluster the same value: no spread; the mean of 20 values of 0 and 1: sqrt(0.25 / 20) = 0.112
     b = stats.cluster_bootstrap(lambda q: float(sum(q)) / len(q), [2.0] * 5)
