@@ -115,7 +115,10 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
     kind = "on_par" if spec["kind"] in ("on_par", "sweep_dense") else "beats"
     margin = _margin(cache.grid, spec, setting) if kind == "on_par" else None
     direction = -1 if kind == "beats" and paper is not None and paper < 0 else 1
-    base = dict(claim=spec["claim"], setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
+    # a verdict reads against the claim beside it: where the paper's effect is negative, the row tests
+    # the reverse, and its claim says so
+    text = spec["claim"] + (": the paper finds the reverse here, tested so" if direction < 0 else "")
+    base = dict(claim=text, setting=setting, paper=paper, unit=SEEDS_UNIT, id=spec["id"], kind=kind,
                 margin=margin, direction=direction, where=spec.get("where", ""),
                 family=PRIMARY if cache.grid.report.is_primary(spec["id"], setting) else SECONDARY)  # fmt: skip
     if not cache.has_variant(setting, variant) or not cache.has_variant(setting, baseline):

@@ -9,9 +9,10 @@ its family): its interval is two-sided at 1 - 2L, each end a one-sided bound at 
 adjusted for the family (statsmodels' Bonferroni). With both families the page as a whole holds at
 most the sum of their alphas. A row's verdict can then be wrong only on the side where the truth
 lies. For ``beats`` rows, in the paper's direction (a claim whose paper effect is negative is tested
-that way round, and says so):
+that way round, and its claim says so):
 
-- *holds*: the lower bound is above 0, and the interval holds the paper's effect (or there is none);
+- *holds*: the lower bound is above 0, and the interval reaches the paper's effect (holds it or lies
+  above it; or there is none);
 - *holds, smaller than the paper's*: the lower bound is above 0 and the upper one below the paper's
   effect: a gain, but not one as large as the paper's;
 - *below the paper's effect*: 0 < upper bound < the paper's effect, lower bound <= 0: the run
@@ -144,12 +145,11 @@ def verdict(effect: float, low: float, high: float, paper: float | None, kind: s
 
 
 def _note(c: Claim) -> str:
-    """What the row adds under its verdict: the paper's direction where it is negative, what an
-    inconclusive row without a paper effect excludes, and the seeds that would resolve the paper's
-    effect (an on-a-par row: the margin it can show at best) where this grid cannot."""
+    """What the row adds under its verdict: what an inconclusive row without a paper effect
+    excludes, and the seeds that would resolve the paper's effect (an on-a-par row: the margin it can
+    show at best) where this grid cannot. (A row tested in the paper's negative direction says so in
+    its claim.)"""
     parts = []
-    if c.direction < 0:
-        parts.append(f"the paper's effect here is negative ({c.paper:+.1f}): tested in its direction")
     if c.verdict == INCONCLUSIVE and c.kind == "beats" and c.paper is None and c.high > 0:
         parts.append(f"a gain above {_num(c.high, c)} is excluded")
     if not c.resolvable and c.verdict not in (HOLDS, SMALLER) and c.n:
