@@ -24,19 +24,26 @@ SOURCE_COLUMNS = ["source", "shared_with"]
 
 def per_run(records: pd.DataFrame) -> pd.DataFrame:
     """Benchmark rows plus each run's macro-average over its benchmarks ("avg"), whose ``sem`` is
-    its evaluation standard error (``stats.avg_sem``)."""
+    its evaluation standard error (``stats.avg_sem``). A run missing a benchmark that other runs of
+    its setting have at that checkpoint has no average, as in the tables."""
     keys = ["setting", "variant", "method", "seed", "checkpoint"]
-    avg = records.astype({"sem": float}).groupby(keys, as_index=False).agg(mean=("mean", "mean"), sem=("sem", avg_sem))
+    avg = records.astype({"sem": float}).groupby(keys, as_index=False).agg(
+        mean=("mean", "mean"), sem=("sem", avg_sem), has=("benchmark", "nunique")
+    )
+    wanted = records.groupby(["setting", "checkpoint"]).benchmark.nunique().rename("wanted")
+    avg = avg.join(wanted, on=["setting", "checkpoint"])
+    avg.loc[avg.has < avg.wanted, ["mean", "sem"]] = float("nan")
     avg = avg.assign(benchmark="avg", repeats=pd.NA, rows=pd.NA)
     out = pd.concat([records, avg[RUN_COLUMNS]], ignore_index=True)
     return out.sort_values(keys + ["benchmark"], kind="stable").reset_index(drop=True)
 
 
 def per_method(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample SD (ddof=1) over runs, with the number of runs used."""
+    """Mean and sample SD (ddof=1) over runs, with the number of runs used (a run without an
+    average is not among them)."""
     keys = ["setting", "variant", "method", "checkpoint", "benchmark"]
     g = runs.groupby(keys, as_index=False)
-    out = g.agg(mean=("mean", "mean"), sd=("mean", lambda s: s.std(ddof=1)), runs=("seed", "nunique"))
+    out = g.agg(mean=("mean", "mean"), sd=("mean", lambda s: s.std(ddof=1)), runs=("mean", "count"))
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 

@@ -137,6 +137,22 @@ def test_per_method_uses_sample_sd_and_counts_runs():
     assert out.loc["b", "runs"] == 3
 
 
+def test_a_run_missing_a_benchmark_has_no_average_in_the_summaries():
+    """Seed 2 lacks benchmark b: its Avg would be a's alone (0.60) if averaged over what it has; as
+    in the tables, it has none, and the method's Avg is seed 1's (0.40 over 1 run), not 0.50 over 2."""
+    rows = [("a", 1, 0.30), ("b", 1, 0.50), ("a", 2, 0.60)]
+    records = pd.DataFrame(
+        [{"setting": "s", "variant": "v", "method": "m", "seed": seed, "checkpoint": "final", "benchmark": b,
+          "mean": v, "sem": 0.01, "repeats": 1, "rows": 1} for b, seed, v in rows]  # fmt: skip
+    )
+    runs = per_run(records)
+    avg = runs[runs.benchmark == "avg"].set_index("seed")
+    assert avg.loc[1, "mean"] == pytest.approx(0.40) and pd.isna(avg.loc[2, "mean"]) and pd.isna(avg.loc[2, "sem"])
+    out = per_method(runs).set_index("benchmark")
+    assert out.loc["avg", "mean"] == pytest.approx(0.40) and out.loc["avg", "runs"] == 1
+    assert out.loc["a", "runs"] == 2 and out.loc["a", "mean"] == pytest.approx(0.45)
+
+
 QWEN3_LIKE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
