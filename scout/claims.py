@@ -143,7 +143,7 @@ def _compare(cache: Cache, spec: dict, setting: str, variant: str, baseline: str
             why = f"the {label}'s evaluation has no standard error in its records: the test needs it"
             return _unmeasured(base, why, test, used_x + used_y)
         effect, se, df = against_one_evaluation(x, y[0], sem)
-        base.update(n=len(x), design="one_evaluation")
+        base.update(n=len(x), design="one_evaluation", floor=sem * 100)
     else:
         if len(x) < 2 or len(y) < 2:
             why = (f"{len(x)} run(s) of {cache.label(variant)} and {len(y)} of {label}: the seed is the unit, "

@@ -238,15 +238,23 @@ def equivalence_detectable(se: float, df: float, level: float, power: float = PO
 
 
 def seeds_needed(effect: float, sd: float, level: float, power: float = POWER, paired: bool = True,
-                 most: int = 1000) -> float:  # fmt: skip
+                 most: int = 1000, floor: float = 0.0) -> float:  # fmt: skip
     """Seeds (pairs, or runs per arm for two independent arms) that a one-sided t test at ``level``
     needs to find ``effect`` with ``power`` at a spread ``sd`` (of the pairs' differences, or of
     each arm's runs): the fewest for which statsmodels' TTestPower (TTestIndPower) gives that power.
-    NaN for no effect or no spread, or beyond ``most``."""
+    ``floor``: a standard error that more seeds do not shrink (one evaluation's, against which the
+    runs are compared), so that se(n)^2 = sd^2 / n + floor^2. NaN for no effect or no spread, or
+    beyond ``most`` (always, where the floor alone leaves too little power)."""
     if not effect or effect <= 0 or not sd or math.isnan(sd) or math.isnan(effect):
         return math.nan
     size = effect / sd
-    if paired:
+    if floor > 0:
+        if t_power(effect / floor, math.inf, level) < power:  # not even infinitely many seeds
+            return math.nan
+
+        def power_at(n):
+            return t_power(effect / math.sqrt(sd**2 / n + floor**2), n - 1, level)
+    elif paired:
         def power_at(n):
             return smp.TTestPower().power(size, nobs=n, alpha=level, alternative="larger")
     else:

@@ -92,6 +92,7 @@ class Claim:
     note: str = ""  # what the page adds under the verdict (what the bounds exclude, seeds needed)
     failed: int = 0  # bootstrap draws whose statistic was undefined (left out)
     family: str = SECONDARY  # primary: the paper's headline comparisons (config report.primary)
+    floor: float = math.nan  # one_evaluation: the evaluation's standard error, which more seeds do not shrink
     welch_effect: float = math.nan  # a paired row's Welch test over every run, shown beside it
     welch_se: float = math.nan
     welch_df: float = math.nan
@@ -160,6 +161,9 @@ def _note(c: Claim) -> str:
         else:
             more = (f"; about {c.needed:.0f} would detect the paper's {c.target:.1f} at the measured spread"
                     if c.needed == c.needed else "")  # fmt: skip
+            if _floor(c) and t_power(c.target / _floor(c), math.inf, c.level) < POWER:
+                more = (f"; no number of seeds would detect the paper's {c.target:.1f}: the one evaluation "
+                        f"compared with has an error of {_floor(c):.1f} itself")  # fmt: skip
             parts.append(f"{c.n} {unit} detect {c.detectable:.1f}{more}")
     return "; ".join(parts)
 
@@ -180,10 +184,16 @@ def _num(x: float, c: Claim) -> str:
 
 def _sd(c: Claim) -> float:
     """The measured spread behind a seed-level row: of the pairs' differences, of each arm's runs
-    (Welch, at equal seeds), or of the runs against one evaluation."""
+    (Welch, at equal seeds), or of the runs against one evaluation (its own error taken out)."""
     if not c.n or math.isnan(c.se):
         return math.nan
+    if c.design == "one_evaluation":
+        return math.sqrt(c.n * max(c.se**2 - _floor(c) ** 2, 0.0))
     return c.se * math.sqrt(c.n / 2 if c.design == "welch" else c.n)
+
+
+def _floor(c: Claim) -> float:
+    return 0.0 if math.isnan(c.floor) else c.floor
 
 
 def family(found: list[Claim], alpha: float) -> list[Claim]:
@@ -217,7 +227,7 @@ def family(found: list[Claim], alpha: float) -> list[Claim]:
             p = one_sided_p(d * c.effect, c.se, c.df)
             found_at = detectable(c.se, c.df, level)
             power = t_power(abs(c.paper) / c.se, c.df, level) if c.paper and c.se > 0 else math.nan
-            needed = (stats.seeds_needed(abs(c.paper), _sd(c), level, paired=c.design != "welch")
+            needed = (stats.seeds_needed(abs(c.paper), _sd(c), level, paired=c.design != "welch", floor=_floor(c))
                       if c.paper and c.design in ("paired", "welch", "one_evaluation") else math.nan)  # fmt: skip
         row = replace(c, low=low, high=high, level=level, p=p, detectable=found_at, power=power, needed=needed,
                       verdict=verdict(c.effect, low, high, c.paper, c.kind, c.margin, d, outer), **extra)  # fmt: skip
@@ -245,7 +255,7 @@ def page_summary(found: list[Claim], alpha: float) -> dict:
             "unresolvable": sum(not c.resolvable for c in measured), "power": POWER}  # fmt: skip
 
 
-_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed",
+_FLOATS = ("effect", "low", "high", "se", "df", "level", "p", "p_adj", "detectable", "power", "needed", "floor",
            "welch_effect", "welch_se", "welch_df", "welch_low", "welch_high", "welch_p")  # fmt: skip
 
 

@@ -95,6 +95,25 @@ def test_adjusted_p_and_seeds_needed_by_hand_and_statsmodels():
     assert math.isnan(stats.seeds_needed(-1.0, 1.0, 0.05)) and math.isnan(stats.seeds_needed(1.0, math.nan, 0.05))
 
 
+def test_seeds_needed_against_one_evaluation_count_its_fixed_error():
+    """Runs against one evaluation: se(n)^2 = sd^2 / n + SEM^2, and more seeds shrink only the first
+    part. sd 4, SEM 1, effect 3 at 0.05: scipy's noncentral t gives 0.7984 power at 39 seeds and
+    0.8013 at 40. With sd 1, SEM 1, effect 1.5 at 0.1, even infinitely many leave 1.5 SEs, 0.59
+    power: none would do, and the row says so rather than a number that never gets there."""
+
+    def power(n, effect, sd, sem, level):
+        df = n - 1
+        return sps.nct.sf(sps.t.ppf(1 - level, df), df, effect / math.sqrt(sd**2 / n + sem**2))
+
+    assert power(39, 3, 4, 1, 0.05) < 0.8 < power(40, 3, 4, 1, 0.05)
+    assert stats.seeds_needed(3.0, 4.0, 0.05, floor=1.0) == 40
+    assert math.isnan(stats.seeds_needed(1.5, 1.0, 0.1, floor=1.0))
+    row = replace(_raw(1.0, math.sqrt(1 / 3 + 1), df=2, paper=1.5), n=3, design="one_evaluation", floor=1.0)
+    (c,) = verdicts.family([row], 0.1)
+    assert math.isnan(c.needed) and not c.resolvable
+    assert "no number of seeds would detect the paper's 1.5: the one evaluation compared with has an error of 1.0" in c.note
+
+
 @pytest.mark.parametrize(
     "bounds, paper, kind, margin, direction, expected",
     [
