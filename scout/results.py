@@ -299,7 +299,7 @@ class Row:
             v = self.run_avg.dropna()
             return list(v), [math.nan] * len(v)
         ok = self.y[col].notna()
-        return list(self.y[col][ok]), list(self.e[col][ok].fillna(0.0))
+        return list(self.y[col][ok]), list(self.e[col][ok])  # an unknown error stays unknown (NaN)
 
 
 @dataclass

@@ -88,10 +88,11 @@ def welch_test(x: Sequence[float], y: Sequence[float]) -> Welch:
 
 
 def random_effects_variance(y: Sequence[float], e: Sequence[float]) -> float:
-    """V = tau^2/R + sum(e^2)/R^2 with tau^2 = max(0, s^2 - mean(e^2)); NaN for fewer than two runs."""
+    """V = tau^2/R + sum(e^2)/R^2 with tau^2 = max(0, s^2 - mean(e^2)); NaN for fewer than two runs
+    or a run whose evaluation error is unknown (taken as 0 it would shrink V)."""
     y, e = np.asarray(y, dtype=float), np.asarray(e, dtype=float)
     r = y.size
-    if r < 2:
+    if r < 2 or np.isnan(e).any():
         return math.nan
     tau2 = max(0.0, float(y.var(ddof=1)) - float(np.mean(e**2)))
     return tau2 / r + float(np.sum(e**2)) / r**2

@@ -65,6 +65,8 @@ def test_random_effects_by_hand():
     p = stats.random_effects_test([0.2, 0.6], [0.01, 0.01], [0.3, 0.3], [0.0, 0.0])
     assert p == pytest.approx(0.308538, abs=1e-6)
     assert math.isnan(stats.random_effects_test([0.5], [0.1], [0.4, 0.4], [0.1, 0.1]))
+    # a run without its evaluation error: unknown, not 0 (taken as 0 here, p 0.074 where 0.1 gives 0.106)
+    assert math.isnan(stats.random_effects_test([0.5, 0.6], [0.1, math.nan], [0.4, 0.45], [0.1, 0.1]))
 
 
 def test_p_value_dispatch_and_unknown_test():
