@@ -3,8 +3,12 @@ after another, each in a forked child of this fresh interpreter, with nothing of
 the next starts.
 
 It is executed as source (``python -I -c``) inside the namespaces the keeper made, so it imports
-the standard library only and holds nothing but the programs and their inputs: it never sees an
-expected output, and a program reading its copy of this process's memory finds only the batch.
+the standard library only. It never holds a program or its input in its own memory: each arrives
+on stdin after a small header, and the kernel moves it straight into that program's files
+(``os.splice``), and its output goes out the same way. So a program, forked from this process,
+finds none of its batch's other programs or their outputs in its copy of this process's memory
+(a sibling's source or results line would be an answer to copy), and never an expected output,
+which never enters the sandbox.
 
 Per program: a fresh working directory; its own session; privileges dropped to ``nobody`` where
 the sandbox runs as root; the rlimits of its ``Limits``; stdin, stdout and stderr as files. At the
@@ -13,9 +17,11 @@ from PID 1 spares PID 1 only), so no daemon of one program meets the next. As PI
 receives no signal from inside the namespace that it has not asked for, and it is not dumpable,
 so a program can neither kill nor trace it.
 
-Protocol: one JSON object on stdin, ``{"jobs": [{"source", "stdin", "limits"}], "workdir",
-"nobody"}``; one JSON line per job on stdout, ``{"returncode", "stdout", "stderr", "timed_out"}``,
-in order.
+Protocol: on stdin, frames of a 16-hex-digit length and that many bytes: first the batch's
+``{"workdir", "nobody"}`` (JSON), then per program its header ``{"limits", "source_bytes",
+"stdin_bytes"}`` (JSON) followed by the raw source and stdin bytes. On stdout, per program in
+order, a frame ``{"returncode", "timed_out", "sizes"}`` followed by that many bytes of its stdout
+and of its stderr, spliced from its files as its source was spliced in.
 """
 
 import ctypes
@@ -34,7 +40,67 @@ def _exit_status(status):
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
-def _program(job, rundir, files, nobody, libc):
+def _read_exact(fd, n):
+    """``n`` bytes from ``fd`` (a frame header: small); EOFError where the stream ends first."""
+    chunks = []
+    while n:
+        chunk = os.read(fd, n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _frame(fd):
+    return _read_exact(fd, int(_read_exact(fd, 16), 16))
+
+
+def _splice(src, dst, n):
+    """``n`` bytes from ``src`` to ``dst`` (one of them a pipe), moved by the kernel: they never pass
+    through this process's memory, which every later program of the batch inherits."""
+    while n:
+        moved = os.splice(src, dst, n)
+        if not moved:
+            raise EOFError
+        n -= moved
+
+
+def _receive(path, n):
+    """A program's next ``n`` bytes of stdin (its source, or its input) into a new file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _splice(0, fd, n)
+    finally:
+        os.close(fd)
+
+
+def _send(header, paths, cap):
+    """A program's outcome on stdout: the header's frame, then at most ``cap`` bytes of each file
+    (its stdout, its stderr), their sizes in the header. Spliced, as its source came in: a program's
+    output (a calls row's values) must not stay in this process's memory for the next to find."""
+    fds = []
+    for path in paths:
+        try:
+            fds.append(os.open(path, os.O_RDONLY | os.O_NOFOLLOW))
+        except OSError:
+            fds.append(None)
+    try:
+        sizes = [0 if fd is None else min(os.fstat(fd).st_size, cap) for fd in fds]
+        data = json.dumps({**header, "sizes": sizes}).encode()
+        frame = memoryview(f"{len(data):016x}".encode() + data)
+        while frame:
+            frame = frame[os.write(1, frame) :]
+        for fd, n in zip(fds, sizes, strict=True):
+            if n:
+                _splice(fd, 1, n)
+    finally:
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+
+
+def _program(limits, rundir, files, nobody, libc):
     """In the forked child: become the program, run it, exit with its status. Never returns."""
     try:
         os.setsid()
@@ -51,7 +117,6 @@ def _program(job, rundir, files, nobody, libc):
             os.setgid(nobody)
             os.setuid(nobody)
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a freshly executed program is
-        limits = job["limits"]
         for res, value in (
             (resource.RLIMIT_CPU, limits["cpu_seconds"]),
             (resource.RLIMIT_AS, limits["memory_bytes"]),
@@ -71,7 +136,8 @@ def _program(job, rundir, files, nobody, libc):
     path = os.path.join(rundir, "prog.py")
     code = 0
     try:
-        source = job["source"]
+        with open(path, "rb") as fh:
+            source = fh.read()
         scope = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
         exec(compile(source, path, "exec"), scope)  # noqa: S102 - the sandboxed program itself
     except SystemExit as exc:
@@ -122,14 +188,6 @@ def _reap_all(child):
             status = st
 
 
-def _read(path, cap):
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(cap).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _wipe(path):
     """Remove what a program left, whatever modes it set."""
     if not os.path.isdir(path) or os.path.islink(path):
@@ -155,39 +213,35 @@ def main():
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # PID 1: signals without a handler never arrive
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    request = json.loads(sys.stdin.buffer.read())
-    workdir, nobody = request["workdir"], request["nobody"]
+    batch = json.loads(_frame(0))
+    workdir, nobody = batch["workdir"], batch["nobody"]
     private = os.path.join(workdir, ".io")
-    out = sys.stdout
-    for i, job in enumerate(request["jobs"]):
+    i = 0
+    while True:
+        try:
+            header = json.loads(_frame(0))
+        except EOFError:
+            break
+        limits = header["limits"]
         os.mkdir(private, 0o700)
         rundir = os.path.join(workdir, f"run{i}")
         os.mkdir(rundir)
         os.chmod(rundir, 0o777)
-        with open(os.path.join(rundir, "prog.py"), "w", encoding="utf-8") as fh:
-            fh.write(job["source"])
-        os.chmod(os.path.join(rundir, "prog.py"), 0o644)
         files = [os.path.join(private, name) for name in ("stdin", "stdout", "stderr")]
-        with open(files[0], "w", encoding="utf-8") as fh:
-            fh.write(job["stdin"])
+        _receive(os.path.join(rundir, "prog.py"), header["source_bytes"])
+        os.chmod(os.path.join(rundir, "prog.py"), 0o644)
+        _receive(files[0], header["stdin_bytes"])
         os.chmod(files[0], 0o644)
-        limits = job["limits"]
-        out.flush()
         pid = os.fork()
         if pid == 0:
-            _program(job, rundir, files, nobody, libc)
+            _program(limits, rundir, files, nobody, libc)
         finished = _wait(pid, limits["wall_seconds"])
         status = _reap_all(pid)
-        result = {
-            "returncode": None if not finished or status is None else _exit_status(status),
-            "stdout": _read(files[1], limits["output_bytes"]),
-            "stderr": _read(files[2], limits["output_bytes"]),
-            "timed_out": not finished,
-        }
+        returncode = None if not finished or status is None else _exit_status(status)
+        _send({"returncode": returncode, "timed_out": not finished}, files[1:], limits["output_bytes"])
         for name in os.listdir(workdir):  # all a program could have left for the next one
             _wipe(os.path.join(workdir, name))
-        out.write(json.dumps(result) + "\n")
-    out.flush()
+        i += 1
 
 
 if __name__ == "__main__":

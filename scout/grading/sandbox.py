@@ -327,17 +327,14 @@ def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
     """One sandbox, the runner as its PID 1, the programs in turn; their outcomes as they come
     (one held at a time, however much each printed). Fewer than the jobs if the batch died or ran
     past the sum of their wall-clock limits."""
-    request = {
-        "jobs": [{"source": s, "stdin": i, "limits": asdict(lim)} for s, i, lim in jobs],
-        "nobody": NOBODY if os.geteuid() == 0 else None,
-    }
+    batch = {"nobody": NOBODY if os.geteuid() == 0 else None}
     deadline = sum(lim.wall_seconds for _, _, lim in jobs) + 5 + 0.2 * len(jobs)
     hidden, keep = _hidden_dirs()
     with tempfile.TemporaryDirectory(prefix="scout-sandbox-") as tmp:
         os.chmod(tmp, 0o711)
         workdir = Path(tmp) / "work"
         workdir.mkdir()
-        request["workdir"] = str(workdir)
+        batch["workdir"] = str(workdir)
         with open(Path(tmp) / "stderr", "wb") as err:
             proc = subprocess.Popen(
                 [sandbox_python(), "-I", "-c", _runner_source()],
@@ -358,34 +355,64 @@ def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
 
             timer = threading.Timer(deadline, kill)
             timer.start()
+            # fed from a thread: the runner reads each program as it comes to it, and its results
+            # must be read meanwhile, or both pipes fill
+            feeder = threading.Thread(target=_feed, args=(proc.stdin, batch, jobs), daemon=True)
+            feeder.start()
             try:
-                try:
-                    proc.stdin.write(json.dumps(request).encode())
-                    proc.stdin.close()
-                except BrokenPipeError:
-                    pass
                 for _ in jobs:
-                    line = proc.stdout.readline()
                     try:
-                        r = json.loads(line)
-                        yield Outcome(r["returncode"], r["stdout"], r["stderr"], r["timed_out"])
-                    except (ValueError, KeyError, TypeError):
+                        r = json.loads(_exactly(proc.stdout, int(_exactly(proc.stdout, 16), 16)))
+                        out, err = (_exactly(proc.stdout, n).decode("utf-8", "replace") for n in r["sizes"])
+                        yield Outcome(r["returncode"], out, err, r["timed_out"])
+                    except (ValueError, KeyError, TypeError, EOFError):
                         return
             finally:
                 timer.cancel()
                 kill()
                 proc.stdout.close()
                 proc.wait()
+                feeder.join()
+
+
+def _exactly(pipe, n: int) -> bytes:
+    data = pipe.read(n)
+    if len(data) != n:
+        raise EOFError
+    return data
+
+
+def _feed(pipe, batch: dict, jobs: list[tuple[str, str, Limits]]) -> None:
+    """The runner's stdin (``scout.grading.runner``): the batch, then each program's header, source
+    and input, each a frame of a 16-hex-digit length and its bytes."""
+
+    def frame(data: bytes) -> bytes:
+        return f"{len(data):016x}".encode() + data
+
+    try:
+        pipe.write(frame(json.dumps(batch).encode()))
+        for source, stdin, limits in jobs:
+            code, text = source.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")
+            header = {"limits": asdict(limits), "source_bytes": len(code), "stdin_bytes": len(text)}
+            pipe.write(frame(json.dumps(header).encode()) + code + text)
+            pipe.flush()
+    except (BrokenPipeError, ValueError):  # the runner died or was killed, or the pipe was closed
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def run_programs(jobs: Sequence[tuple[str, str, Limits]]) -> Iterator[Outcome]:
     """Run many programs, each ``(source, stdin, limits)``, as :func:`run_program` would, at a
     fraction of its cost; their outcomes in order, as they come. One sandbox per batch
     (namespaces, mounts and an interpreter made once) whose PID 1 forks each program from a fresh
-    interpreter that holds only the batch (``scout.grading.runner``). Programs of a batch run one
-    after another, each with its own working directory, limits and session, and every process of
-    one is killed before the next starts. Without namespaces, or for what a batch did not finish,
-    each runs alone."""
+    interpreter that holds none of the batch's programs or outputs (``scout.grading.runner``).
+    Programs of a batch run one after another, each with its own working directory, limits and
+    session, and every process of one is killed before the next starts. Without namespaces, or for
+    what a batch did not finish, each runs alone."""
     jobs = list(jobs)
     for start in range(0, len(jobs), BATCH_PROGRAMS):
         batch = jobs[start : start + BATCH_PROGRAMS]

@@ -147,3 +147,90 @@ def test_expected_values_never_enter_the_sandbox():
         program = calls_program("def f(x):\n    return x", tests)
         assert all(call in program for call in tests["calls"])
         assert secret in json.dumps(tests["check"]) and secret not in program
+
+
+# A program that looks for its batch's other programs (the frame that read them, any object that
+# holds one, its own process memory) and answers with whichever of their functions it can run.
+COPIER = r'''
+import ctypes as _c, gc as _gc, sys as _s
+
+def _sources():
+    mine = open(__file__, "rb").read()
+    found = []
+    f = _s._getframe()
+    while f is not None:
+        for scope in (f.f_locals, f.f_globals):
+            for value in list(scope.values()):
+                found.append(value)
+        f = f.f_back
+    found += _gc.get_objects()
+    texts = set()
+    for o in found:
+        for item in (o.values() if isinstance(o, dict) else o if isinstance(o, list) else [o]):
+            for v in (item.values() if isinstance(item, dict) else [item]):
+                if isinstance(v, (str, bytes)) and "def {fn}(" in (v if isinstance(v, str) else v.decode("latin-1")):
+                    texts.add(v if isinstance(v, str) else v.decode("latin-1"))
+    with open("/proc/self/maps") as maps:  # the heap this process inherited
+        for line in maps:
+            if "[heap]" in line or line.split()[-1:] == ["rw-p"]:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if hi - lo <= 64 << 20:
+                    try:
+                        raw = _c.string_at(lo, hi - lo)
+                    except Exception:
+                        continue
+                    start = raw.find(b"def {fn}(x):\n    x = x + 3")
+                    if start >= 0:
+                        texts.add(raw[start:start + 200].split(b"\x00")[0].decode("latin-1"))
+    return [t for t in texts if t.encode("latin-1") not in mine]
+
+def {fn}(x):
+    for text in _sources():
+        body = text[text.index("def {fn}("):]
+        ns = {}
+        try:
+            exec(body.split("\n\n")[0], ns)
+            return ns["{fn}"](x)
+        except Exception:
+            continue
+    return None
+'''
+
+
+# ... and one that looks in its memory for a sibling's results line (the values of the same calls)
+# and writes it as its own
+ECHO = r'''
+import ctypes as _c, os as _o, sys as _s
+_mark = bytes([30]) + b"scout-result:"
+for _line in open("/proc/self/maps"):
+    _parts = _line.split()
+    if _parts[1].startswith("rw"):
+        _lo, _hi = (int(x, 16) for x in _parts[0].split("-"))
+        if _hi - _lo <= 64 << 20:
+            _raw = _c.string_at(_lo, _hi - _lo)
+            _at = _raw.find(_mark)
+            while _at >= 0:
+                _got = _raw[_at:].split(b"\n")[0].split(b"\x00")[0]
+                if _got.endswith(b"]]") and b'"value"' in _got:  # a whole results line
+                    _s.stdout.write("\n" + _got.decode("latin-1") + "\n")
+                    _s.stdout.flush()
+                    _o._exit(0)
+                _at = _raw.find(_mark, _at + 1)
+def {fn}(x):
+    return None
+'''
+
+
+def test_a_program_cannot_copy_another_program_of_its_batch():
+    """Programs of one batch are forked from one runner: a copier that finds an honest sibling's
+    source, or its results line, in the frames, objects or memory it inherits would answer right
+    without solving anything (majority@k for avg@k under RL). It finds nothing, alone or after the
+    honest one."""
+    from scout.grading.code import grade_batch
+
+    row = rows()["toy"]
+    honest = response(SOLUTIONS["toy"], ENTRY["toy"])
+    for hack in (COPIER, ECHO):
+        copier = response(hack, ENTRY["toy"])
+        assert grade_batch([(honest, row["tests"]), (copier, row["tests"])]) == [True, False]
+        assert grade_batch([(copier, row["tests"]), (honest, row["tests"])]) == [False, True]
