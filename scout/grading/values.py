@@ -129,6 +129,6 @@ def results_line(mark: str, stdout: str) -> list | None:
         if line.startswith(mark):
             try:
                 return json.loads(line[len(mark) :])
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
                 return None
     return None

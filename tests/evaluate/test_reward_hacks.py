@@ -234,3 +234,23 @@ def test_a_program_cannot_copy_another_program_of_its_batch():
         copier = response(hack, ENTRY["toy"])
         assert grade_batch([(honest, row["tests"]), (copier, row["tests"])]) == [True, False]
         assert grade_batch([(copier, row["tests"]), (honest, row["tests"])]) == [False, True]
+
+
+def test_output_nested_past_the_parsers_stack_is_wrong_not_an_error():
+    """A results line of 100,000 nested brackets, and a functional answer nested 5,000 deep, make
+    json.loads raise RecursionError (not ValueError): graded wrong, never a grader that dies and
+    takes the evaluation (or the training step) with it."""
+    from scout.grading.code import RESULT_MARK, grade_batch
+
+    table = rows()
+    deep_line = (
+        f"import sys, os\nsys.stdout.write('\\n' + {RESULT_MARK!r} + '[' * 100000 + ']' * 100000 + '\\n')\n"
+        "sys.stdout.flush()\nos._exit(0)\n"
+    )
+    deep_answer = (
+        "import sys\nsys.setrecursionlimit(100000)\nclass Solution:\n    def twice(self, n):\n"
+        "        x = []\n        for _ in range(5000):\n            x = [x]\n        return x\n"
+    )
+    items = [(response(deep_line, "f"), table["toy"]["tests"]), (response(deep_line, "f"), table["functional"]["tests"]),
+             (response(deep_answer, "twice"), table["functional"]["tests"])]  # fmt: skip
+    assert grade_batch(items) == [False, False, False]
