@@ -123,6 +123,7 @@ def _program(limits, rundir, files, nobody, libc):
             (resource.RLIMIT_FSIZE, limits["file_bytes"]),
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_NPROC, limits["processes"]),
+            (resource.RLIMIT_NOFILE, limits["open_files"]),
         ):
             resource.setrlimit(res, (value, value))
         os.chdir(rundir)

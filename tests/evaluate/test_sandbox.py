@@ -99,6 +99,31 @@ def test_sandbox_reads_stdin_and_caps_output():
     assert not flood.ok and len(flood.stdout) <= hostile.LIMITS.output_bytes
 
 
+MEMFDS = """
+import os
+held = []
+try:
+    while len(held) < 1000:
+        fd = os.memfd_create("m")
+        os.write(fd, b"x" * (1 << 20))
+        held.append(fd)
+except OSError as exc:
+    print(len(held), exc.errno)
+"""
+
+
+def test_memory_in_files_of_ram_is_bounded_by_the_open_files_limit():
+    """memfds are RAM outside RLIMIT_AS: 1 MiB each (the file-size limit) in as many as a program
+    may hold open. With the inherited 20,000 descriptors that was 19.5 GiB from one program; the
+    sandbox's 64 leave at most 64 MiB, alone and in a batch."""
+    limits = sandbox.Limits(memory_bytes=256 << 20)
+    alone = sandbox.run_program(MEMFDS, limits=limits)
+    batched = next(iter(sandbox.run_programs([(MEMFDS, "", limits)])))
+    for out in (alone, batched):
+        held, errno = map(int, out.stdout.split())
+        assert held < limits.open_files and errno == 24  # EMFILE: too many open files
+
+
 ALONE_AND_BATCHED = [
     ("import sys\nprint(sys.stdin.read()[::-1])", "abc"),
     ("raise SystemExit(3)", ""),
