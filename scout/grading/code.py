@@ -222,17 +222,12 @@ def check_values(tests: dict, results: list | None, seconds: int = 30) -> bool:
     Runs here, outside the sandbox; ``results`` is the program's data, trusted for nothing."""
     if not isinstance(results, list) or len(results) != len(tests["calls"]):
         return False
-    got = []
-    for item in results:
-        if not (isinstance(item, list) and len(item) == 2 and item[0] == "value"):
-            return False  # a call raised, or returned something that is not a plain value
-        try:
-            got.append(values.decode(item[1]))
-        except (values.Malformed, RecursionError):
-            return False
+    if not all(isinstance(item, list) and len(item) == 2 and item[0] == "value" for item in results):
+        return False  # a call raised, or returned something that is not a plain value
     check = tests["check"]
     try:
-        with _Deadline(seconds):
+        with _Deadline(seconds):  # decoding too: a set of colliding hashes costs quadratic time
+            got = [values.decode(item[1]) for item in results]  # Malformed: not plain values
             if "replay" in check:
                 ns: dict = {}
                 exec(_compiled(check["code"]), ns)
@@ -249,7 +244,7 @@ def check_values(tests: dict, results: list | None, seconds: int = 30) -> bool:
             exec(_compiled(check.get("setup", "")), ns)
             for statement in check["asserts"]:
                 exec(_compiled(statement), ns)
-    except Exception:  # noqa: BLE001 - a failed assertion, or a check that cannot run on these values
+    except (Exception, RecursionError):  # noqa: BLE001 - a failed assertion, or a check that cannot run on these values
         return False
     return True
 
@@ -328,8 +323,10 @@ def _job(response: str, tests: dict, limits: Limits) -> tuple[str, str, Limits] 
         return None
     seconds = float(tests.get("timeout", limits.wall_seconds))
     if kind == "calls":
-        room = max(limits.output_bytes, 1 << 22)  # values of every call, however large
-        return calls_program(code, tests), "", replace(_case_limits(limits, seconds), output_bytes=room)
+        room = max(limits.output_bytes, 1 << 22)  # values of every call, however large (the output is a file)
+        return calls_program(code, tests), "", replace(
+            _case_limits(limits, seconds), output_bytes=room, file_bytes=max(limits.file_bytes, room)
+        )
     cases = tests["cases"]
     total = seconds * (len(cases) + 1) + 5  # LiveCodeBench's global deadline
     expected = "".join(c["output"] for c in cases)

@@ -211,6 +211,34 @@ def test_mbpp(grader):
     )
 
 
+def test_a_large_right_value_is_graded_right_and_its_decoding_has_a_deadline(grader, monkeypatch):
+    """A call returning 1.2 MB of text: the calls program's output may hold 4 MiB of values, and the
+    file-size limit now lets it write them (it stopped at 1 MiB: "File too large", graded wrong). A
+    forged results line of a set whose ints all share one hash decodes in quadratic time (3.6 s at
+    870 kB): values are decoded under the check's deadline (an alarm is armed while they decode)."""
+    row = catalogue.mbpp({"task_id": 9, "text": "Repeat a.", "code": "", "test_list":
+                          ["assert len(rep(1200000)) == 1200000"], "test_setup_code": "",
+                          "challenge_test_list": []}, 0)  # fmt: skip
+    grade(grader, row, {fence("def rep(n):\n    return 'a' * n"): True, fence("def rep(n):\n    return 'a'"): False})
+    import signal
+
+    from scout.grading import values
+    from scout.grading.code import check_values
+
+    armed, decode = [], values.decode
+
+    def watched(data, depth=0):
+        left = signal.alarm(0)  # the seconds left on the deadline's alarm (0: none armed)
+        signal.alarm(left)
+        armed.append(left)
+        return decode(data, depth)
+
+    monkeypatch.setattr(values, "decode", watched)
+    assert check_values({"calls": ["rep(1)"], "check": {"asserts": ["assert _v[0] == 'a'"]}},
+                        [["value", values.encode("a")]], seconds=30)  # fmt: skip
+    assert armed and all(0 < left <= 30 for left in armed)
+
+
 def test_extraction_rules():
     two = "a\n```python\nx = 1\n```\nthen\n```python\ny = 2\n```\ndone"
     assert extract_lcb(two) == "y = 2"
