@@ -32,18 +32,26 @@ def extract_lcb(response: str) -> str:
     return "\n".join(lines[fences[-2] + 1 : fences[-1]])
 
 
+PARSE_BUDGET = 2000  # parses tried at most: a response that never parses costs lines^2 of them
+
+
 def _longest_parsable(code: str) -> str:
-    """The longest run of consecutive lines that parses (evalplus's fallback for broken code)."""
+    """The longest run of consecutive lines that parses (evalplus's fallback for broken code),
+    among the first ``PARSE_BUDGET`` runs tried, longest first from each start. An answer cut off
+    at its end is found within a few; 1,600 lines that never parse took 1.3 million parses (9 s)."""
     lines = code.split("\n")
-    best = ""
+    best, budget = "", PARSE_BUDGET
     for i in range(len(lines)):
         for j in range(len(lines), i, -1):
             if j - i <= best.count("\n") + 1:
                 break
+            if budget == 0:
+                return best
+            budget -= 1
             chunk = "\n".join(lines[i:j])
             try:
                 ast.parse(chunk)
-            except SyntaxError:
+            except (SyntaxError, ValueError, MemoryError, RecursionError):  # ValueError: a null byte
                 continue
             best = chunk
             break

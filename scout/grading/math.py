@@ -25,15 +25,16 @@ INTEGER = re.compile(r"\s*(-?\d{1,64})\s*")
 def last_boxed(text: str) -> str | None:
     """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none.
     A box left unclosed by truncation does not count."""
-    found = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth = 1
-        for j in range(m.end(), len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                found = text[m.end() : j]
-                break
-    return found
+    closes, opened = {}, []  # each brace's partner, in one pass (a box per brace was quadratic)
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            opened.append(m.start())
+        elif opened:
+            closes[opened.pop()] = m.start()
+    for m in reversed(list(re.finditer(r"\\(?:boxed|fbox)\s*\{", text))):
+        if m.end() - 1 in closes:
+            return text[m.end() : closes[m.end() - 1]]
+    return None
 
 
 def answer_of(response: str) -> str | None:

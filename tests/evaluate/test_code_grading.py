@@ -481,3 +481,25 @@ def test_find_zero_oracle_is_signed_as_in_evalplus():
     # at x = -0.6 the polynomial is -0.2 (the signed oracle passes), but the stored root is 0.1 away
     far = [["value", values.encode(-0.6)], *ok[1:]]
     assert check_values(tests, far) is False
+
+
+def test_the_longest_parsable_run_is_searched_within_a_budget(monkeypatch):
+    """evalplus's fallback tries runs of lines longest first: an answer cut off at its end is found
+    in a few parses, as without a budget; 1,600 lines that never parse stop after PARSE_BUDGET
+    parses (they took 1.3 million, 9 s, in the trainer's reward path)."""
+    import ast
+    import sys
+    import types
+
+    extract = sys.modules["scout.grading.extract"]  # the package's name `extract` is its function
+    parses = []
+
+    def counted(source, *args, **kwargs):
+        parses.append(1)
+        return ast.parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(extract, "ast", types.SimpleNamespace(parse=counted))  # this module's parses only
+    cut = "def f(x):\n    return x + 1\n\ndef g(y):\n    return f(y) * (2 +"
+    assert extract._longest_parsable(cut) == "def f(x):\n    return x + 1\n" and len(parses) < 10
+    parses.clear()
+    assert extract._longest_parsable("\n".join([")"] * 1600)) == "" and len(parses) == extract.PARSE_BUDGET
