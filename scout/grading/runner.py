@@ -10,15 +10,15 @@ finds none of its batch's other programs or their outputs in its copy of this pr
 (a sibling's source or results line would be an answer to copy), and never an expected output,
 which never enters the sandbox.
 
-Per program: a fresh working directory; its own session; privileges dropped to ``nobody`` where
-the sandbox runs as root; the rlimits of its ``Limits``; stdin, stdout and stderr as files. At the
-wall-clock limit, or when it ends, every other process of the namespace is killed (``kill(-1)``
-from PID 1 spares PID 1 only), so no daemon of one program meets the next. As PID 1 this process
+Per program: a fresh working directory; its own session; privileges dropped to the batch's own
+unprivileged uid where the sandbox runs as root; the rlimits of its ``Limits``; stdin, stdout and
+stderr as files. At the wall-clock limit, or when it ends, every other process of the namespace is
+killed (``kill(-1)`` from PID 1 spares PID 1 only), so no daemon of one program meets the next. As PID 1 this process
 receives no signal from inside the namespace that it has not asked for, and it is not dumpable,
 so a program can neither kill nor trace it.
 
 Protocol: on stdin, frames of a 16-hex-digit length and that many bytes: first the batch's
-``{"workdir", "nobody"}`` (JSON), then per program its header ``{"limits", "source_bytes",
+``{"workdir", "uid"}`` (JSON), then per program its header ``{"limits", "source_bytes",
 "stdin_bytes"}`` (JSON) followed by the raw source and stdin bytes. On stdout, per program in
 order, a frame ``{"returncode", "timed_out", "sizes"}`` followed by that many bytes of its stdout
 and of its stderr, spliced from its files as its source was spliced in.
@@ -100,7 +100,7 @@ def _send(header, paths, cap):
                 os.close(fd)
 
 
-def _program(limits, rundir, files, nobody, libc):
+def _program(limits, rundir, files, uid, libc):
     """In the forked child: become the program, run it, exit with its status. Never returns."""
     try:
         os.setsid()
@@ -112,10 +112,10 @@ def _program(limits, rundir, files, nobody, libc):
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, 1 << 16)
-        if nobody is not None:
+        if uid is not None:
             os.setgroups([])
-            os.setgid(nobody)
-            os.setuid(nobody)
+            os.setgid(uid)
+            os.setuid(uid)
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a freshly executed program is
         for res, value in (
             (resource.RLIMIT_CPU, limits["cpu_seconds"]),
@@ -215,7 +215,7 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     batch = json.loads(_frame(0))
-    workdir, nobody = batch["workdir"], batch["nobody"]
+    workdir, uid = batch["workdir"], batch["uid"]
     private = os.path.join(workdir, ".io")
     i = 0
     while True:
@@ -235,7 +235,7 @@ def main():
         os.chmod(files[0], 0o644)
         pid = os.fork()
         if pid == 0:
-            _program(limits, rundir, files, nobody, libc)
+            _program(limits, rundir, files, uid, libc)
         finished = _wait(pid, limits["wall_seconds"])
         status = _reap_all(pid)
         returncode = None if not finished or status is None else _exit_status(status)

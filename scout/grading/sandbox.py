@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import json
 import os
 import resource
@@ -39,6 +40,8 @@ from functools import cache
 from pathlib import Path
 
 NOBODY = 65534
+UID_BASE, UID_SPAN = 1_000_000_000, 1 << 30  # root's sandbox users: one per sandbox (below 2^31)
+_SANDBOXES = itertools.count()
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x00020000,
     0x08000000,
@@ -193,11 +196,19 @@ def _namespaces(workdir: str, source: str | None, hidden: tuple[str, ...], keep:
         _supervise(program)
 
 
-def _limit(limits: Limits, workdir: str) -> None:
+def program_uid() -> int:
+    """The unprivileged uid (and gid) a sandbox of root's runs its programs as: one of its own (by
+    this process and a count of its sandboxes), not a shared ``nobody``. RLIMIT_NPROC counts a uid's
+    processes across the host, so with one uid for every concurrent sandbox a fork bomb in one left
+    no process for an honest program's thread in another, and so did enough honest ones at once."""
+    return UID_BASE + (os.getpid() * 1024 + next(_SANDBOXES) % 1024) % UID_SPAN
+
+
+def _limit(limits: Limits, workdir: str, uid: int) -> None:
     if os.geteuid() == 0:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -209,11 +220,12 @@ def _limit(limits: Limits, workdir: str) -> None:
 
 def _contain(limits: Limits, workdir: str, source: str, isolate: bool):
     hidden, keep = _hidden_dirs() if isolate else ((), ())
+    uid = program_uid()  # here, in the keeper: inside the sandbox's PID namespace every pid is alike
 
     def setup() -> None:
         if isolate:
             _namespaces(workdir, source, hidden, keep)
-        _limit(limits, workdir)
+        _limit(limits, workdir, uid)
 
     return setup
 
@@ -230,7 +242,7 @@ def namespaces_available() -> bool:
 
 def isolation() -> str:
     """One line for logs: what containment this host gives untrusted programs."""
-    user = "as nobody" if os.geteuid() == 0 else "as the calling user"
+    user = "as an unprivileged uid of its own" if os.geteuid() == 0 else "as the calling user"
     if namespaces_available():
         hidden = ", ".join(_hidden_dirs()[0]) or "nothing"
         return (
@@ -331,7 +343,7 @@ def _run_batch(jobs: list[tuple[str, str, Limits]]) -> Iterator[Outcome]:
     """One sandbox, the runner as its PID 1, the programs in turn; their outcomes as they come
     (one held at a time, however much each printed). Fewer than the jobs if the batch died or ran
     past the sum of their wall-clock limits."""
-    batch = {"nobody": NOBODY if os.geteuid() == 0 else None}
+    batch = {"uid": program_uid() if os.geteuid() == 0 else None}
     deadline = sum(lim.wall_seconds for _, _, lim in jobs) + 5 + 0.2 * len(jobs)
     hidden, keep = _hidden_dirs()
     with tempfile.TemporaryDirectory(prefix="scout-sandbox-") as tmp:

@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,19 @@ print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, os.getpi
     outs = list(sandbox.run_programs([(leave, "", sandbox.Limits()), (look, "", sandbox.Limits())]))
     assert outs[0].ok, outs[0].stderr
     assert outs[1].ok and outs[1].stdout == "False False True\nTrue\n", outs[1].stderr
+
+
+def test_a_fork_bomb_leaves_a_concurrent_sandbox_its_processes():
+    """RLIMIT_NPROC counts a uid's processes host-wide: where every sandbox ran as one `nobody`, a
+    fork bomb in one left an honest program in another no thread to start. Each sandbox of root's
+    has a uid of its own (as an ordinary user, the user namespace counts them apart)."""
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    honest = "import threading\nt = threading.Thread(target=lambda: print(sum(map(int, input().split()))))\nt.start()\nt.join()\n"
+    limits = sandbox.Limits(wall_seconds=4, cpu_seconds=4, memory_bytes=256 << 20)
+    got = {}
+    side = threading.Thread(target=lambda: got.setdefault("bomb", sandbox.run_program(bomb, "", limits)))
+    side.start()
+    time.sleep(1.5)  # the bomb has taken every process it may by now
+    out = sandbox.run_program(honest, "1 2\n", limits)
+    side.join()
+    assert got["bomb"].timed_out and out.ok and out.stdout == "3\n", out.stderr
