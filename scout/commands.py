@@ -101,12 +101,16 @@ def _restore_hint(out: str) -> None:
 
 def cmd_restore(args) -> int:
     from scout import runs
+    from scout.status import incomplete_hint
 
     for out in args.runs:
         try:
             runs.restore(out, log=_log)
         except runs.RunMismatch as exc:
             raise SystemExit(f"scout restore: {exc}") from exc
+        hint = incomplete_hint(Path.cwd(), os.path.relpath(Path(out) / "train.json"))
+        if hint:
+            _log(hint)
     return 0
 
 

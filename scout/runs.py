@@ -249,6 +249,8 @@ def restore(out: str | Path, log=print) -> Path:
 
 
 def _write(out: Path, data: dict) -> None:
+    """Keys in their order: the spec's order is part of its digest, and :func:`restore` writes the
+    record back from here (sorted, a restored cell's spec read as changed)."""
     tmp = out / f".{RUN_FILE}.tmp"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(out / RUN_FILE)

@@ -40,6 +40,16 @@ def _incomplete(workdir: Path) -> set[str]:
     return out
 
 
+def incomplete_hint(workdir: Path, output: str) -> str:
+    """What to say of a finished output that Snakemake still marks incomplete (its job was cut off,
+    or a killed rerun's was, and the run was finished or restored since): Snakemake refuses to go
+    on until told to keep it or to make it again. Empty where it is not marked."""
+    if output not in _incomplete(workdir):
+        return ""
+    return (f"Snakemake marks {output} incomplete (its job was cut off): `snakemake --cleanup-metadata {output}` "
+            "(with your --configfile) keeps it as it is; `--rerun-incomplete` would train the cell again")  # fmt: skip
+
+
 def _locked(workdir: Path) -> bool:
     locks = workdir / ".snakemake" / "locks"
     return locks.is_dir() and any(locks.iterdir())
@@ -98,7 +108,7 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
     running = bool(pids)
     res = grid.paths.root
     per_exp: dict[str, dict[str, int]] = {}
-    active, stopped, durations, damaged, restorable = [], [], [], [], []
+    active, stopped, durations, damaged, restorable, marked = [], [], [], [], [], []
     plans, shared = grid.plans, []
     fresh = Freshness(grid, work)
     left = 0  # runs not done
@@ -112,6 +122,8 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
             work / res / "logs" / "train" / cell.setting / cell.variant / f"s{cell.seed}.log",
         )
         if (work / out).exists():
+            if not running and incomplete_hint(work, out):
+                marked.append(incomplete_hint(work, out))
             try:
                 durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
                 state = "stale" if fresh.training(cell) else "done"
@@ -131,6 +143,10 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
                 stopped.append((cell.key, step, total, runs.last_checkpoint(work / run)))
         elif _failed(log):
             state = "failed"
+        elif (runs.owner(work / run) or {}).get("complete") is False:  # claimed, then killed without a word
+            state = "interrupted"
+            stopped.append((cell.key, last_step(work / run, log), training_runs.run_spec(grid, cell)["total_steps"],
+                            runs.last_checkpoint(work / run)))  # fmt: skip
         else:
             state = "pending"
         if state in ("failed", "interrupted", "pending") and (work / run).parent.is_dir():
@@ -154,6 +170,7 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
         "stale": fresh.stale(),
         "damaged": damaged,
         "restorable": restorable,
+        "marked_incomplete": marked,
         "shared": shared,
         "snakemake_running": running,
         "snakemake_pids": pids,
@@ -248,6 +265,8 @@ def render(st: dict) -> str:
         lines.append(f"interrupted: {key} at step {step}/{total_steps}; the next snakemake {resumes}")
     for d in st["damaged"]:
         lines.append(f"damaged: {d}")
+    for hint in st.get("marked_incomplete", []):
+        lines.append(f"marked: {hint}")
     for run, kept in st.get("restorable", []):
         lines.append(f"restorable: {run} has no train.json, and a finished run of its spec is kept ({kept}): "
                      f"`scout restore {run}` puts it back")  # fmt: skip

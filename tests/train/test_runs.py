@@ -3,6 +3,7 @@ a damaged checkpoint or a lost export trains from scratch, with the old folder m
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -181,6 +182,7 @@ def test_a_failed_rerun_keeps_the_finished_run_and_restore_puts_it_back(spec_for
     spec = spec_for("opd", total_steps=2, steps_per_epoch=2, save_every=1)
     out = tmp_path / "s1"
     first = _train(spec, out)
+    text = (out / "train.json").read_text()  # its key order too: the spec's digest depends on it
     before, written = _weights(out), (out / "train.json").stat().st_mtime
     (out / "train.json").unlink()  # what Snakemake does before it reruns the job
 
@@ -195,8 +197,14 @@ def test_a_failed_rerun_keeps_the_finished_run_and_restore_puts_it_back(spec_for
     assert runs.restorable(out) == finished
     monkeypatch.undo()
 
+    # the job was cut off mid-run, so Snakemake marks its output incomplete: restore says how to keep it
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".snakemake" / "incomplete").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(b"s1/train.json").decode()).write_text("")
+    capsys.readouterr()
     assert cli.main(["restore", str(out)]) == 0
-    assert json.loads((out / "train.json").read_text()) == json.loads(json.dumps(first))
+    assert json.loads(text) == json.loads(json.dumps(first)) and (out / "train.json").read_text() == text
+    assert "`snakemake --cleanup-metadata s1/train.json` (with your --configfile) keeps it" in capsys.readouterr().out
     assert abs((out / "train.json").stat().st_mtime - written) < 1.0
     assert _same(before, _weights(out))
     (partial,) = superseded(out)  # the failed rerun's folder, aside
@@ -208,7 +216,7 @@ def test_a_failed_rerun_keeps_the_finished_run_and_restore_puts_it_back(spec_for
     (out / "train.json").unlink()
     assert runs.restorable(out) == out
     runs.restore(out, log=lambda _: None)
-    assert json.loads((out / "train.json").read_text()) == json.loads(json.dumps(first))
+    assert (out / "train.json").read_text() == text
 
     # a rerun of another spec that fails: the finished run is of the old spec, and is not put back
     (out / "train.json").unlink()

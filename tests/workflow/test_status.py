@@ -253,6 +253,32 @@ def test_after_snakemake_is_killed_status_says_interrupted_and_names_the_stale_l
     assert "stale lock" not in text and "interrupted: toy-l-s-math/opd/s1" in text
 
 
+def test_a_killed_job_and_a_finished_run_snakemake_marks_incomplete_are_told_as_they_are(tmp_path):
+    """A training job killed with SIGKILL while Snakemake goes on (an OOM killer): no traceback in
+    its log and no incomplete mark (Snakemake took it off), but a claimed run that never finished,
+    with a checkpoint: interrupted, and the next run resumes, not "pending". A run that finished
+    after Snakemake itself was killed: its train.json is there, but Snakemake marks it incomplete and
+    refuses to go on; status names the command that keeps it."""
+    from scout import runs
+
+    cfg = toy_config()
+    paths = Paths.of(cfg)
+    killed = tmp_path / paths.train_dir("toy-l-s-math", "scout", 1)
+    (killed / "checkpoints" / "step_32").mkdir(parents=True)
+    (killed / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 47)))
+    runs._write(killed, {"fingerprint": "f", "spec": {}, "complete": False})
+    orphan = f"{paths.train_dir('toy-l-s-math', 'opd', 2)}/train.json"
+    finished_run(tmp_path / paths.train_dir("toy-l-s-math", "opd", 2))
+    (tmp_path / ".snakemake" / "incomplete").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(orphan.encode()).decode()).write_text("")
+    st = status.status(Grid.of(cfg), tmp_path)
+    assert ("toy-l-s-math/scout/s1", "46", 64, 32) in [(k, s, t, c) for k, s, t, c in st["interrupted_trainings"]]
+    text = status.render(st)
+    assert "interrupted: toy-l-s-math/scout/s1 at step 46/64; the next snakemake resumes from step 32" in text
+    assert f"marked: Snakemake marks {orphan} incomplete" in text
+    assert f"`snakemake --cleanup-metadata {orphan}` (with your --configfile) keeps it" in text
+
+
 def test_the_critical_path_is_the_longest_chain_of_jobs_by_hand():
     """Four jobs: data (2 s) feeds a pretraining (10 s) and a tokenizer (1 s); a training (5 s) reads
     the pretrained model and the tokenizer. The longest chain: data -> pretraining -> training,

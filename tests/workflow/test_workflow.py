@@ -240,7 +240,7 @@ def test_a_failed_forced_training_is_restored_and_nothing_downstream_is_remade(f
     run = str(Path(target).parent)
     assert f"`scout restore {run}` puts it back" in st.stdout, st.stdout + st.stderr
     subprocess.run([*scout, "restore", run], cwd=finished_grid, check=True, capture_output=True)
-    assert json.loads((finished_grid / target).read_text()) == json.loads(record)
+    assert (finished_grid / target).read_text() == record  # the same text: key order is in the spec's digest
     assert "Nothing to be done" in snakemake(finished_grid, "-n").stdout
 
 
