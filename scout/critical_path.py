@@ -60,9 +60,14 @@ def read_jobs(workdir: str | Path = ".") -> list[Job]:
                 tuple(j["inputs"])) for j in by_job.values()]  # fmt: skip
 
 
-def render(workdir: str | Path = ".") -> str:
-    """The critical path as ``scout status`` prints it; empty where Snakemake has recorded no job."""
+def render(workdir: str | Path = ".", results: str | None = None) -> str:
+    """The critical path as ``scout status`` prints it; empty where Snakemake has recorded no job.
+    With ``results``, only jobs with an output in that folder count: one working directory's
+    records hold every grid run from it (the toy grid's beside the paper's)."""
     jobs = read_jobs(workdir)
+    if results is not None:
+        inside = str(Path(results)).rstrip("/") + "/"
+        jobs = [j for j in jobs if any(o.startswith(inside) for o in j.outputs)]
     if not jobs:
         return ""
     total, chain = longest_chain(jobs)

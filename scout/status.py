@@ -176,7 +176,7 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
         "snakemake_pids": pids,
         "stale_lock": _locked(work) and not running,
         "wall": grid_wall_time(work / res, running),
-        "critical_path": critical_path.render(work),
+        "critical_path": critical_path.render(work, res),
         "remaining_s": remainder,
         "servers": servers(grid, work),
     }

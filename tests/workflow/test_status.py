@@ -294,3 +294,20 @@ def test_the_critical_path_is_the_longest_chain_of_jobs_by_hand():
     total, chain = longest_chain(jobs)
     assert total == 17.0 and [j.key for j in chain] == ["data d", "pretrain m", "train r"]
     assert longest_chain([]) == (0.0, [])
+
+
+def test_the_critical_path_counts_only_the_grid_asked_about(tmp_path):
+    """One working directory's Snakemake records hold every grid run from it: the paper grid's
+    status, with nothing run in results-paper/, printed the toy grid's critical path."""
+    from scout import critical_path
+
+    meta = tmp_path / ".snakemake" / "metadata"
+    meta.mkdir(parents=True)
+    for out, rule in (("results/toy/models/toy-small/model.safetensors", "toy_pretrain"),
+                      ("results-paper/train/q4b-q1.7b-math/opd/s1/train.json", "train")):  # fmt: skip
+        record = {"rule": rule, "job_hash": hash(out), "starttime": 100.0, "endtime": 160.0, "input": []}
+        (meta / base64.urlsafe_b64encode(out.encode()).decode()).write_text(json.dumps(record))
+    toy, paper = critical_path.render(tmp_path, "results"), critical_path.render(tmp_path, "results-paper")
+    assert toy.startswith("critical path: 60 s") and "toy_pretrain (60 s)" in toy and " train (" not in toy
+    assert "(train (60 s))" in paper and "toy_pretrain" not in paper
+    assert critical_path.render(tmp_path, "results-other") == ""
