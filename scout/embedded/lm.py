@@ -17,13 +17,20 @@ import torch
 
 from scout.embedded.qwen3 import Qwen3, is_qwen3
 from scout.embedded.tokenizer import Tokenizer
-from scout.io import DamagedInput
+from scout.io import DamagedInput, JobStopped
 
 
 def pick_device(requested: str = "auto") -> torch.device:
+    """The config's device; a GPU asked for where torch sees none is the config's mistake, said so
+    (loading a model there failed as if its file were damaged, and named a remake of it)."""
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU is visible to it"
+        raise JobStopped(f"device: {requested}, but torch {torch.__version__} cannot use a GPU here ({why}); "
+                         "set device: cpu (or auto) in the config, or run this job where there is a GPU")  # fmt: skip
+    return device
 
 
 def load_model(path: str | Path, device: torch.device) -> torch.nn.Module:

@@ -329,3 +329,18 @@ def test_the_config_places_the_toy_jobs_not_the_presence_of_a_gpu(spec_for, tmp_
         assert {k: v for k, v in after[0].items() if k != "device"} == before[0]
     cfg["device"] = cfg["evaluation"]["device"] = "cpu"  # written at their default: the same specs
     assert (jobs.train_job_spec(Grid.of(cfg), cell), jobs.eval_spec(Grid.of(cfg), "toy-l-s-math", "scout", 1, "final")) == before
+
+
+def test_a_gpu_asked_for_where_torch_has_none_is_said_so_not_a_damaged_model(spec_for, tmp_path, monkeypatch, capsys):
+    """device: cuda on a machine without one (here: torch says so) stops the job with what to
+    change; it used to fail loading the student as if its file were damaged, naming a remake of
+    the model that would retrain everything built on it."""
+    from scout import cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = {**spec_for("opd", total_steps=1, steps_per_epoch=1, save_every=1), "device": "cuda"}
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "--spec", json.dumps(spec), "--out", str(tmp_path / "run")])
+    said = str(stop.value)
+    assert said.startswith("scout train: device: cuda, but torch ") and "set device: cpu (or auto)" in said
+    assert "damaged" not in said and "remake" not in said
