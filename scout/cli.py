@@ -164,6 +164,14 @@ def _cluster_commands(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # its reader went away (`scout status | head`): nothing more to say, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush stays quiet
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     args.console = None  # under --log: the console's stderr, for what a person should see at once
     warn_if_another_checkout()

@@ -311,3 +311,13 @@ def test_the_critical_path_counts_only_the_grid_asked_about(tmp_path):
     assert toy.startswith("critical path: 60 s") and "toy_pretrain (60 s)" in toy and " train (" not in toy
     assert "(train (60 s))" in paper and "toy_pretrain" not in paper
     assert critical_path.render(tmp_path, "results-other") == ""
+
+
+def test_a_command_piped_into_head_ends_without_a_traceback():
+    """`scout plan --configfile config/paper.yaml | head -2`: the reader leaves after two lines of
+    its 10 kB; the command ends quietly (it printed a BrokenPipeError traceback)."""
+    from tests.support.toy import REPO
+
+    shell = f"{sys.executable} -m scout.cli plan --configfile config/paper.yaml | head -2"
+    out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.startswith("Jobs and requested hours") and out.stderr == "", out.stderr
