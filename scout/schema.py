@@ -108,7 +108,7 @@ def schema_errors(config: dict) -> list[str]:
             else:
                 out.append(f"{where(sub.absolute_path)}: {sub.message}{number_hint(sub.instance)}")
         elif err.validator in ("oneOf", "anyOf"):
-            wanted = " or ".join(expected(branch) for branch in err.validator_value)
+            wanted = " or ".join(expected(branch, validator.schema) for branch in err.validator_value)
             out.append(f"{where(err.absolute_path)}: {err.instance!r} is not {wanted}{number_hint(err.instance)}")
         else:
             out.append(f"{where(err.absolute_path)}: {err.message}{number_hint(err.instance)}")
@@ -121,10 +121,16 @@ def unknown_key(err) -> str:
     return f"{where([*err.absolute_path, *extra[:1]])}: unknown key; expected one of: {allowed}"
 
 
-def expected(schema: dict) -> str:
-    """A schema branch in words: "an integer (at least 0)", "a string matching ^[0-9]+$"."""
+def expected(schema: dict, root: dict | None = None) -> str:
+    """A schema branch in words: "an integer (at least 0)", "a string matching ^[0-9]+$", "'tuned'"
+    (a ``$ref`` into ``root``'s ``$defs`` read as what it refers to)."""
     article = {"integer": "an integer", "object": "a mapping", "array": "a list", "string": "a string",
                "number": "a number", "boolean": "true or false"}  # fmt: skip
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/$defs/") and root is not None:
+        return expected(root.get("$defs", {}).get(ref.removeprefix("#/$defs/"), {}), root)
+    if "const" in schema:
+        return repr(schema["const"])
     if "enum" in schema:
         return "one of " + ", ".join(map(repr, schema["enum"]))
     kinds = schema.get("type", "value")

@@ -118,6 +118,10 @@ def toy():
             "methods.scout.prefix_ratio: [0.9, 0.1] shrinks",
         ),
         (lambda c: c["methods"]["optr"].update(threshold=0), "methods.optr.threshold: 0 trusts every token"),
+        (  # a $ref'd branch in words, not "value or value"
+            lambda c: c["settings"]["q4b-q1.7b-math"].update(student_lr="fast"),
+            "settings.q4b-q1.7b-math.student_lr: 'fast' is not a number (above 0) or 'tuned'",
+        ),
     ],
 )
 def test_bad_config_names_key_and_expectation(paper, mutate, expected):
