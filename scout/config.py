@@ -296,6 +296,11 @@ def validate(config: dict) -> dict:
     if not errs:
         errs = _reference_errors(config)
     if errs:
+        missing = [k for k in schema.document().get("required", []) if k not in config]
+        if len(missing) > 1:  # an overlay read alone: --configfile replaces the config it was meant to extend
+            errs.insert(0, f"{len(missing)} top-level sections are missing ({', '.join(missing)}): if this file is "
+                           "an overlay, give the base config before it: --configfile config/config.yaml "
+                           "your-overlay.yaml")  # fmt: skip
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errs))
     return select(config)
 

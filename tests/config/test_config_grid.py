@@ -809,3 +809,13 @@ def test_a_config_edited_after_its_grid_was_made_changes_no_grid_handed_out(pape
     assert jobs.train_job_spec(Grid.of(cfg), cell)["keep_checkpoints"] == "exported"
     assert Grid.of(base).config == base  # what the plan's disk and every live read see
     assert jobs.train_job_spec(Grid.of(base), cell) == before
+
+
+def test_an_overlay_read_alone_is_told_to_follow_the_base_config():
+    """`--configfile my-overlay.yaml` replaces config/config.yaml: seventeen "required property"
+    lines said nothing of that; the first line now does."""
+    with pytest.raises(C.ConfigError) as err:
+        C.validate({"settings": {"toy-l-s-math": {"student_lr": 2.0e-4}}})
+    first = str(err.value).splitlines()[1].strip()
+    assert first.startswith("8 top-level sections are missing (world, backend, models, benchmarks,")
+    assert first.endswith("--configfile config/config.yaml your-overlay.yaml")
