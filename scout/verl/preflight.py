@@ -154,11 +154,19 @@ def count_after_filter(cfg, tokenizer, parquet: str) -> int:
 LOGPROB_LOOPS = {"", "scout_budget"}  # agent loops that return the rollout's log-probs ('': verl's own)
 
 
+def _local(path: str) -> str:
+    """``path`` where it is a local folder; an OSError that says so where it names one that is not
+    there (transformers took it for a malformed hub id: "Repo id must be in the form ...")."""
+    if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().is_dir():
+        raise OSError(f"no folder at {path} (a local path; a hub id has the form namespace/name)")
+    return path
+
+
 def _model_config(path: str) -> dict:
     """A model's architecture (its config.json)."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(path).to_dict()
+    return AutoConfig.from_pretrained(_local(path)).to_dict()
 
 
 def _engines(cfg, item: CellCheck) -> list[dict]:
@@ -305,7 +313,7 @@ def _check_steps(row: Row, cfg, item: CellCheck, tokenizers: dict, counts: dict,
 def _tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    return AutoTokenizer.from_pretrained(_local(name))
 
 
 def _cached_tokenizer(tokenizers: dict, path: str):

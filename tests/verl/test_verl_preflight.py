@@ -166,3 +166,11 @@ def test_a_backend_that_checks_no_cells_says_so_before_resolving_any():
 
     with pytest.raises(SystemExit, match="the embedded backend needs no preflight"):
         main(["preflight", "--configfile", str(REPO / "config" / "config.yaml"), "--config", "results=/nonexistent"])
+
+
+def test_a_hub_that_names_a_missing_local_folder_is_said_to_be_one():
+    """models.X.hub: /nonexistent/Qwen3-1.7B reached transformers as a hub id: "Repo id must be in
+    the form 'repo_name' or 'namespace/repo_name'", which does not say the folder is missing."""
+    for load in (verl_checks._model_config, verl_checks._tokenizer):
+        with pytest.raises(OSError, match=r"no folder at /nonexistent/Qwen3-1.7B \(a local path; a hub id has"):
+            load("/nonexistent/Qwen3-1.7B")
