@@ -110,10 +110,12 @@ _RUN_TARGET = r"(?:train|eval)/(?P<setting>[^/]+)/(?P<variant>[^/]+)/s(?P<seed>\
 
 
 def outside_grid(targets, results: str, runs: set[tuple[str, str, int]], base_variants, config_dir: Path,
-                 configfiles: list[str]) -> list[str]:  # fmt: skip
+                 configfiles: list[str], evaluations=None) -> list[str]:  # fmt: skip
     """Why each run target (a training's or an evaluation's path) names no run of the configured
     grid, and which of the checkout's configs define its variant: snakemake alone says only "No
-    rule to produce" or fails inside an input function."""
+    rule to produce" or fails inside an input function. ``evaluations``: a callable giving every
+    evaluation record of the grid, to name a record of a run that is in the grid but not of it (a
+    misspelled benchmark, another domain's, a checkpoint it does not export)."""
     import re
 
     import yaml
@@ -122,10 +124,12 @@ def outside_grid(targets, results: str, runs: set[tuple[str, str, int]], base_va
     out = []
     for target in targets:
         m = pattern.match(str(target))
-        if not m or m["variant"] in base_variants:
+        if not m:
             continue
         setting, variant, seed = m["setting"], m["variant"], int(m["seed"])
-        if (setting, variant, seed) in runs:
+        if variant in base_variants or (setting, variant, seed) in runs:
+            if evaluations is not None and str(target).endswith(".json") and "/eval/" in str(target):
+                out += _not_evaluated(str(target).removeprefix("./"), evaluations())
             continue
         seeds = sorted(s for st, v, s in runs if (st, v) == (setting, variant))
         if seeds:
@@ -158,3 +162,19 @@ def outside_grid(targets, results: str, runs: set[tuple[str, str, int]], base_va
                      f"{', '.join(sorted({v for st, v, _ in runs if st == setting})) or 'none'}")  # fmt: skip
         out.append(text)
     return out
+
+
+def _not_evaluated(target: str, records) -> list[str]:
+    """Why an evaluation record of a run of the grid is not one the grid makes: what that run is
+    evaluated at and on."""
+    records = set(records)
+    if target in records:
+        return []
+    unit = target.rsplit("/", 2)[0]  # results/eval/setting/variant/sN
+    theirs = [r.removeprefix(unit + "/") for r in records if r.startswith(unit + "/")]
+    ckpts = sorted({r.split("/")[0] for r in theirs})
+    benches = sorted({r.split("/")[1].removesuffix(".json") for r in theirs})
+    if not theirs:
+        return [f"{target}: this run is not evaluated in this grid (it shares another run's, or trains for a choice)"]
+    return [f"{target}: not an evaluation of this grid; {unit} is evaluated at {', '.join(ckpts)} "
+            f"on {', '.join(benches)}"]  # fmt: skip

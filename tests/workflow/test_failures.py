@@ -134,3 +134,9 @@ def test_a_target_outside_the_grid_is_named_with_the_config_that_defines_it(tmp_
              "results/train/toy-mg-s-math/scout-f4/s1/train.json"]  # fmt: skip
     out = subprocess.run(named, capture_output=True, text=True)
     assert out.returncode == 0 and "rule train" in out.stdout + out.stderr, out.stdout[-2000:]
+    # an evaluation of a run in the grid, but a benchmark (or checkpoint) it is not evaluated on
+    out = dry_run(tmp_path, base, "results/eval/toy-l-s-math/scout/s1/final/tc-hard.json")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "No rule to produce" not in text and "Traceback" not in text
+    assert ("results/eval/toy-l-s-math/scout/s1/final/tc-hard.json: not an evaluation of this grid; "
+            "results/eval/toy-l-s-math/scout/s1 is evaluated at final on tm-easy, tm-hard, tm-long") in text

@@ -69,6 +69,7 @@ _outside = scout_workflow.outside_grid(
     grid.BASE_VARIANTS,
     Path(workflow.basedir) / "config",
     [os.path.relpath(f) for f in workflow.overwrite_configfiles],
+    lambda: jobs.eval_records(GRID),
 )
 if _outside:
     raise WorkflowError("not a run of this grid:\n  " + "\n  ".join(_outside))
