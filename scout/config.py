@@ -307,7 +307,13 @@ def validate(config: dict) -> dict:
 
 def selection_name(sel: dict) -> str:
     """A selection as a folder name, so that each selection's report has a folder of its own:
-    ``select-settings-toy-l-s-math-methods-opd-scout-seeds-1-2``; a long one ends in a digest."""
+    ``select-settings-toy-l-s-math-methods-opd-scout-seeds-1-2``; a long one ends in a digest. The
+    names in sorted order: the same cells listed in another order are the same selection."""
+
+    def order(v):
+        return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
+
+    sel = {k: sorted(set(v), key=order) if isinstance(v, list) else v for k, v in sel.items()}
     parts = []
     for key in ("experiments", "settings", "methods", "seeds"):
         if isinstance(sel.get(key), list):

@@ -819,3 +819,12 @@ def test_an_overlay_read_alone_is_told_to_follow_the_base_config():
     first = str(err.value).splitlines()[1].strip()
     assert first.startswith("8 top-level sections are missing (world, backend, models, benchmarks,")
     assert first.endswith("--configfile config/config.yaml your-overlay.yaml")
+
+
+def test_a_selection_names_its_report_folder_whatever_the_order_of_its_names():
+    """The same cells listed in another order are the same selection: one report folder, not two."""
+    a = C.selection_name({"settings": ["toy-l-s-math"], "methods": ["opd", "scout"], "seeds": [1, 2]})
+    b = C.selection_name({"settings": ["toy-l-s-math"], "methods": ["scout", "opd"], "seeds": [2, 1]})
+    assert a == b == "select-settings-toy-l-s-math-methods-opd-scout-seeds-1-2"
+    assert C.selection_name({"seeds": [10, 2]}) == "select-seeds-2-10"
+    assert C.selection_name({"methods": ["opd"]}) != C.selection_name({"methods": ["scout"]})
