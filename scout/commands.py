@@ -15,7 +15,10 @@ from scout.workflow import REMAKE_ENV
 def _spec(text: str) -> dict:
     """A JSON object, given inline or as @file."""
     if text.startswith("@"):
-        text = Path(text[1:]).read_text()
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise SystemExit(f"scout: --spec {text}: cannot read it ({exc.strerror or exc})") from exc
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -203,8 +206,12 @@ def _grid(args):
 def cmd_report(args) -> int:
     from scout.report import ReportError, build, console_summary
 
+    config = _config(args)
+    if not Path(config["results"]).is_dir():  # a mistyped --results: a report of nothing would say 26 not measured
+        raise SystemExit(f"scout report: no results folder at {config['results']}: nothing has run there (is the "
+                         "path right? the config's `results:` or --results names it)")  # fmt: skip
     try:
-        manifest = build(_config(args), args.out, pdf=False if args.no_pdf else None, log=_log)
+        manifest = build(config, args.out, pdf=False if args.no_pdf else None, log=_log)
     except ReportError as exc:
         raise SystemExit(f"scout report: {exc}") from exc
     if args.console is not None:  # under --log the claims go to the console as well as to the log

@@ -162,6 +162,7 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
     mean = sum(durations) / len(durations) if durations else None
     remainder = mean * left / max(1, len(active)) if (mean and running) else None
     return {
+        "missing_results": None if (work / res).is_dir() else str(work / res),
         "experiments": per_exp,
         "running_trainings": active,
         "interrupted_trainings": stopped,
@@ -246,6 +247,9 @@ def render(st: dict) -> str:
 
     widths = {"done": 6, "stale": 7, "running": 9, "failed": 8, "interrupted": 13, "pending": 9, "damaged": 9}
     lines = [f"{'experiment':<18}" + "".join(f"{k:>{w}}" for k, w in widths.items())]
+    if st.get("missing_results"):
+        lines.insert(0, f"no results folder at {st['missing_results']}: nothing has run there (is the path right? "
+                        "--results, the config's `results:` or --directory names it)")  # fmt: skip
     for exp, c in st["experiments"].items():
         lines.append(f"{exp:<18}" + "".join(f"{c[k]:>{w}}" for k, w in widths.items()))
     done, total = st["evaluations"]

@@ -321,3 +321,20 @@ def test_a_command_piped_into_head_ends_without_a_traceback():
     shell = f"{sys.executable} -m scout.cli plan --configfile config/paper.yaml | head -2"
     out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.startswith("Jobs and requested hours") and out.stderr == "", out.stderr
+
+
+def test_a_results_folder_that_is_not_there_is_said_so(tmp_path):
+    """A mistyped --results (or --directory): status said every cell pending, report wrote a report
+    of 26 unmeasured claims; each now says the folder is not there. A --spec @file that is not
+    there is one line, not a traceback."""
+    scout = [sys.executable, "-m", "scout.cli"]
+    missing = tmp_path / "resluts"
+    st = subprocess.run([*scout, "status", "--results", str(missing)], capture_output=True, text=True)
+    assert st.returncode == 0 and st.stdout.startswith(f"no results folder at {missing}: nothing has run there")
+    rep = subprocess.run([*scout, "report", "--results", str(missing)], capture_output=True, text=True)
+    assert rep.returncode != 0 and rep.stderr.strip().startswith(f"scout report: no results folder at {missing}")
+    assert not missing.exists()
+    spec = subprocess.run([*scout, "train", "--spec", f"@{missing}.json", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert spec.returncode != 0 and "Traceback" not in spec.stderr
+    assert spec.stderr.strip() == f"scout: --spec @{missing}.json: cannot read it (No such file or directory)"
