@@ -466,6 +466,9 @@ def load(path: str | Path | list[str | Path], select: str | None = None, overrid
             chosen = yaml.safe_load(select)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--select: not valid YAML: {exc}") from exc
+        if overrides and "select" in overrides and overrides["select"] != chosen:
+            raise ConfigError(f"--select {select} and --config select={overrides['select']} name different cells; "
+                              "give one of them")  # fmt: skip
         if isinstance(config, dict):
             config["select"] = chosen
     return validate(config)

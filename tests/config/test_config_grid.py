@@ -828,3 +828,11 @@ def test_a_selection_names_its_report_folder_whatever_the_order_of_its_names():
     assert a == b == "select-settings-toy-l-s-math-methods-opd-scout-seeds-1-2"
     assert C.selection_name({"seeds": [10, 2]}) == "select-seeds-2-10"
     assert C.selection_name({"methods": ["opd"]}) != C.selection_name({"methods": ["scout"]})
+
+
+def test_two_different_selections_on_one_command_are_refused():
+    """--select A with --config select=B used A alone, silently; the same selection twice is fine."""
+    base = str(REPO / "config" / "config.yaml")
+    with pytest.raises(C.ConfigError, match="name different cells; give one of them"):
+        C.load(base, "{methods: [opd]}", overrides={"select": {"methods": ["scout"]}})
+    assert C.load(base, "{methods: [opd]}", overrides={"select": {"methods": ["opd"]}})
