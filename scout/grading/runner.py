@@ -13,9 +13,9 @@ which never enters the sandbox.
 Per program: a fresh working directory; its own session; privileges dropped to the batch's own
 unprivileged uid where the sandbox runs as root; the rlimits of its ``Limits``; stdin, stdout and
 stderr as files. At the wall-clock limit, or when it ends, every other process of the namespace is
-killed (``kill(-1)`` from PID 1 spares PID 1 only), so no daemon of one program meets the next. As PID 1 this process
-receives no signal from inside the namespace that it has not asked for, and it is not dumpable,
-so a program can neither kill nor trace it.
+killed (``kill(-1)`` from PID 1 spares PID 1 only), so no daemon of one program meets the next. As
+PID 1 this process receives no signal from inside the namespace that it has not asked for, and it
+is not dumpable, so a program can neither kill nor trace it.
 
 Protocol: on stdin, frames of a 16-hex-digit length and that many bytes: first the batch's
 ``{"workdir", "uid"}`` (JSON), then per program its header ``{"limits", "source_bytes",
