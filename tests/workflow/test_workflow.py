@@ -404,7 +404,7 @@ def test_two_selections_reports_stand_side_by_side(finished_grid):
     whole grid's page stays as it was."""
     whole = finished_grid / "results" / "report" / "index.html"
     before = whole.read_bytes()
-    sels = {"select-settings-toy-l-s-math-methods-opd-esr-seeds-1":
+    sels = {"select-settings-toy-l-s-math-methods-esr-opd-seeds-1":  # its names in sorted order
             "select={settings: [toy-l-s-math], methods: [opd, esr], seeds: [1]}",
             "select-settings-toy-l-s-math-methods-opd-prune_opd-seeds-1":
             "select={settings: [toy-l-s-math], methods: [opd, prune_opd], seeds: [1]}"}  # fmt: skip
