@@ -44,8 +44,10 @@ def incomplete_hint(workdir: Path, output: str) -> str:
     """What to say of a finished output that Snakemake still marks incomplete (its job was cut off,
     or a killed rerun's was, and the run was finished or restored since): Snakemake refuses to go
     on until told to keep it or to make it again. Empty where it is not marked."""
-    if output not in _incomplete(workdir):
-        return ""
+    return _marked(output) if output in _incomplete(workdir) else ""
+
+
+def _marked(output: str) -> str:
     return (f"Snakemake marks {output} incomplete (its job was cut off): `snakemake --cleanup-metadata {output}` "
             "(with your --configfile) keeps it as it is; `--rerun-incomplete` would train the cell again")  # fmt: skip
 
@@ -122,8 +124,8 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
             work / res / "logs" / "train" / cell.setting / cell.variant / f"s{cell.seed}.log",
         )
         if (work / out).exists():
-            if not running and incomplete_hint(work, out):
-                marked.append(incomplete_hint(work, out))
+            if not running and out in incomplete:
+                marked.append(_marked(out))
             try:
                 durations.append(json.loads((work / out).read_text()).get("seconds", 0.0))
                 state = "stale" if fresh.training(cell) else "done"
@@ -134,19 +136,16 @@ def status(grid: Grid, workdir: str | Path = ".") -> dict:
             except (OSError, ValueError) as exc:
                 state = "damaged"
                 damaged.append(str(DamagedInput(out, f"unreadable ({exc})")))
-        elif out in incomplete:
-            state = "running" if running else "interrupted"
+        elif out in incomplete or (not _failed(log) and (runs.owner(work / run) or {}).get("complete") is False):
+            # under way, or cut off: Snakemake's mark, or a run claimed and then killed without a word
+            state = "running" if running and out in incomplete else "interrupted"
             step, total = last_step(work / run, log), training_runs.run_spec(grid, cell)["total_steps"]
-            if running:
+            if state == "running":
                 active.append((cell.key, step, total))
             else:
                 stopped.append((cell.key, step, total, runs.last_checkpoint(work / run)))
         elif _failed(log):
             state = "failed"
-        elif (runs.owner(work / run) or {}).get("complete") is False:  # claimed, then killed without a word
-            state = "interrupted"
-            stopped.append((cell.key, last_step(work / run, log), training_runs.run_spec(grid, cell)["total_steps"],
-                            runs.last_checkpoint(work / run)))  # fmt: skip
         else:
             state = "pending"
         if state in ("failed", "interrupted", "pending") and (work / run).parent.is_dir():
