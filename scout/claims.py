@@ -203,9 +203,9 @@ def _evaluation_sem(cache: Cache, setting: str, variant: str) -> float:
 def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
     sweep = cache.interval_variants(setting)
     main = next((v for f, v in sweep if v == "scout"), None)
+    base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],
+                where=spec.get("where", ""))  # fmt: skip
     if main is None or len(sweep) < 2:
-        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],
-                    where=spec.get("where", ""))
         return _unmeasured(base, "no f-sweep around the main SCOUT run")
     if spec["kind"] == "sweep_sparse":
         variant, baseline = main, sweep[-1][1]
@@ -214,8 +214,6 @@ def _sweep(cache: Cache, spec: dict, setting: str) -> Claim:
     fs = {v: f for f, v in sweep}
     if variant == baseline:  # the main run is the sweep's sparsest (or densest) point: nothing to compare
         end, other = ("sparsest", "sparser") if spec["kind"] == "sweep_sparse" else ("densest", "denser")
-        base = dict(claim=spec["claim"], setting=setting, paper=None, unit=SEEDS_UNIT, id=spec["id"],
-                    where=spec.get("where", ""))  # fmt: skip
         return _unmeasured(base, f"the main SCOUT run (f={fs[main]}) is the sweep's {end} f: no {other} f to compare")
     claim = _compare(cache, spec, setting, variant, baseline)
     curve = "; ".join(f"f={f}: {100 * np.mean(_runs(cache, setting, v)[0]):.1f}" for f, v in sweep if _runs(cache, setting, v)[0])
