@@ -272,6 +272,9 @@ def cmd_fingerprints(args) -> int:
             "scout fingerprints: only toy grids are fingerprinted (the paper grid's digits follow its GPUs)"
         )
     if args.record:
+        if cfg.get("selected_from"):
+            raise SystemExit("scout fingerprints --record: a selection makes only some of the recorded files; "
+                             "record the whole grid (without select)")  # fmt: skip
         got = rep.measure(cfg)
         rep.write_record(args.section, got, args.record)
         _log(f"recorded {sum(h is not None for h in got.values())} fingerprints as '{args.section}' in {rep.RECORD}")

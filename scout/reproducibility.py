@@ -231,21 +231,23 @@ FAMILIES = ("opd", "grpo", "relay_opd", "scout")
 def toy_files(config: dict) -> list[str]:
     """What the record fingerprints of a toy grid (paths under its results folder): the data, the
     tokenizer, the pretrained and prepared models, the first setting's first seed of each method
-    family (SCOUT's teacher too), and the untrained student's samples on the first benchmark."""
+    family (SCOUT's teacher too), and the untrained student's samples on the first benchmark; of a
+    selection (``select``), those it makes."""
     from scout import jobs  # not at the top: the grid imports torch, which must wait for pin_numerics
     from scout.grid import Grid
 
     names = (*config["toy"]["splits"], *config["benchmarks"], *config["toy"].get("validation", {}))
     out = [f"toy/data/{name}.jsonl" for name in names]
     out.append("toy/tokenizer/tokenizer.json")
-    models = config["models"]
-    out += [f"toy/models/{m}/model.safetensors" for m in models if "toy" in models[m]]
-    out += [f"teachers/{m}/model/final/model.safetensors" for m in models if "prepare" in models[m]]
+    grid = Grid.of(config)
+    models, used = config["models"], jobs.models_in_grid(grid)
+    out += [f"toy/models/{m}/model.safetensors" for m in models if "toy" in models[m] and m in used]
+    out += [f"teachers/{m}/model/final/model.safetensors" for m in models if "prepare" in models[m] and m in used]
     main = config["experiments"].get("main", {})
     settings, seeds = main.get("settings", []), main.get("seeds", [])
     if settings and seeds:
         setting, seed = settings[0], seeds[0]
-        root, grid = results_root(config), Grid.of(config)
+        root = results_root(config)
         for method in FAMILIES:
             if method in main["methods"]:  # in the folder of the run the cell is (a tuning run's, say)
                 run = f"{jobs.run_dir(grid, setting, method, seed).removeprefix(root + '/')}/model"
@@ -325,6 +327,7 @@ class Check:
     lock: Path
     pinned: int
     off: list[tuple[str, str, str | None]]
+    outside: int = 0  # recorded files a selection does not make
 
     @property
     def same_numerics(self) -> bool:
@@ -338,9 +341,10 @@ class Check:
 def check(config: dict, section: str = "toy") -> Check:
     """Compare a toy grid's files with the record's section, models only where the probe agrees."""
     record = read_record(section)
-    here = probe()
-    rows = compare(record.files, measure(config), not record.numerics or record.numerics == here)
-    return Check(rows, record, here, *install_state())
+    here, got = probe(), measure(config)
+    want = {f: h for f, h in record.files.items() if f in got}  # a selection makes only some of them
+    rows = compare(want, got, not record.numerics or record.numerics == here)
+    return Check(rows, record, here, *install_state(), outside=len(record.files) - len(want))
 
 
 def write_record(section: str, got: dict[str, str | None], note: str, record: Path | None = None) -> None:
@@ -369,7 +373,8 @@ def render(c: Check, section: str) -> str:
         out.append(f"{f:<{width}}  {want:<12}  {have:<12}  {verdict}")
     out.append(f"{n['same']} of {len(rows)} files have the recorded digits ('{section}' in {RECORD}); "
                f"{n['differs']} differ, {n['missing']} not made yet, {n['not recorded']} not recorded, "
-               f"{n['other numerics']} made with other numerics.")  # fmt: skip
+               f"{n['other numerics']} made with other numerics"
+               + (f"; {c.outside} recorded files are not this selection's." if c.outside else "."))  # fmt: skip
     made = f" on {record.machine}" if record.machine else ""
     out.append(f"numerics: this machine's probe {c.probe}, the record's {record.numerics or '(not recorded)'}{made}")
     off = c.off

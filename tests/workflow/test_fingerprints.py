@@ -111,6 +111,32 @@ def test_a_record_from_other_numerics_is_not_blamed_on_this_machine(tmp_path, mo
     assert "1 made by models on other numerical code paths" in summary and "ffffffffffff" in summary
 
 
+def test_a_selection_is_checked_against_the_files_it_makes(tmp_path, monkeypatch, capsys):
+    """Under ``select`` the recorded files of other methods, settings and models are not "not made
+    yet" (the selection never makes them): they are counted apart, and --record refuses."""
+    from scout import cli
+
+    cfg = toy_config()
+    cfg["results"] = str(tmp_path / "results")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    record = tmp_path / "fingerprints.yaml"
+    rep.write_record("toy", dict.fromkeys(rep.toy_files(cfg), "0123456789ab"), "every file", record)
+    monkeypatch.setattr(rep, "RECORD", record)
+    select = ["--configfile", str(tmp_path / "cfg.yaml"), "--config",
+              "select={settings: [toy-l-s-math], methods: [opd, scout], seeds: [1, 2]}"]  # fmt: skip
+    assert cli.main(["fingerprints", *select]) == 0
+    out = capsys.readouterr().out
+    files = [line.split()[0] for line in out.splitlines() if line.split()[-1] == "missing"]
+    assert "train/toy-l-s-math/opd/s1/model/final/model.safetensors" in files
+    assert "train/toy-l-s-math/scout/s1/model/final-teacher/model.safetensors" in files
+    assert not any("/grpo/" in f or "toy-medium" in f for f in files), files
+    outside = len(rep.recorded("toy", record)) - len(files)
+    assert outside > 0 and f"{outside} recorded files are not this selection's" in out
+    with pytest.raises(SystemExit, match="a selection makes only some"):
+        cli.main(["fingerprints", *select, "--record", "a selection"])
+    assert rep.recorded("toy", record) == dict.fromkeys(rep.toy_files(cfg), "0123456789ab")
+
+
 def test_scout_fingerprints_reports_a_changed_file_and_records(tmp_path):
     cfg = toy_config()
     cfg["results"] = "results"
