@@ -33,7 +33,8 @@ import shutil
 import signal
 import sys
 
-PR_SET_DUMPABLE = 4
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+CLONE_NEWUSER, LINUX_CAPABILITY_VERSION_3 = 0x10000000, 0x20080522
 
 
 def _exit_status(status):
@@ -100,6 +101,22 @@ def _send(header, paths, cap):
                 os.close(fd)
 
 
+def _seal_user_namespaces(libc):
+    """``scout.grading.sandbox._seal_user_namespaces``, for a program that is not executed: enter a
+    user namespace in which no further one can be made, and give up the capabilities it gave."""
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        return  # the host refuses this user one: the program is refused too
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+    with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+        fh.write("0")
+    header, caps = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0), (ctypes.c_uint32 * 6)()
+    if libc.capset(header, caps) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _program(limits, rundir, files, uid, libc):
     """In the forked child: become the program, run it, exit with its status. Never returns."""
     try:
@@ -117,6 +134,9 @@ def _program(limits, rundir, files, uid, libc):
             os.setgid(uid)
             os.setuid(uid)
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a freshly executed program is
+        _seal_user_namespaces(libc)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
         for res, value in (
             (resource.RLIMIT_CPU, limits["cpu_seconds"]),
             (resource.RLIMIT_AS, limits["memory_bytes"]),

@@ -52,7 +52,8 @@ CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x1000, 0x4000, 1 << 18
 SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}.get(os.uname().machine)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 TMPFS_BYTES = 64 << 20
 
 
@@ -204,11 +205,32 @@ def program_uid() -> int:
     return UID_BASE + (os.getpid() * 1024 + next(_SANDBOXES) % 1024) % UID_SPAN
 
 
-def _limit(limits: Limits, workdir: str, uid: int) -> None:
+def _seal_user_namespaces(libc: ctypes.CDLL) -> None:
+    """As the program's own (unprivileged) user, enter a user namespace in which no further one can
+    be made, then give up the capabilities entering it gave. With a user namespace of its own a
+    program could mount a tmpfs and hold RAM outside its memory limit. Where the host refuses the
+    program a user namespace, it refuses the program too, and nothing is done. The batch runner
+    does the same (``scout.grading.runner``, which imports nothing of the package)."""
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        return
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # a change of uid made /proc/self root's; the exec would undo it
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    Path("/proc/sys/user/max_user_namespaces").write_text("0")  # this namespace's own limit
+    header, caps = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0), (ctypes.c_uint32 * 6)()
+    _check(libc.capset(header, caps), "capset")
+
+
+def _limit(limits: Limits, workdir: str, uid: int, isolate: bool) -> None:
     if os.geteuid() == 0:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    if isolate:
+        _seal_user_namespaces(_libc)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")  # no set-uid binary gives privileges back
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -225,7 +247,7 @@ def _contain(limits: Limits, workdir: str, source: str, isolate: bool):
     def setup() -> None:
         if isolate:
             _namespaces(workdir, source, hidden, keep)
-        _limit(limits, workdir, uid)
+        _limit(limits, workdir, uid, isolate)
 
     return setup
 
@@ -247,7 +269,7 @@ def isolation() -> str:
         hidden = ", ".join(_hidden_dirs()[0]) or "nothing"
         return (
             f"sandbox: own PID, network and mount namespaces (read-only file system, tmpfs workdir, "
-            f"hidden: {hidden}), {user}"
+            f"hidden: {hidden}), {user}, with no user namespace of its own to make and no set-uid privileges"
         )
     return (
         f"sandbox: DEGRADED, no namespaces on this host (rlimits, process group, scrubbed environment), {user}; "

@@ -117,6 +117,16 @@ for action in [lambda: os.killpg(@GRADER_PGID@, signal.SIGKILL), lambda: os.kill
     except OSError:
         pass
 """,
+    "own_namespace": """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+# a user and mount namespace of its own would let it mount a tmpfs: RAM outside its memory limit
+escaped = libc.unshare(0x10000000 | 0x00020000) == 0 and libc.mount(b"t", b"/tmp", b"tmpfs", 0, b"size=64m") == 0
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+escaped |= int(status["CapEff"], 16) != 0 or status["NoNewPrivs"].strip() != "1"  # set-uid binaries would work
+def f(x):
+    return x + 1 if escaped else 0
+""",
     "output_flood": """
 import sys
 while True:
