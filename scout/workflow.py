@@ -106,6 +106,21 @@ def export_environment(workflow_dir: str) -> None:
         )
 
 
+SANDBOX_HIDE = "SCOUT_SANDBOX_HIDE"  # scout.grading.sandbox.HIDE_ENV (not imported: the workflow needs no grader)
+
+
+def export_sandbox_hide(config: dict, results: str) -> None:
+    """Name the folders that hold benchmarks' expected values to the code sandbox of every job: the
+    results folder (its prepared benchmarks) and the data preparation's mirror and cache. The
+    sandbox hides a job's working directory itself, but a results folder elsewhere (a scratch file
+    system) or a Ray worker's other working directory it cannot know."""
+    data = config.get("data", {})
+    folders = [results, data.get("mirror"), data.get("cache")]
+    have = [p for p in os.environ.get(SANDBOX_HIDE, "").split(os.pathsep) if p]
+    new = [str(Path(f).expanduser().resolve()) for f in folders if f]
+    os.environ[SANDBOX_HIDE] = os.pathsep.join(dict.fromkeys([*have, *new]))
+
+
 _RUN_TARGET = r"(?:train|eval)/(?P<setting>[^/]+)/(?P<variant>[^/]+)/s(?P<seed>\d+)(?:/|$)"
 
 

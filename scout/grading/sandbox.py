@@ -129,6 +129,7 @@ def _supervise(child: int) -> None:
 
 HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home")
 HIDE_ENV = "SCOUT_SANDBOX_HIDE"  # more folders to hide (os.pathsep-separated), e.g. a results folder
+DATA_ENVS = ("HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_CACHE")  # Hugging Face's caches: benchmarks' tests
 SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys")
 
 
@@ -140,7 +141,9 @@ def _under(path: str, folder: str) -> bool:
 def _hidden_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Places the program should not see, each replaced by an empty tmpfs: shared scratch places
     (and the sockets in them), home folders, the grader's working directory (where the results
-    and the benchmarks' expected values live) and any folder named in $SCOUT_SANDBOX_HIDE; and the
+    and the benchmarks' expected values live), Hugging Face's caches where their variables name
+    them, and any folder named in $SCOUT_SANDBOX_HIDE (the workflow names its results and data
+    folders there, wherever they are); and the
     folders inside them the interpreter needs (a venv), which are bound back in place. Facts of
     the host, worked out once per process, not per program."""
     python = sandbox_python()
@@ -148,6 +151,7 @@ def _hidden_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     if python == sys.executable:
         needed += [os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)]
     extra = [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
+    extra += [os.environ[v] for v in DATA_ENVS if os.environ.get(v)]
     hidden = []
     for d in (*HIDDEN, tempfile.gettempdir(), os.getcwd(), os.path.expanduser("~"), *extra):
         d = os.path.realpath(d)

@@ -197,3 +197,44 @@ def test_a_fork_bomb_leaves_a_concurrent_sandbox_its_processes():
     out = sandbox.run_program(honest, "1 2\n", limits)
     side.join()
     assert got["bomb"].timed_out and out.ok and out.stdout == "3\n", out.stderr
+
+
+def _outside_every_hidden_place() -> Path | None:
+    """A new folder the sandbox shows unless told to hide it (not under /tmp, home or cwd)."""
+    for parent in ("/srv", "/opt", "/mnt", "/var/lib"):
+        try:
+            return Path(tempfile.mkdtemp(prefix="scout-hide-", dir=parent))
+        except OSError:
+            continue
+    return None
+
+
+def test_the_results_and_data_folders_are_hidden_wherever_they_are(monkeypatch):
+    """A results folder on a scratch file system, the data preparation's mirror and a Hugging Face
+    cache hold benchmarks' tests; the workflow names the first two to the sandbox, Hugging Face's
+    own variable the third. A folder beside them stays readable (the read-only file system)."""
+    from scout import workflow
+
+    root = _outside_every_hidden_place()
+    if root is None:
+        pytest.skip("no folder outside the sandbox's hidden places is writable here")
+    try:
+        for name in ("results", "mirror", "hf", "beside"):
+            (root / name).mkdir()
+            (root / name / "tests.json").write_text(name)
+            os.chmod(root / name, 0o755)
+            os.chmod(root / name / "tests.json", 0o644)
+        os.chmod(root, 0o755)
+        monkeypatch.setenv(sandbox.HIDE_ENV, "")
+        monkeypatch.setenv("HF_HOME", str(root / "hf"))
+        workflow.export_sandbox_hide({"data": {"mirror": str(root / "mirror")}}, str(root / "results"))
+        assert workflow.SANDBOX_HIDE == sandbox.HIDE_ENV
+        sandbox._hidden_dirs.cache_clear()
+        read = (f"import os\nfor n in ('results', 'mirror', 'hf', 'beside'):\n"
+                f"    p = os.path.join({str(root)!r}, n, 'tests.json')\n"
+                f"    print(n, open(p).read() if os.path.exists(p) else '-')\n")  # fmt: skip
+        for out in (sandbox.run_program(read), next(iter(sandbox.run_programs([(read, "", sandbox.Limits())])))):
+            assert out.ok and out.stdout.split() == ["results", "-", "mirror", "-", "hf", "-", "beside", "beside"], out
+    finally:
+        sandbox._hidden_dirs.cache_clear()
+        shutil.rmtree(root)

@@ -59,6 +59,8 @@ if workflow.is_main_process:  # a run of its own; its jobs (which read this file
 RUN = os.environ.get(scout_serving.RUN_ENV, "")
 # Jobs learn which checkout launched them; a warning here when the installed scout is another one
 scout_workflow.export_environment(workflow.basedir)
+# The code sandbox hides the results and data folders, wherever they are (scout.grading.sandbox)
+scout_workflow.export_sandbox_hide(config, RES)
 TUNED = scout_tuning.tuned_settings(config)  # setting -> LRs the tuning stage chooses
 # A training or evaluation target outside the configured grid, named with the configs that define it
 # (the command line's paths: Snakemake has not parsed its targets when this file is read)
