@@ -9,6 +9,7 @@ and without them (``scout.behaviour``), from the final evaluations' generations.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -22,16 +23,19 @@ RUN_COLUMNS = ["setting", "variant", "method", "seed", "checkpoint", "benchmark"
 SOURCE_COLUMNS = ["source", "shared_with"]
 
 
-def per_run(records: pd.DataFrame) -> pd.DataFrame:
+def per_run(records: pd.DataFrame, benchmarks: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Benchmark rows plus each run's macro-average over its benchmarks ("avg"), whose ``sem`` is
-    its evaluation standard error (``stats.avg_sem``). A run missing a benchmark that other runs of
-    its setting have at that checkpoint has no average, as in the tables."""
+    its evaluation standard error (``stats.avg_sem``). A run missing a benchmark of its setting
+    (``benchmarks``: how many the grid evaluates a setting on; else as many as other runs of its
+    setting have at that checkpoint) has no average, as in the tables."""
     keys = ["setting", "variant", "method", "seed", "checkpoint"]
     avg = records.astype({"sem": float}).groupby(keys, as_index=False).agg(
         mean=("mean", "mean"), sem=("sem", avg_sem), has=("benchmark", "nunique")
     )
     wanted = records.groupby(["setting", "checkpoint"]).benchmark.nunique().rename("wanted")
     avg = avg.join(wanted, on=["setting", "checkpoint"])
+    if benchmarks is not None:
+        avg["wanted"] = avg.setting.map(benchmarks).fillna(avg.wanted)
     avg.loc[avg.has < avg.wanted, ["mean", "sem"]] = float("nan")
     avg = avg.assign(benchmark="avg", repeats=pd.NA, rows=pd.NA)
     out = pd.concat([records, avg[RUN_COLUMNS]], ignore_index=True)
@@ -59,9 +63,11 @@ def generations_of(at: Paths, record: dict) -> Path | None:
     return Path(at.eval_dir(*unit)) / f"{record['benchmark']}.generations.jsonl"
 
 
-def summarize(at: Paths, records: pd.DataFrame, out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(at: Paths, records: pd.DataFrame, out_dir: str | Path,
+              benchmarks: Mapping[str, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """Write runs.csv, methods.csv and behaviour.csv for ``records`` (``results.load``'s frame, the
-    units the report shows) into ``out_dir``; returns the per-run and per-method tables."""
+    units the report shows) into ``out_dir``; returns the per-run and per-method tables.
+    ``benchmarks``: as :func:`per_run`'s."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     columns = RUN_COLUMNS + [c for c in SOURCE_COLUMNS if c in records]
@@ -70,7 +76,7 @@ def summarize(at: Paths, records: pd.DataFrame, out_dir: str | Path) -> tuple[pd
     gens = [generations_of(at, r) for r in rows]
     kept = [(r, g) for r, g in zip(rows, gens, strict=True) if g is not None]
     behaviour = behaviour_table([r for r, _ in kept], [g for _, g in kept]).assign(checkpoint="final")
-    runs = per_run(records)
+    runs = per_run(records, benchmarks)
     methods = per_method(runs)
     runs.to_csv(out / "runs.csv", index=False, float_format="%.6g")
     methods.to_csv(out / "methods.csv", index=False, float_format="%.6g")

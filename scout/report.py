@@ -352,7 +352,8 @@ def _load(grid: Grid, log=print) -> tuple:
     df = reported(grid, results.load(grid, damaged))
     for d in damaged:
         log(f"damaged: {d}")
-    summarize(grid.paths, df, grid.paths.summary_dir())  # the CSVs of what this report shows
+    benchmarks = {name: len(grid.benchmarks_for(s.domain)) for name, s in grid.settings.items()}
+    summarize(grid.paths, df, grid.paths.summary_dir(), benchmarks)  # the CSVs of what this report shows
     opts = grid.report
     return df, damaged, results.Cache(grid, df, test=opts.test, alpha=opts.alpha, baseline=opts.baseline)
 

@@ -151,6 +151,10 @@ def test_a_run_missing_a_benchmark_has_no_average_in_the_summaries():
     out = per_method(runs).set_index("benchmark")
     assert out.loc["avg", "mean"] == pytest.approx(0.40) and out.loc["avg", "runs"] == 1
     assert out.loc["a", "runs"] == 2 and out.loc["a", "mean"] == pytest.approx(0.45)
+    # benchmark c has no record at all (an import of two of three): no run has the grid's average
+    grid_avg = per_run(records, {"s": 3})
+    assert grid_avg[grid_avg.benchmark == "avg"]["mean"].isna().all()
+    assert per_run(records, {"s": 2}).equals(runs)
 
 
 QWEN3_LIKE = (
