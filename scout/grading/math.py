@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 
 THINK_END = "</think>"
-INTEGER = re.compile(r"\s*(-?\d{1,64})\s*")
+INTEGER = re.compile(r"\s*(-?[0-9]{1,64})\s*")  # ASCII digits: \d takes any script's, math-verify does not
 
 
 def last_boxed(text: str) -> str | None:

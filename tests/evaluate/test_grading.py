@@ -176,7 +176,7 @@ def test_integer_verdicts_without_a_worker_equal_math_verify(gold, answer):
 
 
 @pytest.mark.parametrize(
-    "gold, answer", [("\\frac{1}{2}", "1/2"), ("13", "13.0"), ("13", "+13"), ("x", "13"), ("10", "1 0")]
+    "gold, answer", [("\\frac{1}{2}", "1/2"), ("13", "13.0"), ("13", "+13"), ("x", "13"), ("10", "1 0"), ("42", "４２")]
 )
 def test_anything_but_two_plain_integers_goes_to_math_verify(gold, answer):
     assert quick_verdict(f"\\boxed{{{answer}}}", gold) is None
