@@ -338,7 +338,7 @@ def build(config: dict, out_dir: str | Path | None = None, pdf: bool | str | Non
     (out / "index.html").write_text(page)
     manifest["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    log(f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records ({len(missing)} evaluations missing) "
+    log(f"report: {len(made)} tables, {len(figs)} figures from {len(df)} records ({len(missing)} results missing) "
         f"-> {out} in {manifest['seconds']:.1f}s")  # fmt: skip
     log(console_summary(found, out / "index.html", pdf_text, notes, opts.alpha, grid.report.primary_on, across))
     return manifest
