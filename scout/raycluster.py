@@ -51,6 +51,13 @@ def ray_port(job_id: str | None) -> int:
     return 6379 if not job_id else 20000 + int(job_id) % 10000
 
 
+def client_port(job_id: str | None) -> int:
+    """The Ray client server's port (the head starts one whether used or not; Ray's 10001 is one
+    for the whole node, so a second job's head there failed to bind it): per job, above the GCS
+    ports and below Linux's ephemeral ports (32768 on)."""
+    return 10001 if not job_id else 30000 + int(job_id) % 2768
+
+
 def temp_dir() -> str:
     """Ray's session folder, one per user: Ray's default, /tmp/ray, belongs to whoever first ran
     Ray on the node, and every other user's head then fails writing its address file there."""
@@ -77,14 +84,18 @@ def on_node(job_id: str, node: str, argv: Sequence[str]) -> list[str]:
 
 
 def start_command(
-    ray: str, *, head_address: str | None, node_ip: str, port: int, cpus: int, gpus: int, object_store_mb: int | None
+    ray: str, *, head_address: str | None, node_ip: str, port: int, cpus: int, gpus: int, object_store_mb: int | None,
+    client: int = 10001,
 ) -> list[str]:
     """``ray start`` for the head (``head_address`` None) or a worker joining it, in the foreground
-    so that its Slurm step lives exactly as long as the node's Ray processes."""
-    argv = [ray, "start", "--block", f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--disable-usage-stats"]
+    so that its Slurm step lives exactly as long as the node's Ray processes. Every port is the
+    job's own or the system's pick: Ray's fixed defaults (the dashboard agent's 52365, workers'
+    10002-19999) are the whole node's, which another job's Ray may hold."""
+    argv = [ray, "start", "--block", f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--disable-usage-stats",
+            "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0"]  # fmt: skip
     if head_address is None:
         argv += ["--head", f"--node-ip-address={node_ip}", f"--port={port}", "--include-dashboard=false",
-                 f"--temp-dir={temp_dir()}"]  # fmt: skip
+                 f"--ray-client-server-port={client}", f"--temp-dir={temp_dir()}"]  # fmt: skip
     else:
         argv += [f"--address={head_address}"]
     if object_store_mb:
@@ -158,6 +169,7 @@ class RayCluster:
         common = {
             "node_ip": ip,
             "port": self.port,
+            "client": client_port(self.job_id),
             "cpus": self.cpus,
             "gpus": self.gpus,
             "object_store_mb": self.object_store_mb,

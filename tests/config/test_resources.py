@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -250,6 +252,44 @@ def test_ray_commands():
     ]
     # per job, outside Ray's worker port range 10002-19999
     assert raycluster.ray_port("12345") == 22345 and raycluster.ray_port(None) == 6379
+    assert raycluster.client_port("12345") == 30000 + 12345 % 2768 and raycluster.client_port(None) == 10001
+
+
+@pytest.mark.alone  # it looks for every Ray process on the host
+def test_a_jobs_ray_head_starts_where_rays_default_ports_are_taken(tmp_path):
+    """Two jobs on one node: another Ray holds the client server's 10001 and the dashboard agent's
+    52365 (Ray's defaults; the head exited at once on the first). The job's head takes ports of its
+    own, and a task runs on it (a worker on a port the system picked)."""
+    held = []
+    for taken in (10001, 52365):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", taken))
+        except OSError:
+            pytest.skip(f"port {taken} is in use here already")
+        s.listen()
+        held.append(s)
+    port = raycluster.ray_port("4242")
+    argv = raycluster.start_command(str(Path(sys.executable).with_name("ray")), head_address=None,
+                                    node_ip="127.0.0.1", port=port, cpus=1, gpus=0, object_store_mb=100,
+                                    client=raycluster.client_port("4242"))  # fmt: skip
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "1",
+           "HOME": str(tmp_path)}  # fmt: skip
+    head = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while head.poll() is None and not raycluster._listening("127.0.0.1", port) and time.time() < deadline:
+            time.sleep(0.5)
+        assert head.poll() is None, head.stderr.read()[-3000:]
+        task = f"import ray; ray.init(address='127.0.0.1:{port}'); print(ray.get(ray.remote(lambda: 41 + 1).remote()))"
+        out = subprocess.run([sys.executable, "-c", task], env=env, capture_output=True, text=True, timeout=180)
+        assert out.stdout.split()[-1:] == ["42"], out.stderr[-3000:]
+    finally:
+        head.terminate()
+        head.wait(timeout=60)
+        for s in held:
+            s.close()
 
 
 def test_ray_auth_mode_follows_the_token_the_head_would_find(tmp_path):
