@@ -176,7 +176,8 @@ def served_spec(cfg: dict, variant: str) -> dict:
 
     served = {**cfg, "settings": {**cfg["settings"], SETTING: {**cfg["settings"][SETTING], "teacher_server": "serve"}}}
     g = grid.Grid.of(served)
-    return jobs.train_job_spec(g, g.find(SETTING, variant, 1))
+    cell = g.find(SETTING, variant, 1)
+    return {**jobs.train_job_spec(g, cell), "resources": jobs.train_resources(g, SETTING, cell.method, variant)}
 
 
 def check_spec(cfg: dict, name: str) -> dict:

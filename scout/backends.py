@@ -74,9 +74,11 @@ class Backend:
         frozen teacher is a server's."""
         return resources
 
-    def job_spec(self, spec: dict, resources: dict) -> dict:
-        """A training job's spec as its trainer receives it."""
-        return spec
+    def placement(self, resources: dict) -> dict | None:
+        """What of a training job's resources its trainer places itself by (a file beside its spec,
+        not in it: a changed time limit or node count retrains nothing,
+        ``scout.workflow.placed_spec_file``); None: nothing, it trains in-process."""
+        return None
 
     def launcher(self, config: dict, resources: dict) -> str:
         """The command prefix a training job runs under (empty: in-process)."""

@@ -9,7 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
-from scout.workflow import REMAKE_ENV
+from scout.workflow import REMAKE_ENV, resources_of
 
 
 def _spec(text: str) -> dict:
@@ -73,6 +73,9 @@ def cmd_train(args) -> int:
     from scout.tuning import TUNED
 
     spec = _spec(args.spec)
+    placed = resources_of(args.spec)  # the workflow writes them beside the spec file (verl)
+    if placed is not None:
+        spec = {**spec, "resources": placed}
     backend = backends.of(spec)
     lrs = {"lr": spec.get("lr"), "teacher_lr": spec.get("method_cfg", {}).get("scout", {}).get("teacher_lr")}
     pending = [k for k, v in lrs.items() if v == TUNED]

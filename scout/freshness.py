@@ -49,6 +49,12 @@ def _changed(old: dict | None, new: dict) -> list[str]:
         ["its spec changed (the same values in another order)"]  # fmt: skip
 
 
+def _computed(spec: dict | None) -> dict | None:
+    """A training's recorded spec without the resources it ran on, which the verl backend records
+    beside what it computed (a job's spec never holds them: ``Backend.placement``)."""
+    return spec if spec is None or "resources" not in spec else {k: v for k, v in spec.items() if k != "resources"}
+
+
 class Freshness:
     """Each result of a config's grid in a working directory: None when fresh (or missing: nothing
     to compare), else why it is stale."""
@@ -75,7 +81,7 @@ class Freshness:
         elif "prepare" in spec:
             info = _json(self._path(f"{self.at.teacher_dir(model_id)}/train.json"))
             if info is not None:
-                why = _changed(info.get("spec"), jobs.teacher_job_spec(self.grid, model_id)) or None
+                why = _changed(_computed(info.get("spec")), jobs.teacher_job_spec(self.grid, model_id)) or None
                 base = self.model(spec["prepare"]["base"])
                 if why is None and base:
                     why = [f"its base model {spec['prepare']['base']} is stale"]
@@ -95,7 +101,7 @@ class Freshness:
             if info is None:
                 out[cell] = None
                 continue
-            why = _changed(info.get("spec"), jobs.train_job_spec(self.grid, cell))
+            why = _changed(_computed(info.get("spec")), jobs.train_job_spec(self.grid, cell))
             s = self.grid.settings[cell.setting]
             why += [f"its {role} model {m} is stale" for role, m in (("student", s.student), ("teacher", s.teacher))
                     if self.model(m)]  # fmt: skip

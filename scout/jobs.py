@@ -59,14 +59,14 @@ def train_resources(grid: Grid, setting: str, method: str, variant: str) -> dict
 
 
 def train_job_spec(grid: Grid, cell: Cell) -> dict:
-    """The spec of a cell's training job, as its backend receives it."""
-    res = train_resources(grid, cell.setting, cell.method, cell.variant)
-    return grid.backend.job_spec(run_spec(grid, cell), res)
+    """The spec of a cell's training job: what it computes. Where it runs (its resources, which
+    the verl backend places its pools by) travels apart (``Backend.placement``)."""
+    return run_spec(grid, cell)
 
 
 def teacher_job_spec(grid: Grid, model_id: str) -> dict:
-    """The spec of a teacher-preparation job."""
-    return grid.backend.job_spec(teacher_prep_spec(grid.config, model_id), grid.resources("prepare_teacher"))
+    """The spec of a teacher-preparation job (its resources apart, as a training job's)."""
+    return teacher_prep_spec(grid.config, model_id)
 
 
 def served_users(grid: Grid, model_id: str) -> list[Cell]:

@@ -3,7 +3,8 @@
 A job's spec travels as a file named by its content (``{results}/specs/{job}.{digest}.json``), so
 its command line stays one line, and a changed spec is a changed parameter that makes Snakemake
 rerun the job. The files are written when the workflow is evaluated (dry runs too): small,
-immutable, and rewritten identically by every evaluation.
+immutable, and rewritten identically by every evaluation. Beside a training job's spec, its
+resources, which are not part of what it computes.
 """
 
 from __future__ import annotations
@@ -90,6 +91,33 @@ def spec_file(results: str, job: str, spec: dict) -> str:
         tmp.write_text(text)
         tmp.replace(path)
     return f"@{path}"
+
+
+def placed_spec_file(results: str, job: str, spec: dict, resources: dict | None) -> str:
+    """:func:`spec_file`, and beside it the resources the job runs on, where its backend places
+    itself by them (verl: ``{job}.{digest}.resources.json``). Not in the spec: its path is a param
+    Snakemake compares to decide a rerun, and a longer time limit, more memory or another node count
+    must retrain no finished run. Rewritten when they change; ``scout train`` reads them."""
+    at = spec_file(results, job, spec)
+    if resources is not None:
+        path, text = resources_path(at), json.dumps(resources, indent=1)
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+    return at
+
+
+def resources_path(spec_at: str) -> Path:
+    path = Path(spec_at.removeprefix("@"))
+    return path.with_name(f"{path.name.removesuffix('.json')}.resources.json")
+
+
+def resources_of(spec_at: str) -> dict | None:
+    """The resources written beside a job's spec file (:func:`placed_spec_file`), or None."""
+    if not spec_at.startswith("@") or not resources_path(spec_at).exists():
+        return None
+    return json.loads(resources_path(spec_at).read_text())
 
 
 def export_environment(workflow_dir: str) -> None:

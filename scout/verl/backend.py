@@ -36,8 +36,8 @@ class Verl(Backend):
         # a served cell asks for its student's pool alone, marked so (``teacher_served``) for its placement
         return served_resources(method, resources) if served else resources
 
-    def job_spec(self, spec: dict, resources: dict) -> dict:
-        return {**spec, "resources": resources}  # the driver places its pools from them
+    def placement(self, resources: dict) -> dict | None:
+        return resources  # the driver places its pools from them
 
     def launcher(self, config: dict, resources: dict) -> str:
         if config.get("device") == "cpu":  # a local Ray in the job's process

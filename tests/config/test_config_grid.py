@@ -663,7 +663,10 @@ def test_a_served_verl_cell_asks_for_its_students_gpus_alone():
     for variant, before, after in [("opd", (2, 8), (1, 8)), ("prune_opd", (1, 8), (1, 4)), ("scout", (3, 8), (3, 8)),
                                    ("relay_opd", (1, 8), (1, 8))]:  # fmt: skip
         cell = Grid.of(paper).find("q4b-q1.7b-math", variant, 1)
-        own, via = jobs.train_job_spec(Grid.of(paper), cell), jobs.train_job_spec(Grid.of(served), cell)
+        own, via = (
+            {**jobs.train_job_spec(g, cell), "resources": jobs.train_resources(g, cell.setting, cell.method, variant)}
+            for g in (Grid.of(paper), Grid.of(served))
+        )
         assert (own["resources"]["nodes"], own["resources"]["gpus_per_node"]) == before, variant
         assert (via["resources"]["nodes"], via["resources"]["gpus_per_node"]) == after, variant
         assert runs.weights_spec(own) == runs.weights_spec(via)
@@ -674,7 +677,7 @@ def test_a_served_verl_cell_asks_for_its_students_gpus_alone():
             assert "distillation.nnodes=0" in over and "+scout.teacher_served=true" in over
             assert "+scout.teacher_served=true" not in vc.overrides(own, own["resources"], "out")
     other = Grid.of(paper).find("q8b-q1.7b-math", "opd", 1)  # another setting: not served
-    assert jobs.train_job_spec(Grid.of(served), other)["resources"]["nodes"] == 2
+    assert jobs.train_resources(Grid.of(served), other.setting, other.method, other.variant)["nodes"] == 2
 
 
 def test_a_served_teachers_job_waits_for_exactly_the_cells_that_only_score_with_it(toy):

@@ -173,8 +173,9 @@ def test_keep_checkpoints_reaches_the_verl_spec_only_away_from_its_default():
     assert runs.weights_spec(after) == runs.weights_spec(before)
     from scout.verl import config as vc
 
-    assert "+scout.export_when_saved=true" in vc.overrides(after, after["resources"], "/tmp/out")
-    assert not any("export_when_saved" in o for o in vc.overrides(before, before["resources"], "/tmp/out"))
+    res = jobs.train_resources(Grid.of(cfg), cell.setting, cell.method, cell.variant)
+    assert "+scout.export_when_saved=true" in vc.overrides(after, res, "/tmp/out")
+    assert not any("export_when_saved" in o for o in vc.overrides(before, res, "/tmp/out"))
 
 
 def test_a_bad_keep_checkpoints_is_named():

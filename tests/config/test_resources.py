@@ -226,6 +226,36 @@ def test_rules_get_their_resources_and_the_verl_launcher(tmp_path):
     assert "scout ray-run --cpus-per-node 64 --gpus-per-node 8 -- scout --log" in block
 
 
+def _train_command(tmp_path, overlay: dict, target: str) -> tuple[str, dict]:
+    """A paper-grid training job under ``overlay``: its spec file (a param Snakemake compares) and
+    the resources written beside it."""
+    from scout import workflow
+
+    cfg = scout_config.deep_merge(yaml.safe_load((REPO / "config" / "paper.yaml").read_text()), overlay)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    out = dry_run(tmp_path, tmp_path / "cfg.yaml", "-p", target)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(x for x in out.stdout[out.stdout.index(f"output: {target}") :].splitlines() if " train --spec " in x)
+    spec = line.split("--spec ", 1)[1].split()[0]
+    return spec, workflow.resources_of(f"@{tmp_path / spec.removeprefix('@')}")
+
+
+def test_a_changed_time_limit_or_node_count_retrains_nothing(tmp_path):
+    """The spec, whose path is a param Snakemake compares to decide a rerun, holds what a run
+    computes; its resources (time limit, memory, nodes) are written beside it. Before, they were in
+    it: raising a time limit to fit a partition moved every finished run aside and trained it again."""
+    target = "results-paper/train/q8b-q1.7b-math/opd/s1/train.json"
+    spec, placed = _train_command(tmp_path, {}, target)
+    assert (placed["nodes"], placed["runtime"], placed["mem_mb"]) == (2, 2880, 480000)
+    longer = {"resources": {"train": {"default": {"runtime": 1440, "mem_mb": 240000},
+                                      "methods": {"opd": {"nodes": 3}}}}}  # fmt: skip
+    spec2, placed2 = _train_command(tmp_path, longer, target)
+    assert spec2 == spec and (placed2["nodes"], placed2["runtime"], placed2["mem_mb"]) == (3, 1440, 240000)
+    assert "resources" not in json.loads(Path(tmp_path / spec.lstrip("@")).read_text())
+    lr = {"settings": {"q8b-q1.7b-math": {"student_lr": 2e-6}}}  # what it computes: compared, rerun
+    assert _train_command(tmp_path, lr, target)[0] != spec
+
+
 # -- the Ray launcher ----------------------------------------------------------------------------
 
 

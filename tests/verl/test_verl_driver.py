@@ -64,6 +64,26 @@ def test_dry_run_through_the_cli_writes_the_parquet_and_the_checked_config(math_
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "scout.verl.plugin"
 
 
+def test_a_workflow_job_places_its_pools_by_the_resources_beside_its_spec(math_rows, tmp_path):
+    """As the workflow runs it: the spec file holds what the run computes, its resources lie beside
+    it (so that a changed time limit changes no spec), and the driver places its pools by them."""
+    from scout import workflow
+
+    spec = paper_spec("q8b-q1.7b-math", "scout", math_rows)
+    placed = {**spec.pop("resources"), "nodes": 3}
+    at = workflow.placed_spec_file(str(tmp_path / "results"), "train/x/scout/s1", spec, placed)
+    assert "resources" not in json.loads(Path(at[1:]).read_text())
+    out = tmp_path / "run"
+    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "scout.cli", "train", "--spec", at, "--out", str(out), "--dry-run"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cfg = OmegaConf.load(out / "verl_config.yaml")
+    assert (cfg.trainer.nnodes, cfg.distillation.nnodes, cfg.scout.teacher_train.nnodes) == (1, 1, 1)
+    assert workflow.placed_spec_file(str(tmp_path / "results"), "train/x/scout/s1", spec, {**placed, "runtime": 60}) == at
+    assert workflow.resources_of(at)["runtime"] == 60
+
+
 def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tmp_path):
     spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
     with pytest.raises(SystemExit, match="trains on GPUs and this machine has none"):

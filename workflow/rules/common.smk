@@ -259,10 +259,16 @@ def holdout_inputs(wc):
 # -- training -----------------------------------------------------------------------------------
 
 
+def placed_job_spec(job, spec, family, wc):
+    """A training job's spec file, with the resources its backend places itself by beside it (verl;
+    not in the spec: a longer time limit retrains no finished run)."""
+    return scout_workflow.placed_spec_file(RES, job, spec, BACKEND.placement(_job_resources(family, wc)))
+
+
 def train_spec(wc):
     g = grid_for(wc)
     cell = jobs.trained_cell(g, wc.setting, wc.variant, wc.seed)
-    return job_spec(f"train/{cell.key}", jobs.train_job_spec(g, cell))
+    return placed_job_spec(f"train/{cell.key}", jobs.train_job_spec(g, cell), "train", wc)
 
 
 def cell_inputs(wc):
@@ -305,7 +311,8 @@ def pilot_inputs(wc):
 
 def pilot_spec(wc):
     cell = PILOTS[(wc.setting, wc.variant)]
-    return job_spec(f"pilot/{wc.setting}/{wc.variant}", scout_cost.pilot_spec(jobs.train_job_spec(grid_now(), cell)))
+    spec = scout_cost.pilot_spec(jobs.train_job_spec(grid_now(), cell))
+    return placed_job_spec(f"pilot/{wc.setting}/{wc.variant}", spec, "pilot", wc)
 
 
 def serving_start():
@@ -353,7 +360,7 @@ def preflight_files():
 
 
 def teacher_spec(wc):
-    return job_spec(f"teachers/{wc.model}", jobs.teacher_job_spec(grid_now(), wc.model))
+    return placed_job_spec(f"teachers/{wc.model}", jobs.teacher_job_spec(grid_now(), wc.model), "prepare_teacher", wc)
 
 
 def teacher_inputs(wc):
