@@ -19,7 +19,8 @@ as long as its consumers need it.
   trusts it only if the URL answers and serves the expected model; the server deletes only its own
   address, never a live lease.
 - **Life.** It stays up while a cell holds it (a lease) or waits for it (a demand of a run that is
-  alive: its heartbeat in ``runs/``), and for ``idle_minutes`` after, while any run that launched or
+  alive: its heartbeat in ``runs/``, until the cell's job has held it and ended), and for
+  ``idle_minutes`` after, while any run that launched or
   used it is alive; once none is (the run ended, successfully or not, or was killed), it stops.
   A cell whose server goes away waits for it again (``ensure``: it may launch one) for up to
   ``wait_minutes``.
@@ -161,19 +162,42 @@ def wanting_runs(where: Path, alive: set[str]) -> set[str]:
     return {(read_record(p) or {}).get("run") for p in where.glob("demand/*.json")} & alive
 
 
-def pending(where: Path, alive: set[str]) -> list[str]:
+def pending(where: Path, alive: set[str], now: float | None = None) -> list[str]:
     """The users that wait for the server or train with it: a demand of a live run whose
-    ``train.json`` is not yet newer than the demand."""
+    ``train.json`` is not yet newer than the demand, and whose job has not held the server and
+    ended since. A job that failed (or was killed) is met: under ``keep-going`` its demand would
+    hold the server's GPUs until the whole run ends; a retry holds a lease of its own. A met demand
+    is marked so (``ended``), for a later server too, which starts without the old leases."""
+    ended = _ended_users(where / "leases", time.time() if now is None else now)
     out = []
     for p in sorted(where.glob("demand/*.json")):
         d = read_record(p)
-        if not d or d.get("run") not in alive:
+        if not d or d.get("run") not in alive or d.get("ended"):
             continue
         with contextlib.suppress(OSError):
             if Path(d["user"]).stat().st_mtime >= d["since"]:
                 continue
+        if ended.get(d["user"], 0.0) >= d["since"]:
+            write_record(p, {**d, "ended": ended[d["user"]]})
+            continue
         out.append(d["user"])
     return out
+
+
+def _ended_users(leases: Path, now: float) -> dict[str, float]:
+    """Users whose every lease has ended (released, or untouched for ``STALE`` seconds: the job was
+    killed), with when the last one did."""
+    last: dict[str, float] = {}
+    live = set()
+    for p in leases.glob("*.lease") if leases.exists() else []:
+        try:
+            mtime, lease = p.stat().st_mtime, json.loads(p.read_text())
+        except (OSError, ValueError):  # being written
+            continue
+        if not lease["released"] and now - mtime < STALE:
+            live.add(lease["user"])
+        last[lease["user"]] = max(last.get(lease["user"], 0.0), mtime)
+    return {u: t for u, t in last.items() if u not in live}
 
 
 class Lease:

@@ -211,6 +211,16 @@ def test_a_demand_waits_until_its_cell_has_trained_and_only_while_its_run_lives(
     assert serving.pending(where, {"run1"}) == []
     os.utime(user, (time.time() - 60, time.time() - 60))  # an old train.json (a forced rerun's): waiting again
     assert serving.pending(where, {"run1"}) == [user]
+    (where / "leases").mkdir(parents=True)
+    lease = serving.Lease(where / "leases", user)
+    lease._write(released=False)  # the cell's job holds the server
+    assert serving.pending(where, {"run1"}) == [user]
+    lease._write(released=True)  # and ends without a newer train.json (it failed): met, marked so
+    assert serving.pending(where, {"run1"}) == []
+    lease.path.unlink()  # a later server starts without the old leases: still met
+    assert serving.pending(where, {"run1"}) == []
+    serving.add_demand(where, user, "run1")  # the cell planned again (a retry's gate, a later run)
+    assert serving.pending(where, {"run1"}) == [user]
     flag = where / "await" / "toy-l-s-math" / "opd" / "s1.json"
     flag.parent.mkdir(parents=True)
     flag.write_text(json.dumps({"run": "run1"}))
