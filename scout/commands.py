@@ -253,7 +253,8 @@ def cmd_plan(args) -> int:
     if not jobs["done"].all():
         print(plan.render_expected(jobs, gpu, pilots))
     print(plan.sharing(g))
-    for costs in (plan.render_teacher_options(g), plan.render_teacher_servers(g), plan.render_server_limits(g)):
+    for costs in (plan.render_teacher_options(g), plan.render_teacher_servers(g), plan.render_server_limits(g),
+                  plan.render_time_limit(g, jobs)):  # fmt: skip
         if costs:
             print(costs)
     waiting = tuning.pending(g.config)

@@ -13,6 +13,7 @@ from scout import schema, serving, tuning
 from scout.config import HOLDOUT, ConfigError, validation_sets
 from scout.grid import BASE_VARIANTS, CONTROL, Cell, Grid, chat_options, data_view, teacher_prep_spec, view_key
 from scout.methods import METHODS
+from scout.resources import max_runtime
 from scout.runs import checkpoint_steps, checkpoints
 from scout.training_runs import run_spec, serves
 
@@ -103,7 +104,8 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
         "max_model_len": max(lengths, default=1) + 1,
         "max_logprobs": max([20, *topk]),
         "gpus": r["nodes"] * r["gpus_per_node"],
-        "resources": {k: r[k] for k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb", "runtime")},
+        "resources": {k: r[k] for k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb")}
+        | {"runtime": min(r["runtime"], max_runtime(grid.config) or r["runtime"])},  # a server at its limit is launched again
         **{k: options[k] for k in ("idle_minutes", "start_minutes", "args", "engine", "sbatch") if k in options},
     }
 

@@ -14,6 +14,7 @@ from scout import cost, jobs, runs, schema, training_runs
 from scout import teacher_cost as tc
 from scout.grid import Cell, Grid, is_search
 from scout.methods import LORA_TARGETS, METHODS
+from scout.resources import max_runtime, pieces
 
 # ------------------------------------------------------------------------------------------------
 # Disk: what a training run's checkpoints hold at their largest
@@ -406,7 +407,7 @@ def render_server_limits(grid: Grid) -> str:
         if not cells:
             continue
         runtimes = [grid.resources("train", c.setting, c.method, c.variant)["runtime"] for c in cells]
-        limit = grid.resources("teacher_server")["runtime"]
+        limit = min(grid.resources("teacher_server")["runtime"], max_runtime(grid.config) or 10**9)
         short = " (shorter than its longest cell: each of its runs outlives it)" if limit < max(runtimes) else ""
         lines.append(f"  {m}: {len(cells)} cells; it must live from the first to start to the last to end: at least "
                      f"the longest cell, {max(runtimes) / 60:,.1f} h, at most all of them one after another, "
@@ -418,3 +419,28 @@ def render_server_limits(grid: Grid) -> str:
             "teacher_server.runtime) is launched again by the next cell that asks, and cells that were using it wait "
             "for it. Give it the waves of cells that run at once, and no more than your cluster's limit:\n"
             + "\n".join(lines))  # fmt: skip
+
+
+RESUMABLE = ("train", "prepare_teacher")  # jobs that resume from their last checkpoint when cut off
+
+
+def render_time_limit(grid: Grid, table: pd.DataFrame) -> str:
+    """Under ``resources.max_runtime``: the jobs still to run that ask for longer, submitted with the
+    partition's limit; a training runs in pieces across Snakemake's retries, anything else must fit."""
+    limit = max_runtime(grid.config)
+    todo = table[~table["done"]] if len(table) else table
+    if not limit or not len(todo):
+        return ""
+    long = todo[todo["runtime"] > limit]
+    lines = []
+    for rule, rows in long.groupby("rule", sort=False):
+        most = max(pieces(int(t), limit) for t in rows["runtime"])
+        if rule in RESUMABLE:
+            lines.append(f"  {rule}: {len(rows)} jobs in up to {most} pieces of {limit} min, each resuming from the "
+                         "last checkpoint (a queue wait, a restart and up to training.save_every steps a piece)")  # fmt: skip
+        else:
+            lines.append(f"  {rule}: {len(rows)} jobs ask for up to {rows['runtime'].max():,} min and do not resume: "
+                         f"cut off at {limit} min, they fail; shorten them or raise max_runtime")  # fmt: skip
+    if not lines:
+        return ""
+    return f"Jobs longer than the partition's limit (resources.max_runtime: {limit} min), submitted with it:\n" + "\n".join(lines)

@@ -7,6 +7,8 @@ SCOUT on three nodes with a 4B teacher and on four with a 7B/8B one.
 
 from __future__ import annotations
 
+import math
+
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
 FALLBACK = {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 2000, "runtime": 60}
 
@@ -29,7 +31,26 @@ def job_resources(config: dict, family: str, setting: str = "", method: str = ""
     return out
 
 
-def slurm_resources(r: dict) -> dict:
+def max_runtime(config: dict) -> int | None:
+    """The longest time limit the cluster gives a job (``resources.max_runtime``, minutes), or None."""
+    return config.get("resources", {}).get("max_runtime")
+
+
+def pieces(runtime: int, limit: int | None) -> int:
+    """How many jobs of at most ``limit`` minutes a job of ``runtime`` minutes runs as: a training
+    cut off at its limit is retried and resumes from its last checkpoint."""
+    return math.ceil(runtime / limit) if limit else 1
+
+
+def retries(runtimes: list[int], limit: int | None, base: int) -> int | None:
+    """Snakemake's retries for a rule whose resumable jobs need ``runtimes`` minutes under a
+    ``limit``: one more per piece past the first of the longest, over the ``base`` a failure gets;
+    None (the base alone) where every job fits."""
+    extra = max((pieces(t, limit) for t in runtimes), default=1) - 1
+    return base + extra if extra else None
+
+
+def slurm_resources(r: dict, limit: int | None = None) -> dict:
     """Snakemake resources for the Slurm executor plugin, always the same keys: one task per node
     with all its CPUs, and GPUs as a per-node gres (``--gpus`` would let Slurm spread them over the
     nodes unevenly). ``tasks`` is set for CPU-only jobs only: the plugin passes it as --ntasks
@@ -47,5 +68,5 @@ def slurm_resources(r: dict) -> dict:
         "job_gpus": r["nodes"] * gpus,
         "cpus_per_task": r["cpus_per_node"],
         "mem_mb": r["mem_mb"],
-        "runtime": r["runtime"],
+        "runtime": min(r["runtime"], limit) if limit else r["runtime"],  # above the partition's: pending for good
     }

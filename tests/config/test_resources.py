@@ -88,6 +88,44 @@ def test_slurm_resources_per_node_gpus_and_tasks():
     assert not {"gpus", "gpu", "nvidia_gpu"} & set(resources.slurm_resources(gpu))
 
 
+def test_a_job_longer_than_the_partitions_limit_runs_in_pieces():
+    """Worked by hand: 7,200 minutes under a 2,880-minute limit are 3 pieces (2,880 + 2,880 +
+    1,440), so 2 retries more than a failure gets; jobs that fit ask for no more."""
+    job = {"nodes": 1, "gpus_per_node": 8, "cpus_per_node": 64, "mem_mb": 480000, "runtime": 7200}
+    assert resources.slurm_resources(job, 2880)["runtime"] == 2880
+    assert resources.slurm_resources(job)["runtime"] == 7200 and resources.slurm_resources(job, 10000)["runtime"] == 7200
+    assert [resources.pieces(t, 2880) for t in (1, 2880, 2881, 5760, 7200)] == [1, 1, 2, 2, 3]
+    assert resources.pieces(7200, None) == 1
+    assert resources.retries([2880, 7200, 5760], 2880, base=2) == 4
+    assert resources.retries([2880, 1440], 2880, base=2) is None and resources.retries([7200], None, base=2) is None
+    assert resources.retries([], 2880, base=2) is None
+
+
+def test_the_paper_grid_under_a_48_hour_partition_asks_for_48_hours(tmp_path):
+    """A dry run with resources.max_runtime: 2880: OPD over three epochs (7,200 minutes) is
+    submitted with the partition's 2,880 (above it Slurm would leave it pending for good), and
+    so is the teacher server's job."""
+    from scout import jobs
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["resources"]["max_runtime"] = 2880
+    cfg["resources"]["teacher_server"]["runtime"] = 4000
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    target = "results-paper/train/q4b-q1.7b-math/opd-3ep/s1/train.json"
+    out = dry_run(tmp_path, tmp_path / "cfg.yaml", "-p", target)
+    assert out.returncode == 0, out.stderr[-3000:]
+    block = out.stdout[out.stdout.index(f"output: {target}") :]
+    assert "runtime=2880," in block.split("shell:")[0] and "runtime=7200" not in block
+    assert jobs.teacher_server_spec(Grid.of(cfg), "Qwen3-4B-Instruct-2507")["resources"]["runtime"] == 2880
+    cfg["resources"]["evaluate"]["runtime"] = 3000  # an evaluation does not resume: named, not split
+    table = plan.grid_jobs(Grid.of(cfg), exists=lambda _: False)
+    said = plan.render_time_limit(Grid.of(cfg), table)
+    longest = table[table.rule == "train"]["runtime"].max()
+    assert longest == 7200 and "train: " in said and "in up to 3 pieces of 2880 min" in said
+    assert "evaluate: " in said and "do not resume" in said
+    assert plan.render_time_limit(Grid.of({**cfg, "resources": {**cfg["resources"], "max_runtime": 10000}}), table) == ""
+
+
 @pytest.mark.parametrize(
     "setting, variant, method, nodes, runtime",
     [

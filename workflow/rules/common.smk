@@ -131,12 +131,27 @@ def _job_resources(family, wc):
     return jobs.train_resources(grid_now(), wc.setting, method, wc.variant)  # a served verl cell: its student's pool
 
 
+MAX_RUNTIME = scout_resources.max_runtime(config)
+
+
 def cluster_resources(family):
     """A rule's `resources`, from the config's `resources` section: one function per key."""
     return {
-        key: (lambda wc, key=key: scout_resources.slurm_resources(_job_resources(family, wc))[key])
+        key: (lambda wc, key=key: scout_resources.slurm_resources(_job_resources(family, wc), MAX_RUNTIME)[key])
         for key in SLURM_KEYS
     }
+
+
+def job_retries(family):
+    """Snakemake's retries for a family of resumable jobs (training, teacher preparation) that run
+    longer than `resources.max_runtime`: one more for each piece past the first, over the retries a
+    failure gets (--retries, the profile's); None (those alone) where every job fits."""
+    if family == "prepare_teacher":
+        runtimes = [GRID.resources(family)["runtime"]]
+    else:
+        runtimes = [jobs.train_resources(GRID, c.setting, c.method, c.variant)["runtime"] for c in RUNS]
+    base = workflow.execution_settings.retries if workflow.execution_settings else 0  # none in a dry run
+    return scout_resources.retries(runtimes, MAX_RUNTIME, base)
 
 
 def cluster_threads(family):

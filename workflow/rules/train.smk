@@ -31,6 +31,7 @@ rule prepare_teacher:
         f"{RES}/logs/teachers/{{model}}.log",
     benchmark:
         f"{RES}/benchmarks/prepare_teacher/{{model}}.tsv"
+    retries: job_retries("prepare_teacher")
     conda:
         TRAIN_ENV
     threads: cluster_threads("prepare_teacher")
@@ -55,6 +56,7 @@ rule train:
     benchmark:
         f"{RES}/benchmarks/train/{{setting}}/{{variant}}/s{{seed}}.tsv"
     priority: train_priority
+    retries: job_retries("train")
     conda:
         TRAIN_ENV
     threads: cluster_threads("train")
