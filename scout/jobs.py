@@ -106,7 +106,8 @@ def teacher_server_spec(grid: Grid, model_id: str) -> dict:
         "gpus": r["nodes"] * r["gpus_per_node"],
         "resources": {k: r[k] for k in ("nodes", "gpus_per_node", "cpus_per_node", "mem_mb")}
         | {"runtime": min(r["runtime"], max_runtime(grid.config) or r["runtime"])},  # a server at its limit is launched again
-        **{k: options[k] for k in ("idle_minutes", "start_minutes", "args", "engine", "sbatch") if k in options},
+        **{k: options[k] for k in ("idle_minutes", "start_minutes", "handover_minutes", "args", "engine", "sbatch")
+           if k in options},
     }
 
 

@@ -415,9 +415,9 @@ def render_server_limits(grid: Grid) -> str:
     if not lines:
         return ""
     return ("Teacher servers the workflow starts (teacher_server: serve): each is launched by the first of its cells "
-            "that a run trains and lives while they need it; one that reaches its time limit (resources."
-            "teacher_server.runtime) is launched again by the next cell that asks, and cells that were using it wait "
-            "for it. Give it the waves of cells that run at once, and no more than your cluster's limit:\n"
+            "that a run trains and lives while they need it; near its time limit (resources.teacher_server.runtime) "
+            "it launches its successor and hands over once it answers (teacher_serving.handover_minutes before). "
+            "Give it the waves of cells that run at once, and no more than your cluster's limit:\n"
             + "\n".join(lines))  # fmt: skip
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from scout.schema import default
@@ -25,7 +26,10 @@ from scout.serving import (
     STALE,
     TeacherServerError,
     answers,
+    launch,
     live_runs,
+    live_server,
+    locked,
     pending,
     read_leases,
     read_record,
@@ -91,6 +95,32 @@ def _start_engine(spec: dict, where: Path, log: Callable[[str], None], poll: flo
     raise AssertionError("unreachable")
 
 
+def job_end(environ: dict | None = None) -> float | None:
+    """When this process's Slurm job reaches its time limit (squeue's end time), or None outside
+    Slurm or where squeue cannot say."""
+    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID")
+    if not job:
+        return None
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True)
+    try:
+        return datetime.strptime(out.stdout.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:  # Unknown, N/A, or no answer
+        return None
+
+
+def _launch_successor(spec: dict, where: Path, log: Callable[[str], None]) -> dict | None:
+    """Near its time limit, a server still needed launches the next one as it was launched itself
+    (its launch.json: the run, Slurm or a local process); None where that fails (it serves on)."""
+    try:
+        with locked(where):
+            own = read_record(where / "launch.json") or {}
+            how = own.get("how") or ("slurm" if os.environ.get("SLURM_JOB_ID") else "local")
+            return launch({k: v for k, v in spec.items() if k != "end_at"}, own.get("run", ""), how, log)
+    except (OSError, TeacherServerError) as exc:
+        log(f"could not launch a successor before the time limit ({exc}); serving on until it")
+        return None
+
+
 def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dict:
     """Run the teacher's server while a run needs it (``stop_reason``), then stop it; log a record."""
     poll, grace = spec.get("poll_s", POLL), spec.get("grace_s", GRACE)  # (shorter in the tests)
@@ -113,6 +143,9 @@ def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dic
     log(f"teacher server of {spec['model']} up at {url} in {ready - t0:.0f} s (id {server_id})")
     seen: set[str] = set()
     reason, needed_at, no_run_since = None, ready, None
+    end_at = spec.get("end_at") or job_end()  # (the spec's: the tests')
+    handover = 60 * spec.get("handover_minutes", default("teacher_serving.handover_minutes"))
+    successor: dict | None = None
     try:
         while reason is None:
             if proc.poll() is not None:
@@ -123,6 +156,15 @@ def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dic
             alive = live_runs(results, now)
             if live or pending(where, alive):
                 needed_at = now
+                if end_at and successor is None and now >= end_at - handover:  # its users outlive its job
+                    successor = _launch_successor(spec, where, log) or {}  # {}: none (it serves on to its limit)
+                    if successor:
+                        log(f"{(end_at - now) / 60:.0f} min before its time limit: launched its successor {successor['id']}")
+            if successor:
+                found = live_server(where, spec["model"])
+                if found and found["id"] != server_id:
+                    reason = f"handed over to {found['id']} before its time limit"
+                    break
             runs_alive = bool(live) or bool(wanting_runs(where, alive))
             no_run_since = None if runs_alive else (no_run_since or now)
             reason = stop_reason(now, needed_at, runs_alive, no_run_since, 60 * spec.get("idle_minutes", default("teacher_serving.idle_minutes")),

@@ -347,7 +347,7 @@ def launch_state(record: dict) -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(where: Path):
+def locked(where: Path):
     where.mkdir(parents=True, exist_ok=True)
     with open(where / ".lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -371,7 +371,7 @@ def ensure(spec: dict, user: str, run: str, how: str, wait_s: float | None = Non
         found = live_server(where, model)
         if found:
             return found
-        with _locked(where):
+        with locked(where):
             record = read_record(where / "launch.json")
             state = launch_state(record) if record else None
             if state is None and not live_server(where, model):

@@ -303,6 +303,25 @@ def test_a_server_is_launched_once_found_again_relaunched_when_killed_and_stoppe
     assert stop_record(log)["stopped"] == "no run needs it"
 
 
+def test_a_server_near_its_time_limit_hands_over_to_a_successor(toy_teacher, tmp_path):
+    """A server whose cells outlive its job (its Slurm end time, here the spec's) launches its
+    successor handover_minutes before it, serves until the successor answers, then stops; the cells
+    find the successor at the same address file, with no wait for a queue after the limit."""
+    results = tmp_path / "results"
+    spec = _spec(toy_teacher, results, end_at=time.time() + 600, handover_minutes=11)  # inside the window
+    where = Path(spec["folder"])
+    serving.start_run(results, "run1")
+    first = serving.ensure(spec, str(tmp_path / "a.json"), "run1", "local", wait_s=120, poll=0.5)
+    record = stop_record(where / f"server-{first['id']}.log", timeout=120)
+    assert record["stopped"].startswith("handed over to ") and record["id"] == first["id"]
+    second = serving.live_server(where, "toy-large")
+    assert second and second["id"] != first["id"] and record["stopped"] == f"handed over to {second['id']} before its time limit"
+    assert not serving.answers(first["url"], "toy-large") and json.loads((where / "launch.json").read_text())["id"] == second["id"]
+    assert "end_at" not in json.loads((where / f"spec-{second['id']}.json").read_text())  # the successor is a plain server
+    serving.end_run(results, "run1")
+    assert stop_record(where / f"server-{second['id']}.log")["stopped"] == "no run needs it"
+
+
 def test_a_server_that_stopped_idle_is_launched_again_by_the_next_cell(toy_teacher, tmp_path):
     """While its run lives, a server with no cell holding it or waiting for it stops after
     idle_minutes, a normal end; the next cell that needs it launches another."""
