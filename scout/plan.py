@@ -437,7 +437,7 @@ def render_time_limit(grid: Grid, table: pd.DataFrame) -> str:
         most = max(pieces(int(t), limit) for t in rows["runtime"])
         if rule in RESUMABLE:
             lines.append(f"  {rule}: {len(rows)} jobs in up to {most} pieces of {limit} min, each resuming from the "
-                         "last checkpoint (a queue wait, a restart and up to training.save_every steps a piece)")  # fmt: skip
+                         "last checkpoint (a queue wait and a restart a piece; verl's trainer saves before the limit)")  # fmt: skip
         else:
             lines.append(f"  {rule}: {len(rows)} jobs ask for up to {rows['runtime'].max():,} min and do not resume: "
                          f"cut off at {limit} min, they fail; shorten them or raise max_runtime")  # fmt: skip

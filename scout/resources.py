@@ -8,6 +8,9 @@ SCOUT on three nodes with a 4B teacher and on four with a 7B/8B one.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+from datetime import datetime
 
 # What a job gets when the config has no ``resources`` section (or its ``default`` omits a key).
 FALLBACK = {"nodes": 1, "gpus_per_node": 0, "cpus_per_node": 1, "mem_mb": 2000, "runtime": 60}
@@ -70,3 +73,16 @@ def slurm_resources(r: dict, limit: int | None = None) -> dict:
         "mem_mb": r["mem_mb"],
         "runtime": min(r["runtime"], limit) if limit else r["runtime"],  # above the partition's: pending for good
     }
+
+
+def job_end(environ: dict | None = None) -> float | None:
+    """When this process's Slurm job reaches its time limit (squeue's end time), or None outside
+    Slurm or where squeue cannot say."""
+    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True).stdout
+        return datetime.strptime(out.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (OSError, ValueError):  # no squeue here; Unknown, N/A, or no answer
+        return None

@@ -16,9 +16,9 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
+from scout.resources import job_end
 from scout.schema import default
 from scout.serving import (
     GRACE,
@@ -93,19 +93,6 @@ def _start_engine(spec: dict, where: Path, log: Callable[[str], None], poll: flo
             continue
         raise TeacherServerError(f"the engine did not come up; the end of {engine_log}:\n{tail}")
     raise AssertionError("unreachable")
-
-
-def job_end(environ: dict | None = None) -> float | None:
-    """When this process's Slurm job reaches its time limit (squeue's end time), or None outside
-    Slurm or where squeue cannot say."""
-    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID")
-    if not job:
-        return None
-    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True)
-    try:
-        return datetime.strptime(out.stdout.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
-    except ValueError:  # Unknown, N/A, or no answer
-        return None
 
 
 def _launch_successor(spec: dict, where: Path, log: Callable[[str], None]) -> dict | None:

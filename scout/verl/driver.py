@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from scout import runs, teacher_server
+from scout.resources import job_end
 from scout.verl import config as vc
 from scout.verl import data
 from scout.verl.export import _roles, export_saved, fold_adapter, merge  # noqa: F401  (the driver's names)
@@ -116,6 +117,24 @@ def missing_checkpoints(spec: dict, out_dir: Path) -> list[str]:
     return [f"checkpoints/global_step_{s}" for s in wanted if not there(s)]
 
 
+EXPIRY_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"  # what verl's trainer reads (Unix seconds)
+SAVE_MARGIN_S = 900  # a save of the largest cells' shards (student and teacher trainer) and its export, with room
+
+
+def save_before(cfg, end: float | None) -> None:
+    """Have verl's trainer save a checkpoint in the steps before the job's time limit (its own
+    rule for an expiring allocation: once what is left is under a step, a save and the margin), so
+    a training run in pieces (``resources.max_runtime``) resumes where it was cut, not up to
+    ``save_every`` steps before."""
+    if end is None:
+        return
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.ray_kwargs.ray_init.runtime_env.env_vars[EXPIRY_ENV] = str(int(end))
+        cfg.trainer.esi_redundant_time = SAVE_MARGIN_S
+
+
 def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> dict:
     import torch
 
@@ -133,6 +152,7 @@ def train(spec: dict, out_dir: str | Path, log=print, dry_run: bool = False) -> 
             f"the verl backend trains on GPUs and this machine has none (device: cpu trains toy cells on the CPU); "
             f"the config is {out}/verl_config.yaml"
         )
+    save_before(cfg, job_end())
     os.environ.update(cfg.ray_kwargs.ray_init.runtime_env.env_vars)  # the driver process registers the plugin too
     if cpu:  # the CPU platform and its patches, before verl's workers and engines load
         from scout.verl import cpu as cpu_platform

@@ -84,6 +84,27 @@ def test_a_workflow_job_places_its_pools_by_the_resources_beside_its_spec(math_r
     assert workflow.resources_of(at)["runtime"] == 60
 
 
+def test_a_job_near_its_time_limit_has_verls_trainer_save_first(math_rows, tmp_path, monkeypatch):
+    """Worked by hand through verl's own rule: with steps of 120 s, a save is due once what is left
+    of the job is under 60 (verl's save) + 120 + 900 (the margin) = 1,080 s, not at 2,000 s; outside
+    a Slurm job nothing is set."""
+    import time
+
+    from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
+
+    from scout.verl import config as vc
+
+    spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
+    cfg = vc.build(spec, spec["resources"], str(tmp_path))  # the composed, checked verl config
+    driver.save_before(cfg, None)
+    assert driver.EXPIRY_ENV not in cfg.ray_kwargs.ray_init.runtime_env.env_vars and cfg.trainer.esi_redundant_time == 0
+    for left, due in ((2000, False), (1000, True)):
+        driver.save_before(cfg, time.time() + left)
+        monkeypatch.setenv(driver.EXPIRY_ENV, cfg.ray_kwargs.ray_init.runtime_env.env_vars[driver.EXPIRY_ENV])
+        assert should_save_ckpt_esi(max_steps_duration=120, redundant_time=cfg.trainer.esi_redundant_time) is due
+    assert resources.job_end({}) is None
+
+
 def test_training_without_gpus_is_refused_after_writing_the_config(math_rows, tmp_path):
     spec = paper_spec("q4b-q1.7b-math", "opd", math_rows)
     with pytest.raises(SystemExit, match="trains on GPUs and this machine has none"):
