@@ -131,7 +131,9 @@ def serve(spec: dict, server_id: str, log: Callable[[str], None] = print) -> dic
     seen: set[str] = set()
     reason, needed_at, no_run_since = None, ready, None
     end_at = spec.get("end_at") or job_end()  # (the spec's: the tests')
-    handover = 60 * spec.get("handover_minutes", default("teacher_serving.handover_minutes"))
+    # at most half its job's time: a limit shorter than the margin must not relay servers at once
+    handover = min(60 * spec.get("handover_minutes", default("teacher_serving.handover_minutes")),
+                   (end_at - t0) / 2 if end_at else 0.0)  # fmt: skip
     successor: dict | None = None
     try:
         while reason is None:

@@ -305,10 +305,11 @@ def test_a_server_is_launched_once_found_again_relaunched_when_killed_and_stoppe
 
 def test_a_server_near_its_time_limit_hands_over_to_a_successor(toy_teacher, tmp_path):
     """A server whose cells outlive its job (its Slurm end time, here the spec's) launches its
-    successor handover_minutes before it, serves until the successor answers, then stops; the cells
-    find the successor at the same address file, with no wait for a queue after the limit."""
+    successor handover_minutes before it, at most half its job's time (here 30 s: 15 s), serves until
+    the successor answers, then stops; the cells find the successor at the same address file, with
+    no wait for a queue after the limit. The successor (a job of its own) does not relay at once."""
     results = tmp_path / "results"
-    spec = _spec(toy_teacher, results, end_at=time.time() + 600, handover_minutes=11)  # inside the window
+    spec = _spec(toy_teacher, results, end_at=time.time() + 30, handover_minutes=60)
     where = Path(spec["folder"])
     serving.start_run(results, "run1")
     first = serving.ensure(spec, str(tmp_path / "a.json"), "run1", "local", wait_s=120, poll=0.5)
